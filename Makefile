@@ -1,0 +1,41 @@
+# The two commands a newcomer needs: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+export AIRFLOW_HOME ?= $(CURDIR)/.airflow-home
+
+.PHONY: venv test unit lint demo cluster-up cluster-down clean
+
+$(BIN)/uv:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q uv
+
+# Pinned by constraints.txt, so a fresh machine gets the versions the tests passed with.
+$(VENV)/.installed: pyproject.toml constraints.txt | $(BIN)/uv
+	$(BIN)/uv pip install -q --python $(BIN)/python -c constraints.txt -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+cluster-up:
+	scripts/volcano-cluster up
+
+cluster-down:
+	scripts/volcano-cluster down
+
+lint: venv
+	$(BIN)/ruff check airflow_volcano tests dags benchmarks
+
+unit: venv
+	$(BIN)/python -m pytest -q tests/unit
+
+# Everything: lint, unit tests, and the integration tests against the local Volcano cluster
+# (built and started on first use; see scripts/volcano-cluster).
+test: venv lint cluster-up
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+
+demo: venv cluster-up
+	$(BIN)/python scripts/demo.py
+
+clean: cluster-down
+	rm -rf $(VENV) $(AIRFLOW_HOME)
