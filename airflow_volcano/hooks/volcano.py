@@ -1,0 +1,333 @@
+"""VolcanoHook: every call airflow-volcano makes to the cluster.
+
+Built on the cncf-kubernetes `KubernetesHook` and its `kubernetes` connection. Each hook gets its
+own client `Configuration`, so loading a kubeconfig never touches the process-wide default that
+other hooks and operators in the same worker use. Objects come back as plain JSON dicts, the
+shape the pure layer (`airflow_volcano.status`) reads.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterator
+from functools import cached_property
+from typing import Any, TypeVar
+
+from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
+from urllib3.exceptions import HTTPError as Urllib3HTTPError
+
+GROUP = "batch.volcano.sh"
+VERSION = "v1alpha1"
+PLURAL = "jobs"
+PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL = "scheduling.volcano.sh", "v1beta1", "podgroups"
+JOB_NAME_LABEL = "volcano.sh/job-name"
+TASK_LABEL = "volcano.sh/task-spec"
+
+RETRIABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+T = TypeVar("T")
+
+
+def is_transient(error: BaseException) -> bool:
+    """Errors worth another try: throttling, server errors, dropped or refused connections."""
+    if isinstance(error, ApiException):
+        return error.status in RETRIABLE_STATUS or error.status == 0
+    return isinstance(error, Urllib3HTTPError | ConnectionError | TimeoutError)
+
+
+def retry_after(error: BaseException) -> float | None:
+    headers = getattr(error, "headers", None) or {}
+    value = headers.get("Retry-After") if hasattr(headers, "get") else None
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def backoff_delays(attempts: int, base: float = 0.5, cap: float = 10.0) -> Iterator[float]:
+    """Exponential backoff with full jitter (so many workers do not retry in step)."""
+    for attempt in range(attempts):
+        yield random.uniform(0, min(cap, base * 2**attempt))
+
+
+class VolcanoHook(KubernetesHook):
+    """Create, find, watch and clean up Volcano Jobs and read what explains them."""
+
+    conn_name_attr = "kubernetes_conn_id"
+    default_conn_name = "kubernetes_default"
+    conn_type = "kubernetes"
+    hook_name = "Volcano (Kubernetes)"
+
+    def __init__(self, kubernetes_conn_id: str | None = default_conn_name, retries: int = 6, **kwargs: Any) -> None:
+        kwargs.setdefault("client_configuration", client.Configuration())
+        super().__init__(kubernetes_conn_id=kubernetes_conn_id, **kwargs)
+        self.retries = retries
+
+    # -- plumbing ---------------------------------------------------------------------------------
+
+    @cached_property
+    def custom_objects(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.api_client)
+
+    def call(self, what: str, fn: Callable[[], T]) -> T:
+        """Run one API call, retrying transient failures with backoff."""
+        delays = backoff_delays(self.retries)
+        while True:
+            try:
+                return fn()
+            except Exception as error:  # noqa: BLE001 - filtered just below
+                if not is_transient(error):
+                    raise
+                delay = next(delays, None)
+                if delay is None:
+                    raise
+                delay = max(delay, retry_after(error) or 0)
+                self.log.warning("%s failed (%s); retrying in %.1fs", what, _short(error), delay)
+                time.sleep(delay)
+
+    def to_dict(self, obj: Any) -> dict:
+        return self.api_client.sanitize_for_serialization(obj)
+
+    # -- Jobs -------------------------------------------------------------------------------------
+
+    def create_job(self, namespace: str, body: dict) -> dict:
+        """Create a Job. A 409 means a Job of that name exists: it is returned, and the caller
+        decides (by its labels) whether it is ours, e.g. after a create whose answer was lost."""
+        name = body["metadata"]["name"]
+        try:
+            return self.call(
+                f"create Job {namespace}/{name}",
+                lambda: self.custom_objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body),
+            )
+        except ApiException as error:
+            if error.status != 409:
+                raise
+            existing = self.get_job(name, namespace)
+            if existing is None:
+                raise
+            return existing
+
+    def get_job(self, name: str, namespace: str) -> dict | None:
+        try:
+            return self.call(
+                f"get Job {namespace}/{name}",
+                lambda: self.custom_objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name),
+            )
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def list_jobs(self, namespace: str, label_selector: str) -> list[dict]:
+        result = self.call(
+            f"list Jobs in {namespace}",
+            lambda: self.custom_objects.list_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, label_selector=label_selector
+            ),
+        )
+        return list(result.get("items") or [])
+
+    def delete_job(self, name: str, namespace: str) -> bool:
+        """Delete a Job and, through owner references, its pods, PodGroup and ConfigMaps.
+        Returns False if it was already gone."""
+        try:
+            self.call(
+                f"delete Job {namespace}/{name}",
+                lambda: self.custom_objects.delete_namespaced_custom_object(
+                    GROUP, VERSION, namespace, PLURAL, name,
+                    body=client.V1DeleteOptions(propagation_policy="Background"),
+                ),
+            )
+            return True
+        except ApiException as error:
+            if error.status == 404:
+                return False
+            raise
+
+    def wait_job_deleted(self, name: str, namespace: str, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while self.get_job(name, namespace) is not None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Volcano Job {namespace}/{name} was not deleted within {timeout:.0f}s")
+            time.sleep(0.5)
+
+    def watch_job(
+        self, name: str, namespace: str, *, resource_version: str | None, timeout_seconds: int
+    ) -> Iterator[dict]:
+        """Yield the Job each time it changes, for up to `timeout_seconds`.
+
+        Resumes from `resource_version`; when the server has compacted it away (410 Gone) it
+        re-reads the Job and continues from there. Dropped streams are reopened. Ends quietly at
+        the timeout, or when the Job is deleted (yielding None-free: the caller re-reads)."""
+        deadline = time.monotonic() + timeout_seconds
+        delays = backoff_delays(1000, cap=5)
+        while (remaining := deadline - time.monotonic()) > 0:
+            stream = watch.Watch()
+            try:
+                for event in stream.stream(
+                    self.custom_objects.list_namespaced_custom_object,
+                    GROUP, VERSION, namespace, PLURAL,
+                    field_selector=f"metadata.name={name}",
+                    resource_version=resource_version or "",
+                    allow_watch_bookmarks=True,
+                    timeout_seconds=max(1, min(int(remaining), 300)),
+                    _request_timeout=(10, max(2, min(int(remaining), 300)) + 10),
+                ):
+                    obj = event["object"]
+                    resource_version = (obj.get("metadata") or {}).get("resourceVersion") or resource_version
+                    if event["type"] == "DELETED":
+                        return
+                    if event["type"] in ("ADDED", "MODIFIED"):
+                        yield obj
+                    if time.monotonic() >= deadline:
+                        return
+                delays = backoff_delays(1000, cap=5)
+            except ApiException as error:
+                if error.status == 410:
+                    current = self.get_job(name, namespace)
+                    if current is None:
+                        return
+                    resource_version = current["metadata"]["resourceVersion"]
+                    yield current
+                    continue
+                if not is_transient(error):
+                    raise
+                self._pause_after_drop(error, delays)
+            except Exception as error:  # noqa: BLE001 - dropped connection: reopen
+                if not is_transient(error) and not isinstance(error, ValueError):
+                    raise
+                self._pause_after_drop(error, delays)
+            finally:
+                stream.stop()
+
+    def _pause_after_drop(self, error: BaseException, delays: Iterator[float]) -> None:
+        delay = max(next(delays, 5.0), retry_after(error) or 0)
+        self.log.info("watch interrupted (%s); reconnecting in %.1fs", _short(error), delay)
+        time.sleep(delay)
+
+    # -- what explains a Job ----------------------------------------------------------------------
+
+    def list_job_pods(self, job_name: str, namespace: str, task: str | None = None) -> list[dict]:
+        selector = f"{JOB_NAME_LABEL}={job_name}" + (f",{TASK_LABEL}={task}" if task else "")
+        pods = self.call(
+            f"list pods of Job {namespace}/{job_name}",
+            lambda: self.core_v1_client.list_namespaced_pod(namespace, label_selector=selector),
+        )
+        return [self.to_dict(pod) for pod in pods.items]
+
+    def get_pod(self, name: str, namespace: str) -> dict | None:  # type: ignore[override]
+        try:
+            pod = self.call(
+                f"get pod {namespace}/{name}", lambda: self.core_v1_client.read_namespaced_pod(name, namespace)
+            )
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        return self.to_dict(pod)
+
+    def read_pod_log(
+        self, name: str, namespace: str, *, container: str | None = None, since_seconds: int | None = None,
+        tail_lines: int | None = None,
+    ) -> str:
+        kwargs: dict[str, Any] = {"timestamps": True}
+        if container:
+            kwargs["container"] = container
+        if since_seconds:
+            kwargs["since_seconds"] = since_seconds
+        if tail_lines:
+            kwargs["tail_lines"] = tail_lines
+        return self.call(
+            f"read log of pod {namespace}/{name}",
+            lambda: self.core_v1_client.read_namespaced_pod_log(name, namespace, **kwargs),
+        )
+
+    def stream_pod_log(
+        self, name: str, namespace: str, *, container: str | None = None, since_seconds: int | None = None
+    ) -> Any:
+        """An open, following log stream (urllib3 response); the caller reads and closes it."""
+        kwargs: dict[str, Any] = {"follow": True, "timestamps": True, "_preload_content": False}
+        if container:
+            kwargs["container"] = container
+        if since_seconds:
+            kwargs["since_seconds"] = since_seconds
+        return self.core_v1_client.read_namespaced_pod_log(name, namespace, **kwargs)
+
+    def list_events(self, namespace: str, names: set[str]) -> list[dict]:
+        """Events about the named objects (the Job, its pods, its PodGroup)."""
+        events = self.call(f"list events in {namespace}", lambda: self.core_v1_client.list_namespaced_event(namespace))
+        return [
+            self.to_dict(event)
+            for event in events.items
+            if event.involved_object is not None and event.involved_object.name in names
+        ]
+
+    def get_podgroup(self, job: dict) -> dict | None:
+        """The PodGroup Volcano made for this Job (found by its owner reference)."""
+        namespace, uid = job["metadata"]["namespace"], job["metadata"].get("uid")
+        result = self.call(
+            f"list PodGroups in {namespace}",
+            lambda: self.custom_objects.list_namespaced_custom_object(
+                PODGROUP_GROUP, PODGROUP_VERSION, namespace, PODGROUP_PLURAL
+            ),
+        )
+        for podgroup in result.get("items") or []:
+            owners = (podgroup.get("metadata") or {}).get("ownerReferences") or []
+            if any(owner.get("uid") == uid for owner in owners):
+                return podgroup
+        return None
+
+    # -- the training script's ConfigMap ----------------------------------------------------------
+
+    def create_configmap(self, namespace: str, body: dict) -> dict:
+        """Create (or, after a lost answer or a retry, replace) the script ConfigMap."""
+        name = body["metadata"]["name"]
+        try:
+            created = self.call(
+                f"create ConfigMap {namespace}/{name}",
+                lambda: self.core_v1_client.create_namespaced_config_map(namespace, body),
+            )
+        except ApiException as error:
+            if error.status != 409:
+                raise
+            created = self.call(
+                f"replace ConfigMap {namespace}/{name}",
+                lambda: self.core_v1_client.replace_namespaced_config_map(name, namespace, body),
+            )
+        return self.to_dict(created)
+
+    def set_configmap_owner(self, name: str, namespace: str, job: dict) -> None:
+        """Make the Job own the ConfigMap, so deleting the Job (or its TTL) removes it too."""
+        owner = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "Job",
+            "name": job["metadata"]["name"],
+            "uid": job["metadata"]["uid"],
+            "blockOwnerDeletion": False,
+        }
+        self.call(
+            f"set owner of ConfigMap {namespace}/{name}",
+            lambda: self.core_v1_client.patch_namespaced_config_map(
+                name, namespace, {"metadata": {"ownerReferences": [owner]}}
+            ),
+        )
+
+    def delete_configmap(self, name: str, namespace: str) -> bool:
+        try:
+            self.call(
+                f"delete ConfigMap {namespace}/{name}",
+                lambda: self.core_v1_client.delete_namespaced_config_map(name, namespace),
+            )
+            return True
+        except ApiException as error:
+            if error.status == 404:
+                return False
+            raise
+
+
+def _short(error: BaseException) -> str:
+    if isinstance(error, ApiException):
+        return f"HTTP {error.status} {error.reason}"
+    return f"{type(error).__name__}: {str(error)[:200]}"

@@ -1,0 +1,296 @@
+"""Submit a Volcano Job, wait for it, and finalize it: the one path the operator, the sensor and
+the deferred resume all share (logs, XCom, cleanup, error text).
+
+No Airflow operator state lives here: callers pass what they know, so the same code runs in a
+worker after `execute` and after a trigger fires.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from airflow_volcano.hooks.volcano import VolcanoHook
+from airflow_volcano.logs import Emit, LogCursor, LogFollower, emit_new_lines
+from airflow_volcano.status import (
+    JobState,
+    Outcome,
+    failed_pods,
+    failure_message,
+    image_pull_problem,
+    job_state,
+    unschedulable_message,
+)
+
+log = logging.getLogger(__name__)
+
+
+class OnFinishAction(StrEnum):
+    DELETE_JOB = "delete_job"
+    DELETE_SUCCEEDED_JOB = "delete_succeeded_job"
+    KEEP_JOB = "keep_job"
+
+
+class VolcanoJobError(RuntimeError):
+    """The Job failed, timed out or could not start; the message says why."""
+
+
+@dataclass
+class JobRef:
+    """What identifies a submitted Job and how to read it."""
+
+    name: str
+    namespace: str
+    master_task: str = "master"
+    uid: str | None = None
+    created_at: float | None = None  # epoch seconds (the Job's creationTimestamp)
+    script_configmap: str | None = None
+
+    @property
+    def master_pod(self) -> str:
+        return f"{self.name}-{self.master_task}-0"
+
+    @classmethod
+    def from_job(cls, job: dict, master_task: str, script_configmap: str | None = None) -> JobRef:
+        metadata = job["metadata"]
+        created = metadata.get("creationTimestamp")
+        return cls(
+            name=metadata["name"],
+            namespace=metadata["namespace"],
+            master_task=master_task,
+            uid=metadata.get("uid"),
+            created_at=_parse_time(created) if created else None,
+            script_configmap=script_configmap,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> JobRef:
+        return cls(**data)
+
+
+@dataclass
+class WaitLimits:
+    """Client-side deadlines (Volcano has no job deadline of its own)."""
+
+    startup_timeout: float | None = 900.0
+    job_timeout: float | None = None
+    check_interval: float = 5.0  # how often to look at pods while the Job has not started
+
+
+@dataclass
+class WaitResult:
+    state: JobState
+    job: dict | None
+    timed_out: str | None = None  # why the wait gave up, if it did
+    problem: str | None = None  # a failure found before the Job itself failed (e.g. image pull)
+    log_cursor: LogCursor = field(default_factory=LogCursor)
+
+
+def _parse_time(value: str) -> float:
+    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+
+
+def master_log_stream(hook: VolcanoHook, ref: JobRef) -> Callable[[int | None], Any]:
+    def open_stream(since_seconds: int | None) -> Any:
+        pod = hook.get_pod(ref.master_pod, ref.namespace)
+        phase = ((pod or {}).get("status") or {}).get("phase")
+        if phase not in ("Running", "Succeeded", "Failed"):
+            raise LookupError(f"master pod {ref.master_pod} is not running yet ({phase or 'absent'})")
+        return hook.stream_pod_log(ref.master_pod, ref.namespace, container=ref.master_task,
+                                   since_seconds=since_seconds)
+
+    return open_stream
+
+
+def read_remaining_log(hook: VolcanoHook, ref: JobRef, cursor: LogCursor, emit: Emit) -> int:
+    """Show whatever the master log holds that the cursor has not shown; 0 if it cannot be read."""
+    try:
+        text = hook.read_pod_log(ref.master_pod, ref.namespace, container=ref.master_task,
+                                 since_seconds=cursor.since_seconds())
+    except Exception as error:  # noqa: BLE001 - a missing log must not hide the Job's result
+        log.warning("Could not read the log of master pod %s/%s: %s", ref.namespace, ref.master_pod, error)
+        return 0
+    return emit_new_lines(text.splitlines(), cursor, emit)
+
+
+def wait_for_job(
+    hook: VolcanoHook,
+    ref: JobRef,
+    limits: WaitLimits,
+    *,
+    emit_log: Emit | None = None,
+    cursor: LogCursor | None = None,
+    clock: Callable[[], float] = time.time,
+) -> WaitResult:
+    """Watch the Job until it finishes, a deadline passes, or a pod shows it cannot start.
+
+    Follows the master log into `emit_log` (if given) on a background thread while waiting.
+    """
+    cursor = cursor or LogCursor()
+    follower = None
+    if emit_log is not None:
+        follower = LogFollower(master_log_stream(hook, ref), cursor, emit_log)
+        follower.start()
+    try:
+        result = _watch_until_done(hook, ref, limits, clock)
+    finally:
+        if follower is not None:
+            follower.stop()
+    if emit_log is not None:
+        read_remaining_log(hook, ref, cursor, emit_log)
+    result.log_cursor = cursor
+    return result
+
+
+def _watch_until_done(hook: VolcanoHook, ref: JobRef, limits: WaitLimits, clock: Callable[[], float]) -> WaitResult:
+    started_at = ref.created_at or clock()
+    job = hook.get_job(ref.name, ref.namespace)
+    last_pod_check = float("-inf")
+    while True:
+        if job is None:
+            raise VolcanoJobError(f"Volcano Job {ref.namespace}/{ref.name} was deleted while the task waited")
+        state = job_state(job)
+        if state.finished:
+            return WaitResult(state=state, job=job)
+        now = clock()
+        elapsed = now - started_at
+        if limits.job_timeout is not None and elapsed >= limits.job_timeout:
+            return WaitResult(state=state, job=job,
+                              timed_out=f"job_timeout of {limits.job_timeout:.0f}s passed (phase {state.phase})")
+        not_started = _has_pending(job)
+        if not_started and now - last_pod_check >= limits.check_interval:
+            last_pod_check = now
+            problem = _startup_problem(hook, ref, job, limits, elapsed)
+            if problem is not None:
+                return WaitResult(state=state, job=job, problem=problem)
+        # Sleep on a watch: any change to the Job wakes us; otherwise the next check or deadline does.
+        wait = limits.check_interval if not_started else 300.0
+        if limits.job_timeout is not None:
+            wait = min(wait, limits.job_timeout - elapsed)
+        changes = hook.watch_job(ref.name, ref.namespace, resource_version=state.resource_version,
+                                 timeout_seconds=max(1, round(wait)))
+        try:
+            changed = next(changes, None)
+        finally:
+            changes.close()  # ends the watch request now, not when garbage-collected
+        job = changed if changed is not None else hook.get_job(ref.name, ref.namespace)
+
+
+def _has_pending(job: dict) -> bool:
+    status = job.get("status") or {}
+    return int(status.get("pending") or 0) > 0 or not (status.get("running") or status.get("succeeded")
+                                                         or status.get("failed"))
+
+
+def _startup_problem(hook: VolcanoHook, ref: JobRef, job: dict, limits: WaitLimits, waited: float) -> str | None:
+    pods = hook.list_job_pods(ref.name, ref.namespace)
+    pull = image_pull_problem(pods)
+    if pull is not None:
+        return f"Volcano Job {ref.namespace}/{ref.name} cannot start: {pull.describe()}"
+    if limits.startup_timeout is None or waited < limits.startup_timeout:
+        return None
+    running = [pod for pod in pods if (pod.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed")]
+    if pods and len(running) == len(pods):
+        return None
+    reason = unschedulable_message(hook.get_podgroup(job))
+    pending = sorted((pod.get("metadata") or {}).get("name", "") for pod in pods if pod not in running)
+    text = (f"Volcano Job {ref.namespace}/{ref.name} did not start within startup_timeout "
+            f"({limits.startup_timeout:.0f}s)")
+    text += f": {reason}" if reason else ": pods were not scheduled"
+    if pending:
+        text += f" (pending pods: {', '.join(pending)})"
+    return text
+
+
+# ---------------------------------------------------------------------------------------------
+# finalize
+# ---------------------------------------------------------------------------------------------
+
+
+def explain_failure(hook: VolcanoHook, ref: JobRef, result: WaitResult) -> str:
+    """Final phase, the failed pod with its exit code and reason, its last log lines, warnings."""
+    pods: list[dict] = []
+    events: list[dict] = []
+    try:
+        pods = hook.list_job_pods(ref.name, ref.namespace)
+        names = {ref.name, *((pod.get("metadata") or {}).get("name", "") for pod in pods)}
+        if result.job is not None and (podgroup := hook.get_podgroup(result.job)) is not None:
+            names.add(podgroup["metadata"]["name"])
+        events = hook.list_events(ref.namespace, names)
+    except Exception as error:  # noqa: BLE001 - explain with what we have
+        log.warning("Could not read pods/events of %s/%s: %s", ref.namespace, ref.name, error)
+    problems = failed_pods(pods, ref.master_task)
+    log_pod = problems[0].pod if problems else ref.master_pod
+    log_tail: list[str] = []
+    try:
+        text = hook.read_pod_log(log_pod, ref.namespace, tail_lines=20)
+        log_tail = [line.partition(" ")[2] or line for line in text.splitlines()[-20:]]
+    except Exception:  # noqa: BLE001 - no log is not worth hiding the real failure
+        pass
+    headline = None
+    if result.timed_out:
+        headline = f"Volcano Job {ref.namespace}/{ref.name} failed: {result.timed_out}; the Job was deleted"
+    elif result.problem:
+        headline = f"{result.problem}; the Job was deleted"
+    return failure_message(result.state, pods=pods, events=events, master_task=ref.master_task,
+                           log_tail=log_tail, log_pod=log_pod, headline=headline)
+
+
+def cleanup(hook: VolcanoHook, ref: JobRef, *, succeeded: bool, action: OnFinishAction) -> bool:
+    """Apply `on_finish_action`; returns whether the Job was deleted."""
+    delete = action is OnFinishAction.DELETE_JOB or (action is OnFinishAction.DELETE_SUCCEEDED_JOB and succeeded)
+    if not delete:
+        log.info("Keeping Volcano Job %s/%s (on_finish_action=%s)", ref.namespace, ref.name, action.value)
+        return False
+    delete_job_and_script(hook, ref)
+    return True
+
+
+def delete_job_and_script(hook: VolcanoHook, ref: JobRef) -> None:
+    hook.delete_job(ref.name, ref.namespace)
+    # The ConfigMap is owned by the Job, but a cluster without the garbage collector (or a Job that
+    # was never created) would leave it behind: delete it explicitly.
+    if ref.script_configmap:
+        hook.delete_configmap(ref.script_configmap, ref.namespace)
+    log.info("Deleted Volcano Job %s/%s", ref.namespace, ref.name)
+
+
+def finalize(
+    hook: VolcanoHook,
+    ref: JobRef,
+    result: WaitResult,
+    *,
+    on_finish_action: OnFinishAction,
+    push_xcom: Callable[[str, Any], None] | None = None,
+) -> dict[str, Any]:
+    """Push the final phase, clean up, and return a summary or raise with the failure's reason."""
+    succeeded = result.state.outcome is Outcome.SUCCEEDED and not result.timed_out and not result.problem
+    if push_xcom is not None:
+        push_xcom("phase", result.state.phase)
+    summary = {
+        "job_name": ref.name,
+        "namespace": ref.namespace,
+        "phase": result.state.phase,
+        "master_pod": ref.master_pod,
+        "retry_count": result.state.retry_count,
+        "log_lines": result.log_cursor.lines_shown,
+    }
+    if succeeded:
+        cleanup(hook, ref, succeeded=True, action=on_finish_action)
+        return summary
+    message = explain_failure(hook, ref, result)
+    if result.timed_out or result.problem:
+        # A Job past its deadline, or one that cannot start, must not run (and hold GPUs) later
+        # with nobody watching it.
+        delete_job_and_script(hook, ref)
+    else:
+        cleanup(hook, ref, succeeded=False, action=on_finish_action)
+    raise VolcanoJobError(message)

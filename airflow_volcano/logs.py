@@ -1,0 +1,166 @@
+"""Following the master pod's log into the task log, without losing or repeating lines.
+
+Lines are read with `timestamps=true`. A `LogCursor` remembers the newest timestamp shown and how
+many lines carried it, so when a stream drops (or a deferred task resumes) the log is read again
+from shortly before that point and everything already shown is skipped. The cursor is pure and
+serialisable; the follower thread is the only part that does I/O.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+Emit = Callable[[str], None]
+
+
+def parse_timestamp_ns(stamp: str) -> int | None:
+    """RFC 3339 (nano) timestamp -> integer nanoseconds since the epoch; None if not one."""
+    if not stamp.endswith("Z") or "T" not in stamp:
+        return None
+    body = stamp[:-1]
+    whole, _, fraction = body.partition(".")
+    try:
+        seconds = datetime.strptime(whole, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return None
+    if fraction and not fraction.isdigit():
+        return None
+    return int(seconds) * 1_000_000_000 + int((fraction or "0").ljust(9, "0")[:9])
+
+
+@dataclass
+class LogCursor:
+    """How far a log has been shown: the newest line's timestamp, and how many lines had it."""
+
+    last_ns: int = 0
+    seen_at_last: int = 0
+    lines_shown: int = 0
+    _seen_this_read: int = field(default=0, repr=False)
+
+    def start_read(self) -> None:
+        """Call before reading a stream that may repeat lines shown before."""
+        self._seen_this_read = 0
+
+    def accept(self, raw_line: str) -> str | None:
+        """The line's message if it is new, None if it was shown already."""
+        stamp, _, message = raw_line.partition(" ")
+        at = parse_timestamp_ns(stamp)
+        if at is None:  # no timestamp (should not happen with timestamps=true): show it as is
+            self.lines_shown += 1
+            return raw_line
+        if at < self.last_ns:
+            return None
+        if at == self.last_ns:
+            self._seen_this_read += 1
+            if self._seen_this_read <= self.seen_at_last:
+                return None
+            self.seen_at_last += 1
+        else:
+            self.last_ns, self.seen_at_last, self._seen_this_read = at, 1, 1
+        self.lines_shown += 1
+        return message
+
+    def since_seconds(self, now: float | None = None) -> int | None:
+        """How far back to re-read so the stream restarts at or before the last line shown."""
+        if not self.last_ns:
+            return None
+        now = time.time() if now is None else now
+        return max(1, math.ceil(now - self.last_ns / 1e9) + 1)
+
+    def to_dict(self) -> dict[str, int]:
+        return {"last_ns": self.last_ns, "seen_at_last": self.seen_at_last, "lines_shown": self.lines_shown}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, int] | None) -> LogCursor:
+        return cls(**(data or {}))
+
+
+def emit_new_lines(lines: Iterable[str], cursor: LogCursor, emit: Emit) -> int:
+    """Show the lines of one read that the cursor has not shown yet; returns how many."""
+    cursor.start_read()
+    shown = 0
+    for line in lines:
+        if not line:
+            continue
+        message = cursor.accept(line)
+        if message is not None:
+            emit(message)
+            shown += 1
+    return shown
+
+
+class LogFollower(threading.Thread):
+    """Follows one pod's log in the background until stopped, reconnecting when the stream drops.
+
+    `open_stream(since_seconds)` returns an iterable of raw lines (and may have a `close()`);
+    it is expected to fail while the pod does not exist or has not started yet.
+    """
+
+    def __init__(self, open_stream: Callable[[int | None], Any], cursor: LogCursor, emit: Emit,
+                 retry_interval: float = 2.0) -> None:
+        super().__init__(name="volcano-log-follower", daemon=True)
+        self.open_stream = open_stream
+        self.cursor = cursor
+        self.emit = emit
+        self.retry_interval = retry_interval
+        self._stop_event = threading.Event()
+        self._lock = threading.Lock()
+        self._stream: Any = None
+        self.reconnects = 0
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            try:
+                stream = self.open_stream(self.cursor.since_seconds())
+                with self._lock:
+                    if self._stop_event.is_set():
+                        _close(stream)
+                        return
+                    self._stream = stream
+                emit_new_lines(_iter_lines(stream), self.cursor, self.emit)
+            except Exception:  # noqa: BLE001 - pod not there yet, or the stream dropped: reconnect
+                pass
+            finally:
+                with self._lock:
+                    _close(self._stream)
+                    self._stream = None
+            if self._stop_event.wait(self.retry_interval):
+                return
+            self.reconnects += 1
+
+    def stop(self, timeout: float = 10) -> None:
+        self._stop_event.set()
+        with self._lock:
+            _close(self._stream)
+        self.join(timeout)
+
+
+def _iter_lines(stream: Any) -> Iterable[str]:
+    """Lines of a urllib3 response (or any iterable of str/bytes chunks), split on newlines."""
+    chunks = stream.stream(4096, decode_content=True) if hasattr(stream, "stream") else stream
+    pending = b""
+    for chunk in chunks:
+        if isinstance(chunk, str):
+            chunk = chunk.encode()
+        pending += chunk
+        *complete, pending = pending.split(b"\n")
+        for line in complete:
+            yield line.decode("utf-8", errors="replace").rstrip("\r")
+    if pending:
+        yield pending.decode("utf-8", errors="replace")
+
+
+def _close(stream: Any) -> None:
+    for method in ("close", "release_conn"):
+        closer = getattr(stream, method, None)
+        if closer is not None:
+            try:
+                closer()
+            except Exception:  # noqa: BLE001 - closing a dead stream
+                pass

@@ -1,0 +1,70 @@
+"""VolcanoJobSensor: wait for any Volcano Job, including one submitted outside Airflow."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseSensorOperator, PokeReturnValue
+from airflow.sdk.exceptions import AirflowFailException
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+class VolcanoJobSensor(BaseSensorOperator):
+    """Succeeds when the Job reaches Completed; fails, with the operator's reason text, on Failed,
+    Terminated or Aborted. A Job that does not exist yet is waited for (it may be submitted later).
+    Never deletes the Job: it is not this task's. With `attach_log`, the master pod's log is
+    copied into the task log when the Job ends. Works in poke and reschedule mode."""
+
+    template_fields: Sequence[str] = ("job_name", "namespace")
+    ui_color = "#f8c291"
+
+    def __init__(
+        self,
+        *,
+        job_name: str,
+        namespace: str | None = None,
+        kubernetes_conn_id: str = "kubernetes_default",
+        master_task_name: str = "master",
+        attach_log: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("poke_interval", 30)
+        super().__init__(**kwargs)
+        self.job_name = job_name
+        self.namespace = namespace
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.master_task_name = master_task_name
+        self.attach_log = attach_log
+
+    def poke(self, context: Context) -> PokeReturnValue | bool:
+        from airflow_volcano import job_runner
+        from airflow_volcano.hooks.volcano import VolcanoHook
+        from airflow_volcano.logs import LogCursor
+        from airflow_volcano.status import job_state
+
+        hook = VolcanoHook(kubernetes_conn_id=self.kubernetes_conn_id)
+        namespace = self.namespace or hook.get_namespace() or "default"
+        job = hook.get_job(self.job_name, namespace)
+        if job is None:
+            self.log.info("Volcano Job %s/%s does not exist (yet)", namespace, self.job_name)
+            return False
+        state = job_state(job)
+        self.log.info("Volcano Job %s/%s is %s", namespace, self.job_name, state.phase)
+        if not state.finished:
+            return False
+        ref = job_runner.JobRef.from_job(job, self.master_task_name)
+        cursor = LogCursor()
+        if self.attach_log:
+            job_runner.read_remaining_log(
+                hook, ref, cursor, lambda line: self.log.info("[%s] %s", ref.master_pod, line)
+            )
+        result = job_runner.WaitResult(state=state, job=job, log_cursor=cursor)
+        try:
+            summary = job_runner.finalize(hook, ref, result, on_finish_action=job_runner.OnFinishAction.KEEP_JOB)
+        except job_runner.VolcanoJobError as error:
+            # The Job's end is final: retrying the sensor cannot change it.
+            raise AirflowFailException(str(error)) from error
+        return PokeReturnValue(is_done=True, xcom_value=summary)

@@ -1,0 +1,186 @@
+"""Interpret a Volcano Job's state: running, succeeded, or failed and why.
+
+Pure functions over plain dicts (the JSON the API returns), shared by the operator, the sensor
+and the trigger so every path says the same thing. Volcano never fills `status.state.reason`, so
+a failure is explained from the pods' container statuses, the PodGroup and the Events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+SUCCEEDED_PHASES = frozenset({"Completed"})
+# Aborted is not terminal for Volcano (it can be resumed), but nothing resumes it on its own:
+# for a task waiting on the job it is an end.
+FAILED_PHASES = frozenset({"Failed", "Terminated", "Aborted"})
+IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
+LOG_TAIL_LINES = 20
+
+
+class Outcome(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class JobState:
+    """Where a Job stands, as far as a task waiting on it cares."""
+
+    name: str
+    namespace: str
+    phase: str
+    outcome: Outcome
+    retry_count: int
+    resource_version: str
+
+    @property
+    def finished(self) -> bool:
+        return self.outcome in (Outcome.SUCCEEDED, Outcome.FAILED)
+
+
+def job_state(job: Mapping[str, Any]) -> JobState:
+    metadata = job.get("metadata") or {}
+    status = job.get("status") or {}
+    phase = (status.get("state") or {}).get("phase") or ""
+    if phase in SUCCEEDED_PHASES:
+        outcome = Outcome.SUCCEEDED
+    elif phase in FAILED_PHASES:
+        outcome = Outcome.FAILED
+    elif phase in ("", "Pending"):
+        outcome = Outcome.PENDING
+    else:
+        outcome = Outcome.RUNNING
+    return JobState(
+        name=metadata.get("name", ""),
+        namespace=metadata.get("namespace", ""),
+        phase=phase or "Pending",
+        outcome=outcome,
+        retry_count=int(status.get("retryCount") or 0),
+        resource_version=metadata.get("resourceVersion", ""),
+    )
+
+
+@dataclass(frozen=True)
+class PodProblem:
+    """One pod's failure, as a user would read it in `kubectl describe pod`."""
+
+    pod: str
+    task: str
+    phase: str
+    container: str | None = None
+    exit_code: int | None = None
+    reason: str | None = None
+    message: str | None = None
+
+    def describe(self) -> str:
+        parts = [f"pod {self.pod} (task {self.task or '?'}) {self.phase}"]
+        if self.container:
+            parts.append(f"container {self.container}")
+        if self.exit_code is not None:
+            parts.append(f"exit code {self.exit_code}")
+        if self.reason:
+            parts.append(f"reason {self.reason}")
+        text = ", ".join(parts)
+        return f"{text}: {self.message}" if self.message else text
+
+
+def _task_name(pod: Mapping[str, Any]) -> str:
+    return ((pod.get("metadata") or {}).get("labels") or {}).get("volcano.sh/task-spec", "")
+
+
+def pod_problem(pod: Mapping[str, Any]) -> PodProblem | None:
+    """The first non-zero container termination or image pull error of a pod, if any."""
+    name = (pod.get("metadata") or {}).get("name", "")
+    status = pod.get("status") or {}
+    phase = status.get("phase") or "Unknown"
+    for container in status.get("containerStatuses") or []:
+        state = container.get("state") or {}
+        last = container.get("lastState") or {}
+        terminated = state.get("terminated") or last.get("terminated")
+        if terminated and int(terminated.get("exitCode") or 0) != 0:
+            return PodProblem(
+                pod=name, task=_task_name(pod), phase=phase, container=container.get("name"),
+                exit_code=int(terminated["exitCode"]), reason=terminated.get("reason"),
+                message=terminated.get("message"),
+            )
+        waiting = state.get("waiting") or {}
+        if waiting.get("reason") in IMAGE_PULL_REASONS:
+            return PodProblem(
+                pod=name, task=_task_name(pod), phase=phase, container=container.get("name"),
+                reason=waiting["reason"],
+                message=f"cannot pull image {container.get('image')!r}: {waiting.get('message') or ''}".strip(),
+            )
+    if phase == "Failed":
+        return PodProblem(pod=name, task=_task_name(pod), phase=phase, reason=status.get("reason"),
+                          message=status.get("message"))
+    return None
+
+
+def failed_pods(pods: Iterable[Mapping[str, Any]], master_task: str | None = None) -> list[PodProblem]:
+    """Problems of all pods, the master's first (its failure is usually the cause users want)."""
+    problems = [problem for pod in pods if (problem := pod_problem(pod)) is not None]
+    return sorted(problems, key=lambda problem: (problem.task != master_task, problem.pod))
+
+
+def image_pull_problem(pods: Iterable[Mapping[str, Any]]) -> PodProblem | None:
+    for pod in pods:
+        problem = pod_problem(pod)
+        if problem is not None and problem.reason in IMAGE_PULL_REASONS:
+            return problem
+    return None
+
+
+def unschedulable_message(podgroup: Mapping[str, Any] | None) -> str | None:
+    """The scheduler's reason from the PodGroup's `Unschedulable` condition, if it is set."""
+    if not podgroup:
+        return None
+    for condition in (podgroup.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Unschedulable" and condition.get("status") == "True":
+            return condition.get("message") or condition.get("reason") or "Unschedulable"
+    return None
+
+
+def warning_events(events: Iterable[Mapping[str, Any]], limit: int = 10) -> list[str]:
+    """`Kind/name: Reason: message` for Warning events, newest last, deduplicated."""
+    seen: dict[str, None] = {}
+    ordered = sorted(events, key=lambda event: event.get("lastTimestamp") or event.get("eventTime") or "")
+    for event in ordered:
+        if event.get("type") != "Warning":
+            continue
+        involved = event.get("involvedObject") or {}
+        line = f"{involved.get('kind', '?')}/{involved.get('name', '?')}: {event.get('reason')}: {event.get('message')}"
+        seen[line.strip()] = None
+    return list(seen)[-limit:]
+
+
+def failure_message(
+    state: JobState,
+    *,
+    pods: Sequence[Mapping[str, Any]] = (),
+    events: Sequence[Mapping[str, Any]] = (),
+    master_task: str | None = None,
+    log_tail: Sequence[str] = (),
+    log_pod: str | None = None,
+    headline: str | None = None,
+) -> str:
+    """The text a user reads when the task fails: what, which pod, exit code, reason, log, events."""
+    lines = [headline or f"Volcano Job {state.namespace}/{state.name} ended in phase {state.phase}"]
+    if state.retry_count:
+        lines[0] += f" after {state.retry_count} restart(s)"
+    problems = failed_pods(pods, master_task)
+    if problems:
+        lines.append("Failed pods:")
+        lines.extend(f"  - {problem.describe()}" for problem in problems)
+    if log_tail:
+        lines.append(f"Last {len(log_tail)} log lines of {log_pod or 'the failed pod'}:")
+        lines.extend(f"  | {line}" for line in log_tail)
+    warnings = warning_events(events)
+    if warnings:
+        lines.append("Warning events:")
+        lines.extend(f"  - {warning}" for warning in warnings)
+    return "\n".join(lines)

@@ -1,0 +1,208 @@
+"""Fixtures for tests against the real local Volcano cluster (scripts/volcano-cluster).
+
+The cluster is started once per session (or reused). Each test gets its own namespace, and the
+operator under test authenticates as a ServiceAccount bound to deploy/rbac.yaml's Role, the least
+privilege the README documents; the harness itself uses the admin kubeconfig to set up and inspect.
+A cluster that cannot start fails the run: it is never skipped.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+import secrets
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client, config, utils
+from kubernetes.client.rest import ApiException
+
+REPO = Path(__file__).resolve().parents[2]
+VOLCANO = ("batch.volcano.sh", "v1alpha1")
+
+
+@pytest.fixture(scope="session")
+def kubeconfig() -> Path:
+    result = subprocess.run([str(REPO / "scripts" / "volcano-cluster"), "up"], capture_output=True, text=True)
+    if result.returncode != 0:
+        pytest.fail(f"the local Volcano cluster did not start:\n{result.stdout}\n{result.stderr}", pytrace=False)
+    return Path(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def admin(kubeconfig: Path) -> client.ApiClient:
+    return config.new_client_from_config(str(kubeconfig))
+
+
+@dataclass
+class Cluster:
+    """The harness's admin view of one test namespace."""
+
+    api: client.ApiClient
+    namespace: str
+    log_dir: Path
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    @property
+    def custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.api)
+
+    def jobs(self) -> list[dict]:
+        return self.custom.list_namespaced_custom_object(*VOLCANO, self.namespace, "jobs")["items"]
+
+    def job(self, name: str) -> dict | None:
+        try:
+            return self.custom.get_namespaced_custom_object(*VOLCANO, self.namespace, "jobs", name)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def create_job(self, body: dict) -> dict:
+        return self.custom.create_namespaced_custom_object(*VOLCANO, self.namespace, "jobs", body)
+
+    def pods(self, job_name: str | None = None) -> list[client.V1Pod]:
+        selector = f"volcano.sh/job-name={job_name}" if job_name else None
+        return self.core.list_namespaced_pod(self.namespace, label_selector=selector).items
+
+    def configmap_names(self) -> set[str]:
+        return {cm.metadata.name for cm in self.core.list_namespaced_config_map(self.namespace).items}
+
+    def wait_for(self, what: str, check: Callable[[], Any], timeout: float = 60) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = check()
+            if value:
+                return value
+            time.sleep(0.25)
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+    def wait_phase(self, name: str, phases: set[str], timeout: float = 60) -> dict:
+        return self.wait_for(
+            f"Job {name} to reach {phases}",
+            lambda: (job := self.job(name)) and (job.get("status") or {}).get("state", {}).get("phase") in phases
+            and job,
+            timeout,
+        )
+
+    def write_log(self, pod: str, lines: list[str], container: str = "master") -> Path:
+        """Give a pod a log: kwok serves it through the apiserver's real pods/log path."""
+        path = self.log_dir / f"{pod}.log"
+        self.append_log(path, lines)
+        body = {
+            "apiVersion": "kwok.x-k8s.io/v1alpha1",
+            "kind": "Logs",
+            "metadata": {"name": pod, "namespace": self.namespace},
+            "spec": {"logs": [{"containers": [container], "logsFile": str(path), "follow": True}]},
+        }
+        self.custom.create_namespaced_custom_object("kwok.x-k8s.io", "v1alpha1", self.namespace, "logs", body)
+        return path
+
+    @staticmethod
+    def append_log(path: Path, lines: list[str]) -> None:
+        """Append lines in the CRI log format kubelet writes (and kwok reads)."""
+        with path.open("a") as out:
+            for line in lines:
+                stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+                out.write(f"{stamp} stdout F {line}\n")
+                time.sleep(0.001)  # distinct timestamps, as a real process would mostly have
+
+
+@pytest.fixture
+def cluster(admin: client.ApiClient, tmp_path: Path) -> Iterator[Cluster]:
+    namespace = f"t-{secrets.token_hex(4)}"
+    core = client.CoreV1Api(admin)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    utils.create_from_yaml(admin, str(REPO / "deploy" / "rbac.yaml"), namespace=namespace)
+    log_dir = tmp_path / "pod-logs"
+    log_dir.mkdir()
+    yield Cluster(admin, namespace, log_dir)
+    core.delete_namespace(namespace)
+
+
+@pytest.fixture
+def operator_kubeconfig(cluster: Cluster, kubeconfig: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A kubeconfig for the least-privilege ServiceAccount, set as Airflow's kubernetes_default."""
+    admin_config = yaml.safe_load(kubeconfig.read_text())
+    server = admin_config["clusters"][0]["cluster"]
+    token = cluster.core.create_namespaced_service_account_token(
+        "airflow-volcano", cluster.namespace,
+        client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)),
+    ).status.token
+    path = tmp_path / "operator-kubeconfig.json"
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
+        "clusters": [{"name": "local", "cluster": server}],
+        "users": [{"name": "sa", "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "local", "user": "sa", "namespace": cluster.namespace}}],
+    }))
+    conn = {"conn_type": "kubernetes", "extra": {"kube_config_path": str(path), "namespace": cluster.namespace}}
+    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(conn))
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# Running tasks through Airflow itself (dag.test: real task runner, XCom, task log)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TaskRun:
+    state: str
+    log: str
+    xcom: dict[str, Any]
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> None:
+    from airflow.utils.db import initdb
+
+    initdb()
+
+
+@pytest.fixture
+def run_task(airflow_db: None, capfd: pytest.CaptureFixture) -> Callable[..., TaskRun]:
+    """Run one operator as a one-task DAG with dag.test(); return its state, log and XComs."""
+
+    def run(make_task: Callable[[], Any], dag_id: str | None = None) -> TaskRun:
+        from airflow.dag_processing.bundles.manager import DagBundlesManager
+        from airflow.dag_processing.collection import update_dag_parsing_results_in_db
+        from airflow.models.xcom import XComModel
+        from airflow.sdk import DAG
+        from airflow.serialization.serialized_objects import LazyDeserializedDAG
+        from airflow.utils.session import create_session
+
+        with DAG(dag_id or f"test_{uuid.uuid4().hex[:8]}", schedule=None,
+                 start_date=datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)) as dag:
+            task = make_task()
+        DagBundlesManager().sync_bundles_to_db()
+        with create_session() as session:
+            update_dag_parsing_results_in_db(
+                "dags-folder", None, [LazyDeserializedDAG.from_dag(dag)], {}, None, set(), session=session
+            )
+        capfd.readouterr()
+        run = dag.test()
+        out, err = capfd.readouterr()
+        print(out, err)  # keep it visible in pytest's report of a failing test
+        ti = run.get_task_instance(task.task_id)
+        with create_session() as session:
+            rows = session.query(XComModel).filter_by(dag_id=dag.dag_id, run_id=run.run_id, task_id=task.task_id)
+            xcom = {row.key: XComModel.deserialize_value(row) for row in rows}
+        return TaskRun(state=str(ti.state), log=out + err, xcom=xcom)
+
+    return run
+
+
+def b64decode(value: str) -> str:
+    return base64.b64decode(value).decode()

@@ -1,0 +1,40 @@
+"""VolcanoJobSensor on real Jobs submitted outside Airflow."""
+
+from __future__ import annotations
+
+from airflow_volcano.sensors.job import VolcanoJobSensor
+
+from .jobs import pytorch_job
+
+
+def test_sensor_succeeds_on_completed_job_and_attaches_master_log(cluster, operator_kubeconfig, run_task):
+    cluster.write_log("outside-master-0", ["epoch 1 loss 0.5", "epoch 2 loss 0.25"])
+    cluster.create_job(pytorch_job("outside", master_sim={"run-ms": "1500"}))
+
+    run = run_task(lambda: VolcanoJobSensor(task_id="wait", job_name="outside", namespace=cluster.namespace,
+                                            poke_interval=1, timeout=120, attach_log=True))
+
+    assert run.state == "success", run.log
+    assert "epoch 2 loss 0.25" in run.log
+    assert run.xcom["return_value"]["phase"] == "Completed"
+    assert cluster.job("outside") is not None, "the sensor must not delete a Job it did not submit"
+
+
+def test_sensor_fails_with_the_failed_pod_and_exit_code(cluster, operator_kubeconfig, run_task):
+    cluster.create_job(pytorch_job("outside-bad", worker_sim={"outcome": "fail", "exit-code": "3", "run-ms": "500"},
+                                   master_sim={"outcome": "run-forever"}))
+
+    run = run_task(lambda: VolcanoJobSensor(task_id="wait", job_name="outside-bad", namespace=cluster.namespace,
+                                            poke_interval=1, timeout=120, mode="reschedule"))
+
+    assert run.state == "failed", run.log
+    assert "outside-bad-worker-0" in run.log
+    assert "exit code 3" in run.log
+
+
+def test_sensor_waits_for_a_job_that_does_not_exist_yet(cluster, operator_kubeconfig, run_task):
+    run = run_task(lambda: VolcanoJobSensor(task_id="wait", job_name="never-submitted", namespace=cluster.namespace,
+                                            poke_interval=1, timeout=3))
+
+    assert run.state == "failed", run.log
+    assert "does not exist (yet)" in run.log
