@@ -150,6 +150,33 @@ def wait_for_job(
     return result
 
 
+@dataclass(frozen=True)
+class WaitStep:
+    """What a waiting loop (sync or async) does next with the Job it just read."""
+
+    done: WaitResult | None = None
+    check_pods: bool = False  # look for image pull errors / an expired startup_timeout
+    wait_seconds: float = 300.0  # how long to watch for the next change at most
+
+
+def next_step(job: dict, limits: WaitLimits, elapsed: float, since_pod_check: float) -> WaitStep:
+    """The waiting policy, shared by the worker's loop and the trigger's: pure, no I/O."""
+    state = job_state(job)
+    if state.finished:
+        return WaitStep(done=WaitResult(state=state, job=job))
+    if limits.job_timeout is not None and elapsed >= limits.job_timeout:
+        return WaitStep(done=WaitResult(
+            state=state, job=job, timed_out=f"job_timeout of {limits.job_timeout:.0f}s passed (phase {state.phase})"
+        ))
+    not_started = _has_pending(job)
+    # Pods changing state do not always change the Job (an image pull error leaves it Pending),
+    # so while pods are pending they are looked at every check_interval; after that a watch suffices.
+    wait = limits.check_interval if not_started else 300.0
+    if limits.job_timeout is not None:
+        wait = min(wait, limits.job_timeout - elapsed)
+    return WaitStep(check_pods=not_started and since_pod_check >= limits.check_interval, wait_seconds=max(1.0, wait))
+
+
 def _watch_until_done(hook: VolcanoHook, ref: JobRef, limits: WaitLimits, clock: Callable[[], float]) -> WaitResult:
     started_at = ref.created_at or clock()
     job = hook.get_job(ref.name, ref.namespace)
@@ -157,26 +184,19 @@ def _watch_until_done(hook: VolcanoHook, ref: JobRef, limits: WaitLimits, clock:
     while True:
         if job is None:
             raise VolcanoJobError(f"Volcano Job {ref.namespace}/{ref.name} was deleted while the task waited")
-        state = job_state(job)
-        if state.finished:
-            return WaitResult(state=state, job=job)
         now = clock()
-        elapsed = now - started_at
-        if limits.job_timeout is not None and elapsed >= limits.job_timeout:
-            return WaitResult(state=state, job=job,
-                              timed_out=f"job_timeout of {limits.job_timeout:.0f}s passed (phase {state.phase})")
-        not_started = _has_pending(job)
-        if not_started and now - last_pod_check >= limits.check_interval:
+        step = next_step(job, limits, now - started_at, now - last_pod_check)
+        if step.done is not None:
+            return step.done
+        if step.check_pods:
             last_pod_check = now
-            problem = _startup_problem(hook, ref, job, limits, elapsed)
+            pods = hook.list_job_pods(ref.name, ref.namespace)
+            podgroup = hook.get_podgroup(job) if limits.startup_timeout is not None else None
+            problem = startup_problem(ref, pods, podgroup, limits, now - started_at)
             if problem is not None:
-                return WaitResult(state=state, job=job, problem=problem)
-        # Sleep on a watch: any change to the Job wakes us; otherwise the next check or deadline does.
-        wait = limits.check_interval if not_started else 300.0
-        if limits.job_timeout is not None:
-            wait = min(wait, limits.job_timeout - elapsed)
-        changes = hook.watch_job(ref.name, ref.namespace, resource_version=state.resource_version,
-                                 timeout_seconds=max(1, round(wait)))
+                return WaitResult(state=job_state(job), job=job, problem=problem)
+        changes = hook.watch_job(ref.name, ref.namespace, resource_version=job_state(job).resource_version,
+                                 timeout_seconds=round(step.wait_seconds))
         try:
             changed = next(changes, None)
         finally:
@@ -186,22 +206,25 @@ def _watch_until_done(hook: VolcanoHook, ref: JobRef, limits: WaitLimits, clock:
 
 def _has_pending(job: dict) -> bool:
     status = job.get("status") or {}
-    return int(status.get("pending") or 0) > 0 or not (status.get("running") or status.get("succeeded")
-                                                         or status.get("failed"))
+    started = status.get("running") or status.get("succeeded") or status.get("failed")
+    return int(status.get("pending") or 0) > 0 or not started
 
 
-def _startup_problem(hook: VolcanoHook, ref: JobRef, job: dict, limits: WaitLimits, waited: float) -> str | None:
-    pods = hook.list_job_pods(ref.name, ref.namespace)
+def startup_problem(
+    ref: JobRef, pods: list[dict], podgroup: dict | None, limits: WaitLimits, waited: float
+) -> str | None:
+    """Why the Job cannot start: a pod that cannot pull its image (at once), or pods still not
+    scheduled after startup_timeout (with the scheduler's reason from the PodGroup)."""
     pull = image_pull_problem(pods)
     if pull is not None:
         return f"Volcano Job {ref.namespace}/{ref.name} cannot start: {pull.describe()}"
     if limits.startup_timeout is None or waited < limits.startup_timeout:
         return None
-    running = [pod for pod in pods if (pod.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed")]
-    if pods and len(running) == len(pods):
+    started = ("Running", "Succeeded", "Failed")
+    pending = sorted(pod["metadata"]["name"] for pod in pods if (pod.get("status") or {}).get("phase") not in started)
+    if pods and not pending:
         return None
-    reason = unschedulable_message(hook.get_podgroup(job))
-    pending = sorted((pod.get("metadata") or {}).get("name", "") for pod in pods if pod not in running)
+    reason = unschedulable_message(podgroup)
     text = (f"Volcano Job {ref.namespace}/{ref.name} did not start within startup_timeout "
             f"({limits.startup_timeout:.0f}s)")
     text += f": {reason}" if reason else ": pods were not scheduled"

@@ -8,15 +8,22 @@ shape the pure layer (`airflow_volcano.status`) reads.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from functools import cached_property
+from pathlib import Path
 from typing import Any, TypeVar
 
-from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+import aiohttp
+import yaml
+from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook, KubernetesHook
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
+from kubernetes_asyncio import client as async_client
+from kubernetes_asyncio import watch as async_watch
+from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 from urllib3.exceptions import HTTPError as Urllib3HTTPError
 
 GROUP = "batch.volcano.sh"
@@ -32,7 +39,7 @@ T = TypeVar("T")
 
 def is_transient(error: BaseException) -> bool:
     """Errors worth another try: throttling, server errors, dropped or refused connections."""
-    if isinstance(error, ApiException):
+    if isinstance(error, ApiException | AsyncApiException):
         return error.status in RETRIABLE_STATUS or error.status == 0
     return isinstance(error, Urllib3HTTPError | ConnectionError | TimeoutError)
 
@@ -86,6 +93,27 @@ class VolcanoHook(KubernetesHook):
                 delay = max(delay, retry_after(error) or 0)
                 self.log.warning("%s failed (%s); retrying in %.1fs", what, _short(error), delay)
                 time.sleep(delay)
+
+    def trigger_connection(self) -> dict[str, Any]:
+        """This hook's connection, resolved here on the worker, for the triggerer: kubeconfig as a
+        dict (it holds credentials: Airflow stores trigger arguments encrypted; never log it)."""
+        in_cluster = self._coalesce_param(self.in_cluster, self._get_field("in_cluster"))
+        context = self._coalesce_param(self.cluster_context, self._get_field("cluster_context"))
+        config_dict = None
+        if not in_cluster:
+            path = self._coalesce_param(self.config_file, self._get_field("kube_config_path"))
+            inline = self._get_field("kube_config")
+            if self.config_dict:
+                config_dict = self.config_dict
+            elif path:
+                config_dict = yaml.safe_load(Path(path).expanduser().read_text())
+            elif inline:
+                config_dict = inline if isinstance(inline, dict) else yaml.safe_load(inline)
+            else:
+                from kubernetes.config.kube_config import KUBE_CONFIG_DEFAULT_LOCATION
+
+                config_dict = yaml.safe_load(Path(KUBE_CONFIG_DEFAULT_LOCATION).expanduser().read_text())
+        return {"config_dict": config_dict, "in_cluster": bool(in_cluster), "cluster_context": context}
 
     def to_dict(self, obj: Any) -> dict:
         return self.api_client.sanitize_for_serialization(obj)
@@ -331,3 +359,131 @@ def _short(error: BaseException) -> str:
     if isinstance(error, ApiException):
         return f"HTTP {error.status} {error.reason}"
     return f"{type(error).__name__}: {str(error)[:200]}"
+
+
+class AsyncVolcanoHook(AsyncKubernetesHook):
+    """The trigger's side of VolcanoHook: the same calls on kubernetes_asyncio, same JSON dicts.
+
+    Built from a connection resolved on the worker (`VolcanoHook.trigger_connection()`), so a
+    connection that exists only in the worker's environment works in the triggerer too."""
+
+    def __init__(self, connection: dict[str, Any], retries: int = 6) -> None:
+        super().__init__(
+            config_dict=connection.get("config_dict"),
+            connection_extras={},  # everything needed came resolved in `connection`
+            kubernetes_conn_id=None,
+            in_cluster=connection.get("in_cluster") or None,
+            cluster_context=connection.get("cluster_context"),
+        )
+        self.retries = retries
+
+    async def call(self, what: str, fn: Callable[[Any], Awaitable[T]]) -> T:
+        delays = backoff_delays(self.retries)
+        while True:
+            try:
+                async with self.get_conn() as api:
+                    return await fn(api)
+            except Exception as error:  # noqa: BLE001 - filtered just below
+                if not is_transient(error) and not isinstance(error, aiohttp.ClientError | asyncio.TimeoutError):
+                    raise
+                delay = next(delays, None)
+                if delay is None:
+                    raise
+                self.log.warning("%s failed (%s); retrying in %.1fs", what, _short(error), delay)
+                await asyncio.sleep(max(delay, retry_after(error) or 0))
+
+    async def get_job(self, name: str, namespace: str) -> dict | None:
+        async def get(api: Any) -> dict | None:
+            try:
+                return await async_client.CustomObjectsApi(api).get_namespaced_custom_object(
+                    GROUP, VERSION, namespace, PLURAL, name
+                )
+            except AsyncApiException as error:
+                if error.status == 404:
+                    return None
+                raise
+
+        return await self.call(f"get Job {namespace}/{name}", get)
+
+    async def watch_job_once(
+        self, name: str, namespace: str, *, resource_version: str, timeout_seconds: int
+    ) -> dict | None:
+        """The Job's next change within `timeout_seconds`, or None (timeout, 410 Gone, deleted,
+        or a dropped stream: the caller re-reads the Job either way)."""
+        try:
+            async with self.get_conn() as api:
+                stream = async_watch.Watch()
+                async with stream.stream(
+                    async_client.CustomObjectsApi(api).list_namespaced_custom_object,
+                    GROUP, VERSION, namespace, PLURAL,
+                    field_selector=f"metadata.name={name}", resource_version=resource_version,
+                    timeout_seconds=timeout_seconds, _request_timeout=timeout_seconds + 10,
+                ) as events:
+                    async for event in events:
+                        if event["type"] in ("ADDED", "MODIFIED"):
+                            return event["object"]
+                        if event["type"] == "DELETED":
+                            return None
+        except AsyncApiException as error:
+            if error.status != 410 and not is_transient(error):
+                raise
+        except (TimeoutError, aiohttp.ClientError) as error:
+            self.log.info("watch interrupted (%s); re-reading the Job", _short(error))
+        return None
+
+    async def list_job_pods(self, job_name: str, namespace: str) -> list[dict]:
+        async def pods(api: Any) -> list[dict]:
+            result = await async_client.CoreV1Api(api).list_namespaced_pod(
+                namespace, label_selector=f"{JOB_NAME_LABEL}={job_name}"
+            )
+            return [api.sanitize_for_serialization(pod) for pod in result.items]
+
+        return await self.call(f"list pods of Job {namespace}/{job_name}", pods)
+
+    async def get_podgroup(self, job: dict) -> dict | None:
+        namespace, uid = job["metadata"]["namespace"], job["metadata"].get("uid")
+
+        async def podgroups(api: Any) -> dict:
+            return await async_client.CustomObjectsApi(api).list_namespaced_custom_object(
+                PODGROUP_GROUP, PODGROUP_VERSION, namespace, PODGROUP_PLURAL
+            )
+
+        for podgroup in (await self.call(f"list PodGroups in {namespace}", podgroups)).get("items") or []:
+            if any(owner.get("uid") == uid for owner in podgroup["metadata"].get("ownerReferences") or []):
+                return podgroup
+        return None
+
+    async def read_pod_log(
+        self, name: str, namespace: str, *, container: str | None, since_seconds: int | None, limit_bytes: int
+    ) -> str:
+        async def read(api: Any) -> str:
+            kwargs: dict[str, Any] = {"timestamps": True, "limit_bytes": limit_bytes}
+            if container:
+                kwargs["container"] = container
+            if since_seconds:
+                kwargs["since_seconds"] = since_seconds
+            return await async_client.CoreV1Api(api).read_namespaced_pod_log(name, namespace, **kwargs)
+
+        return await self.call(f"read log of pod {namespace}/{name}", read)
+
+    async def delete_job(self, name: str, namespace: str) -> None:
+        async def delete(api: Any) -> None:
+            try:
+                await async_client.CustomObjectsApi(api).delete_namespaced_custom_object(
+                    GROUP, VERSION, namespace, PLURAL, name, propagation_policy="Background"
+                )
+            except AsyncApiException as error:
+                if error.status != 404:
+                    raise
+
+        await self.call(f"delete Job {namespace}/{name}", delete)
+
+    async def delete_configmap(self, name: str, namespace: str) -> None:
+        async def delete(api: Any) -> None:
+            try:
+                await async_client.CoreV1Api(api).delete_namespaced_config_map(name, namespace)
+            except AsyncApiException as error:
+                if error.status != 404:
+                    raise
+
+        await self.call(f"delete ConfigMap {namespace}/{name}", delete)

@@ -1,0 +1,137 @@
+"""VolcanoJobTrigger: waits for a Volcano Job in the triggerer, so no worker slot is held.
+
+It runs the same waiting policy as the worker (`job_runner.next_step` and `startup_problem`) and
+fires one event: finished, timeout, problem (cannot start) or error. The worker then resumes in
+`execute_complete`, which runs the shared finalize path. While waiting it copies new lines of the
+master log into the task log every `log_interval` seconds, remembering how far it got in a
+`LogCursor` that travels with the event, so nothing is shown twice.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_volcano.job_runner import JobRef, WaitLimits, next_step, startup_problem
+from airflow_volcano.logs import LogCursor, emit_new_lines
+from airflow_volcano.status import job_state
+
+LOG_FETCH_BYTES = 256 * 1024  # what one log read may hold in the triggerer's memory
+
+
+class VolcanoJobTrigger(BaseTrigger):
+    def __init__(
+        self,
+        job: dict[str, Any],
+        connection: dict[str, Any],
+        *,
+        startup_timeout: float | None = 900.0,
+        job_timeout: float | None = None,
+        deadline: float | None = None,
+        check_interval: float = 5.0,
+        get_logs: bool = True,
+        log_interval: float = 30.0,
+        log_cursor: dict[str, int] | None = None,
+        on_kill_action: str = "delete_job",
+    ) -> None:
+        super().__init__()
+        self.job = job
+        self.connection = connection
+        self.startup_timeout = startup_timeout
+        self.job_timeout = job_timeout
+        self.deadline = deadline  # epoch seconds: the task's execution_timeout, if any
+        self.check_interval = check_interval
+        self.get_logs = get_logs
+        self.log_interval = log_interval
+        self.log_cursor = log_cursor
+        self.on_kill_action = on_kill_action
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "job": self.job, "connection": self.connection, "startup_timeout": self.startup_timeout,
+                "job_timeout": self.job_timeout, "deadline": self.deadline, "check_interval": self.check_interval,
+                "get_logs": self.get_logs, "log_interval": self.log_interval, "log_cursor": self.log_cursor,
+                "on_kill_action": self.on_kill_action,
+            },
+        )
+
+    def _hook(self) -> Any:
+        from airflow_volcano.hooks.volcano import AsyncVolcanoHook
+
+        return AsyncVolcanoHook(self.connection)
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        ref = JobRef.from_dict(self.job)
+        cursor = LogCursor.from_dict(self.log_cursor)
+        try:
+            event = await self._wait(ref, cursor)
+        except Exception as error:  # noqa: BLE001 - reported to the worker, which fails the task
+            event = {"status": "error", "message": f"{type(error).__name__}: {error}"}
+        yield TriggerEvent({**event, "job": ref.to_dict(), "log_cursor": cursor.to_dict()})
+
+    async def _wait(self, ref: JobRef, cursor: LogCursor) -> dict[str, Any]:
+        hook = self._hook()
+        limits = WaitLimits(self.startup_timeout, self.job_timeout, self.check_interval)
+        started_at = ref.created_at or time.time()
+        last_pod_check = last_log_fetch = float("-inf")
+        job = await hook.get_job(ref.name, ref.namespace)
+        while True:
+            if job is None:
+                return {"status": "error", "message": f"Volcano Job {ref.namespace}/{ref.name} was deleted"}
+            now = time.time()
+            if self.get_logs and now - last_log_fetch >= self.log_interval:
+                last_log_fetch = now
+                await self._copy_new_log_lines(hook, ref, cursor)
+            step = next_step(job, limits, now - started_at, now - last_pod_check)
+            if step.done is not None:
+                if step.done.timed_out:
+                    return {"status": "timeout", "message": step.done.timed_out}
+                return {"status": "finished", "phase": step.done.state.phase}
+            if self.deadline is not None and now >= self.deadline:
+                return {"status": "timeout", "message": "the task's execution_timeout passed"}
+            if step.check_pods:
+                last_pod_check = now
+                pods = await hook.list_job_pods(ref.name, ref.namespace)
+                podgroup = await hook.get_podgroup(job) if limits.startup_timeout is not None else None
+                problem = startup_problem(ref, pods, podgroup, limits, now - started_at)
+                if problem is not None:
+                    return {"status": "problem", "message": problem}
+            wait = step.wait_seconds
+            if self.get_logs:
+                wait = min(wait, self.log_interval)
+            if self.deadline is not None:
+                wait = min(wait, max(1.0, self.deadline - now))
+            changed = await hook.watch_job_once(ref.name, ref.namespace,
+                                                resource_version=job_state(job).resource_version,
+                                                timeout_seconds=max(1, round(wait)))
+            job = changed if changed is not None else await hook.get_job(ref.name, ref.namespace)
+
+    async def _copy_new_log_lines(self, hook: Any, ref: JobRef, cursor: LogCursor) -> None:
+        """Incremental fetch: only what is newer than the cursor, at most LOG_FETCH_BYTES per read."""
+        try:
+            text = await hook.read_pod_log(ref.master_pod, ref.namespace, container=ref.master_task,
+                                           since_seconds=cursor.since_seconds(), limit_bytes=LOG_FETCH_BYTES)
+        except Exception:  # noqa: BLE001 - master not started yet, or no log: try again later
+            return
+        lines = text.splitlines()
+        if len(text.encode()) >= LOG_FETCH_BYTES and not text.endswith("\n"):
+            lines = lines[:-1]  # cut mid-line by the byte cap: read it whole next time
+        emit_new_lines(lines, cursor, lambda line: self.log.info("[%s] %s", ref.master_pod, line))
+
+    async def on_kill(self) -> None:
+        """A user marked the deferred task failed/success or cleared it: stop the training."""
+        if self.on_kill_action == "keep_job":
+            return
+        ref = JobRef.from_dict(self.job)
+        hook = self._hook()
+        await hook.delete_job(ref.name, ref.namespace)
+        if ref.script_configmap:
+            await hook.delete_configmap(ref.script_configmap, ref.namespace)
+        self.log.info("Task killed: deleted Volcano Job %s/%s", ref.namespace, ref.name)
+
+

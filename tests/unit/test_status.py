@@ -1,0 +1,91 @@
+"""Status interpretation: what a user reads when a Job ends."""
+
+from __future__ import annotations
+
+from airflow_volcano.job_runner import JobRef, WaitLimits, next_step, startup_problem
+from airflow_volcano.status import Outcome, failure_message, job_state, unschedulable_message
+
+
+def job(phase: str | None, **status: int) -> dict:
+    body = {"metadata": {"name": "train", "namespace": "ml", "resourceVersion": "7"}, "status": dict(status)}
+    if phase:
+        body["status"]["state"] = {"phase": phase}
+    return body
+
+
+def pod(name: str, task: str, phase: str, *, exit_code: int | None = None, reason: str | None = None,
+        waiting: str | None = None) -> dict:
+    state: dict = {"running": {}}
+    if exit_code is not None:
+        state = {"terminated": {"exitCode": exit_code, "reason": reason}}
+    if waiting:
+        state = {"waiting": {"reason": waiting, "message": "Back-off pulling image"}}
+    return {
+        "metadata": {"name": name, "labels": {"volcano.sh/task-spec": task}},
+        "status": {"phase": phase, "containerStatuses": [{"name": task, "image": "repo/img:1", "state": state}]},
+    }
+
+
+def test_phases_map_to_outcomes():
+    assert job_state(job("Completed")).outcome is Outcome.SUCCEEDED
+    for phase in ("Failed", "Terminated", "Aborted"):
+        assert job_state(job(phase)).outcome is Outcome.FAILED
+    assert job_state(job("Running")).outcome is Outcome.RUNNING
+    assert job_state(job("Completing")).finished is False
+    assert job_state(job(None)).phase == "Pending"
+
+
+def test_success_is_decided_by_phase_not_by_counters():
+    # Volcano can report succeeded=0 after it deletes pods of a finished Job.
+    assert job_state(job("Completed", succeeded=0, failed=0)).outcome is Outcome.SUCCEEDED
+
+
+def test_failure_message_names_pod_exit_code_reason_log_and_warnings():
+    pods = [pod("train-master-0", "master", "Running"),
+            pod("train-worker-1", "worker", "Failed", exit_code=137, reason="OOMKilled")]
+    events = [{"type": "Warning", "reason": "PodFailed", "message": "worker died",
+               "involvedObject": {"kind": "Job", "name": "train"}},
+              {"type": "Normal", "reason": "Scheduled", "message": "fine", "involvedObject": {"kind": "Pod"}}]
+    text = failure_message(job_state(job("Failed", retryCount=2)), pods=pods, events=events, master_task="master",
+                           log_tail=["Traceback", "MemoryError"], log_pod="train-worker-1")
+    assert "ml/train ended in phase Failed after 2 restart(s)" in text
+    assert "train-worker-1 (task worker) Failed, container worker, exit code 137, reason OOMKilled" in text
+    assert "| MemoryError" in text
+    assert "Job/train: PodFailed: worker died" in text
+    assert "fine" not in text
+
+
+def test_unschedulable_message_comes_from_the_podgroup_condition():
+    podgroup = {"status": {"conditions": [{"type": "Unschedulable", "status": "True",
+                                           "message": "0/2 nodes are unavailable: 2 Insufficient nvidia.com/gpu."}]}}
+    assert "Insufficient nvidia.com/gpu" in unschedulable_message(podgroup)
+    assert unschedulable_message({"status": {}}) is None
+
+
+def test_image_pull_error_is_a_startup_problem_at_once():
+    ref = JobRef("train", "ml")
+    problem = startup_problem(ref, [pod("train-master-0", "master", "Pending", waiting="ImagePullBackOff")],
+                              None, WaitLimits(startup_timeout=600), waited=1)
+    assert "cannot start" in problem and "repo/img:1" in problem and "ImagePullBackOff" in problem
+
+
+def test_startup_timeout_reports_pending_pods_with_the_scheduler_reason():
+    ref = JobRef("train", "ml")
+    pods = [pod("train-master-0", "master", "Pending")]
+    podgroup = {"status": {"conditions": [{"type": "Unschedulable", "status": "True", "message": "no GPUs"}]}}
+    assert startup_problem(ref, pods, podgroup, WaitLimits(startup_timeout=60), waited=30) is None
+    text = startup_problem(ref, pods, podgroup, WaitLimits(startup_timeout=60), waited=61)
+    assert "did not start within startup_timeout (60s): no GPUs (pending pods: train-master-0)" in text
+
+
+def test_next_step_waits_long_on_a_running_job_and_short_while_pending():
+    limits = WaitLimits(check_interval=5)
+    running = next_step(job("Running", running=3), limits, elapsed=10, since_pod_check=1)
+    assert running.done is None and running.wait_seconds == 300 and not running.check_pods
+    pending = next_step(job("Pending", pending=3), limits, elapsed=10, since_pod_check=6)
+    assert pending.check_pods and pending.wait_seconds == 5
+
+
+def test_next_step_times_out_past_job_timeout():
+    step = next_step(job("Running", running=1), WaitLimits(job_timeout=30), elapsed=31, since_pod_check=0)
+    assert step.done is not None and "job_timeout of 30s" in step.done.timed_out
