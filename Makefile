@@ -24,7 +24,7 @@ cluster-down:
 	scripts/volcano-cluster down
 
 lint: venv
-	$(BIN)/ruff check airflow_volcano tests dags benchmarks
+	$(BIN)/ruff check .
 
 unit: venv
 	$(BIN)/python -m pytest -q tests/unit

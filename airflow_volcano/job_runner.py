@@ -191,8 +191,11 @@ def _watch_until_done(hook: VolcanoHook, ref: JobRef, limits: WaitLimits, clock:
         if step.check_pods:
             last_pod_check = now
             pods = hook.list_job_pods(ref.name, ref.namespace)
-            podgroup = hook.get_podgroup(job) if limits.startup_timeout is not None else None
-            problem = startup_problem(ref, pods, podgroup, limits, now - started_at)
+            podgroup, events = None, []
+            if startup_timed_out(limits, now - started_at):
+                podgroup = hook.get_podgroup(job)
+                events = hook.list_events(ref.namespace, scheduling_subjects(podgroup, pods))
+            problem = startup_problem(ref, pods, podgroup, limits, now - started_at, events)
             if problem is not None:
                 return WaitResult(state=job_state(job), job=job, problem=problem)
         changes = hook.watch_job(ref.name, ref.namespace, resource_version=job_state(job).resource_version,
@@ -210,21 +213,34 @@ def _has_pending(job: dict) -> bool:
     return int(status.get("pending") or 0) > 0 or not started
 
 
+def startup_timed_out(limits: WaitLimits, waited: float) -> bool:
+    return limits.startup_timeout is not None and waited >= limits.startup_timeout
+
+
+def scheduling_subjects(podgroup: dict | None, pods: list[dict]) -> set[str]:
+    """Names of the objects whose events explain scheduling: the PodGroup and the pods."""
+    names = {pod["metadata"]["name"] for pod in pods}
+    if podgroup is not None:
+        names.add(podgroup["metadata"]["name"])
+    return names
+
+
 def startup_problem(
-    ref: JobRef, pods: list[dict], podgroup: dict | None, limits: WaitLimits, waited: float
+    ref: JobRef, pods: list[dict], podgroup: dict | None, limits: WaitLimits, waited: float,
+    events: list[dict] | None = None,
 ) -> str | None:
     """Why the Job cannot start: a pod that cannot pull its image (at once), or pods still not
     scheduled after startup_timeout (with the scheduler's reason from the PodGroup)."""
     pull = image_pull_problem(pods)
     if pull is not None:
         return f"Volcano Job {ref.namespace}/{ref.name} cannot start: {pull.describe()}"
-    if limits.startup_timeout is None or waited < limits.startup_timeout:
+    if not startup_timed_out(limits, waited):
         return None
     started = ("Running", "Succeeded", "Failed")
     pending = sorted(pod["metadata"]["name"] for pod in pods if (pod.get("status") or {}).get("phase") not in started)
     if pods and not pending:
         return None
-    reason = unschedulable_message(podgroup)
+    reason = unschedulable_message(podgroup, events or [])
     text = (f"Volcano Job {ref.namespace}/{ref.name} did not start within startup_timeout "
             f"({limits.startup_timeout:.0f}s)")
     text += f": {reason}" if reason else ": pods were not scheduled"

@@ -134,10 +134,17 @@ class LogFollower(threading.Thread):
                 return
             self.reconnects += 1
 
-    def stop(self, timeout: float = 10) -> None:
+    def stop(self, timeout: float = 5) -> None:
         self._stop_event.set()
         with self._lock:
-            _close(self._stream)
+            stream = self._stream
+        # shutdown() unblocks a read in progress in the other thread (close() would wait for it).
+        shutdown = getattr(stream, "shutdown", None)
+        if shutdown is not None:
+            try:
+                shutdown()
+            except Exception:  # noqa: BLE001 - already closed
+                pass
         self.join(timeout)
 
 

@@ -135,14 +135,28 @@ def image_pull_problem(pods: Iterable[Mapping[str, Any]]) -> PodProblem | None:
     return None
 
 
-def unschedulable_message(podgroup: Mapping[str, Any] | None) -> str | None:
-    """The scheduler's reason from the PodGroup's `Unschedulable` condition, if it is set."""
-    if not podgroup:
-        return None
-    for condition in (podgroup.get("status") or {}).get("conditions") or []:
+GENERIC_GANG_MESSAGE = "tasks in gang unschedulable: pod group is not ready"
+
+
+def unschedulable_message(
+    podgroup: Mapping[str, Any] | None, events: Iterable[Mapping[str, Any]] = ()
+) -> str | None:
+    """The scheduler's reason a gang cannot be placed: from the PodGroup's `Unschedulable`
+    condition and the Unschedulable/FailedScheduling events of the PodGroup and its pods.
+
+    Volcano's condition often says only "0/0 tasks in gang unschedulable: pod group is not
+    ready"; the event beside it says why ("overused nvidia.com/gpu", "Insufficient cpu"), so the
+    specific messages are preferred."""
+    messages: dict[str, None] = {}
+    for condition in ((podgroup or {}).get("status") or {}).get("conditions") or []:
         if condition.get("type") == "Unschedulable" and condition.get("status") == "True":
-            return condition.get("message") or condition.get("reason") or "Unschedulable"
-    return None
+            messages[condition.get("message") or condition.get("reason") or "Unschedulable"] = None
+    for event in events:
+        if event.get("reason") in ("Unschedulable", "FailedScheduling") and event.get("message"):
+            messages[event["message"]] = None
+    specific = [message for message in messages if GENERIC_GANG_MESSAGE not in message]
+    chosen = specific or list(messages)
+    return "; ".join(chosen[-3:]) if chosen else None
 
 
 def warning_events(events: Iterable[Mapping[str, Any]], limit: int = 10) -> list[str]:

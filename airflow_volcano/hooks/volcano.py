@@ -260,17 +260,19 @@ class VolcanoHook(KubernetesHook):
         self, name: str, namespace: str, *, container: str | None = None, since_seconds: int | None = None,
         tail_lines: int | None = None,
     ) -> str:
-        kwargs: dict[str, Any] = {"timestamps": True}
+        kwargs: dict[str, Any] = {"timestamps": True, "_preload_content": False}
         if container:
             kwargs["container"] = container
         if since_seconds:
             kwargs["since_seconds"] = since_seconds
         if tail_lines:
             kwargs["tail_lines"] = tail_lines
-        return self.call(
+        # Raw bytes, decoded here: the client's own decoding mangles non-ASCII logs into "b'...'".
+        response = self.call(
             f"read log of pod {namespace}/{name}",
             lambda: self.core_v1_client.read_namespaced_pod_log(name, namespace, **kwargs),
         )
+        return response.data.decode("utf-8", errors="replace")
 
     def stream_pod_log(
         self, name: str, namespace: str, *, container: str | None = None, since_seconds: int | None = None
@@ -439,6 +441,14 @@ class AsyncVolcanoHook(AsyncKubernetesHook):
             return [api.sanitize_for_serialization(pod) for pod in result.items]
 
         return await self.call(f"list pods of Job {namespace}/{job_name}", pods)
+
+    async def list_events(self, namespace: str, names: set[str]) -> list[dict]:
+        async def events(api: Any) -> list[dict]:
+            result = await async_client.CoreV1Api(api).list_namespaced_event(namespace)
+            return [api.sanitize_for_serialization(event) for event in result.items
+                    if event.involved_object is not None and event.involved_object.name in names]
+
+        return await self.call(f"list events in {namespace}", events)
 
     async def get_podgroup(self, job: dict) -> dict | None:
         namespace, uid = job["metadata"]["namespace"], job["metadata"].get("uid")

@@ -15,7 +15,14 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_volcano.job_runner import JobRef, WaitLimits, next_step, startup_problem
+from airflow_volcano.job_runner import (
+    JobRef,
+    WaitLimits,
+    next_step,
+    scheduling_subjects,
+    startup_problem,
+    startup_timed_out,
+)
 from airflow_volcano.logs import LogCursor, emit_new_lines
 from airflow_volcano.status import job_state
 
@@ -97,8 +104,11 @@ class VolcanoJobTrigger(BaseTrigger):
             if step.check_pods:
                 last_pod_check = now
                 pods = await hook.list_job_pods(ref.name, ref.namespace)
-                podgroup = await hook.get_podgroup(job) if limits.startup_timeout is not None else None
-                problem = startup_problem(ref, pods, podgroup, limits, now - started_at)
+                podgroup, events = None, []
+                if startup_timed_out(limits, now - started_at):
+                    podgroup = await hook.get_podgroup(job)
+                    events = await hook.list_events(ref.namespace, scheduling_subjects(podgroup, pods))
+                problem = startup_problem(ref, pods, podgroup, limits, now - started_at, events)
                 if problem is not None:
                     return {"status": "problem", "message": problem}
             wait = step.wait_seconds

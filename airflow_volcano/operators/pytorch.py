@@ -1,0 +1,403 @@
+"""VolcanoPyTorchJobOperator: one DAG task runs a distributed PyTorch job on Volcano.
+
+The operator only orchestrates: the manifest comes from `airflow_volcano.manifest` (pure), every
+cluster call goes through `VolcanoHook`, and waiting and finalizing are `airflow_volcano.job_runner`'s,
+shared with the sensor and the deferred path. The kubernetes client is imported lazily so that
+parsing a DAG stays cheap.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator, conf
+
+from airflow_volcano.manifest import (
+    JobManifests,
+    JobSpecError,
+    PyTorchJobRequest,
+    TrainingScript,
+    default_job_name,
+    identity_labels,
+    load_job_template,
+    max_job_name_length,
+    run_labels,
+    script_configmap_name,
+)
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_volcano.hooks.volcano import VolcanoHook
+    from airflow_volcano.job_runner import JobRef
+
+TEMPLATE_EXTENSIONS = (".yaml", ".yml", ".json")
+ON_FINISH_ACTIONS = ("delete_job", "delete_succeeded_job", "keep_job")
+ON_KILL_ACTIONS = ("delete_job", "keep_job")
+IF_JOB_EXISTS = ("reattach", "fail", "replace")
+
+
+class VolcanoPyTorchJobOperator(BaseOperator):
+    """Build, submit and wait for a Volcano Job running PyTorch with the `pytorch` plugin.
+
+    One master task (rank 0) and `worker_replicas` worker tasks; Volcano injects MASTER_ADDR,
+    MASTER_PORT, WORLD_SIZE and RANK. The master pod's log is streamed into the task log. See the
+    README for every argument; the manifest that will be submitted is shown as the rendered
+    template `job_manifest` in the UI and by `dry_run()`.
+    """
+
+    template_fields: Sequence[str] = (
+        "image", "command", "args", "env", "name", "namespace", "worker_replicas", "container_resources",
+        "master_resources", "worker_resources", "node_selector", "tolerations", "volumes", "volume_mounts",
+        "service_account_name", "labels", "annotations", "volcano_queue", "priority_class_name", "min_available",
+        "training_script", "job_template", "full_job_spec", "job_manifest",
+    )
+    template_ext: Sequence[str] = TEMPLATE_EXTENSIONS
+    template_fields_renderers = {
+        "job_template": "yaml", "full_job_spec": "json", "env": "json", "container_resources": "json",
+        "job_manifest": "yaml",
+    }
+    ui_color = "#f37021"
+
+    def __init__(
+        self,
+        *,
+        image: str | None = None,
+        command: list[str] | None = None,
+        args: list[str] | None = None,
+        env: dict[str, str] | list[dict] | None = None,
+        name: str | None = None,
+        namespace: str | None = None,
+        worker_replicas: int | str | None = None,
+        master_task_name: str | None = None,
+        worker_task_name: str | None = None,
+        port: int | None = None,
+        container_resources: dict | None = None,
+        master_resources: dict | None = None,
+        worker_resources: dict | None = None,
+        node_selector: dict[str, str] | None = None,
+        tolerations: list[dict] | None = None,
+        volumes: list[dict] | None = None,
+        volume_mounts: list[dict] | None = None,
+        service_account_name: str | None = None,
+        image_pull_policy: str | None = None,
+        image_pull_secrets: list[str] | None = None,
+        labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None,
+        priority_class_name: str | None = None,
+        volcano_queue: str | None = None,
+        scheduler_name: str | None = None,
+        min_available: int | None = None,
+        max_retry: int | None = None,
+        ttl_seconds_after_finished: int | None = None,
+        policies: list[dict] | None = None,
+        master_policies: list[dict] | None = None,
+        restart_policy: str | None = None,
+        extra_plugins: dict[str, list[str]] | None = None,
+        training_script: str | None = None,
+        job_template: str | dict | None = None,
+        full_job_spec: dict | None = None,
+        kubernetes_conn_id: str = "kubernetes_default",
+        get_logs: bool = True,
+        startup_timeout: float | None = 900,
+        job_timeout: float | None = None,
+        on_finish_action: str = "delete_succeeded_job",
+        on_kill_action: str = "delete_job",
+        if_job_exists: str = "reattach",
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        poll_interval: float = 5.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.image, self.command, self.args, self.env = image, command, args, env
+        self.name, self.namespace = name, namespace
+        self.worker_replicas = worker_replicas
+        self.master_task_name, self.worker_task_name = master_task_name, worker_task_name
+        self.port = port
+        # Not `resources`: BaseOperator owns that name (Airflow's executor resources), as in KubernetesPodOperator.
+        self.container_resources = container_resources
+        self.master_resources, self.worker_resources = master_resources, worker_resources
+        self.node_selector, self.tolerations = node_selector, tolerations
+        self.volumes, self.volume_mounts = volumes, volume_mounts
+        self.service_account_name, self.image_pull_policy = service_account_name, image_pull_policy
+        self.image_pull_secrets = image_pull_secrets
+        self.labels, self.annotations = labels, annotations
+        # Not `queue`: BaseOperator owns that name (the executor queue the task runs on).
+        self.priority_class_name, self.volcano_queue, self.scheduler_name = (
+            priority_class_name, volcano_queue, scheduler_name
+        )
+        self.min_available, self.max_retry = min_available, max_retry
+        self.ttl_seconds_after_finished = ttl_seconds_after_finished
+        self.policies, self.master_policies, self.restart_policy = policies, master_policies, restart_policy
+        self.extra_plugins = extra_plugins
+        self.training_script = training_script
+        self.job_template = job_template
+        # Where the template came from, for error messages (Jinja replaces the path by its content).
+        self.job_template_source = (
+            job_template if isinstance(job_template, str) and job_template.endswith(TEMPLATE_EXTENSIONS)
+            else "<string>"
+        )
+        self.full_job_spec = full_job_spec
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.get_logs = get_logs
+        self.startup_timeout, self.job_timeout = startup_timeout, job_timeout
+        self.on_finish_action = _choice("on_finish_action", on_finish_action, ON_FINISH_ACTIONS)
+        self.on_kill_action = _choice("on_kill_action", on_kill_action, ON_KILL_ACTIONS)
+        self.if_job_exists = _choice("if_job_exists", if_job_exists, IF_JOB_EXISTS)
+        self.deferrable = deferrable
+        self.poll_interval = poll_interval
+        self.job_manifest = ""  # filled when templates are rendered: what the UI shows is what is submitted
+        self._manifests: JobManifests | None = None
+        self._job_ref: JobRef | None = None
+
+    # -- building (pure apart from reading the local script/template files) --------------------------
+
+    def render_template_fields(self, context: Context, jinja_env: Any = None) -> None:
+        super().render_template_fields(context, jinja_env)
+        self._manifests = self.build_manifests(context)
+        self.job_manifest = self._manifests.to_yaml()
+
+    def build_manifests(self, context: Context | None = None) -> JobManifests:
+        """The ConfigMap and Job this task submits; raises JobSpecError before any API call."""
+        ti = context.get("ti") if context else None
+        dag_id = self.dag_id if self.has_dag() else "no-dag"
+        labels = run_labels(
+            dag_id=dag_id,
+            task_id=self.task_id,
+            run_id=str(context.get("run_id")) if context and context.get("run_id") else "manual",
+            try_number=int(getattr(ti, "try_number", 1) or 1),
+            map_index=int(getattr(ti, "map_index", -1) if getattr(ti, "map_index", None) is not None else -1),
+        )
+        master = self.master_task_name or "master"
+        worker = self.worker_task_name or "worker"
+        suffix = secrets.token_hex(3)
+        default_name = default_job_name(
+            dag_id, self.task_id, suffix=suffix,
+            max_len=max_job_name_length([master, worker], max_index=_max_index(self.worker_replicas)),
+        )
+        request = PyTorchJobRequest(
+            name=self.name, namespace=self.namespace, image=self.image, command=self.command, args=self.args,
+            env=self.env, worker_replicas=self.worker_replicas, master_task_name=self.master_task_name,
+            worker_task_name=self.worker_task_name, port=self.port, resources=self.container_resources,
+            master_resources=self.master_resources, worker_resources=self.worker_resources,
+            node_selector=self.node_selector, tolerations=self.tolerations, volumes=self.volumes,
+            volume_mounts=self.volume_mounts, service_account_name=self.service_account_name,
+            image_pull_policy=self.image_pull_policy, image_pull_secrets=self.image_pull_secrets,
+            labels=self.labels, annotations=self.annotations, priority_class_name=self.priority_class_name,
+            queue=self.volcano_queue, scheduler_name=self.scheduler_name, min_available=self.min_available,
+            max_retry=self.max_retry, ttl_seconds_after_finished=self.ttl_seconds_after_finished,
+            policies=self.policies, master_policies=self.master_policies, restart_policy=self.restart_policy,
+            extra_plugins=self.extra_plugins, training_script=self._read_training_script(),
+            job_template=self._parsed_job_template(), full_job_spec=self.full_job_spec,
+        )
+        return build(request, labels, default_name)
+
+    def _read_training_script(self) -> TrainingScript | None:
+        if not self.training_script:
+            return None
+        path = Path(self.training_script)
+        if not path.is_absolute():
+            base = Path(self.dag.fileloc).parent if self.has_dag() and self.dag.fileloc else Path.cwd()
+            path = base / path
+        try:
+            return TrainingScript(filename=path.name, content=path.read_text())
+        except OSError as error:
+            raise JobSpecError(f"training_script: cannot read {str(path)!r}: {error.strerror or error}") from error
+
+    def _parsed_job_template(self) -> dict | None:
+        if self.job_template is None or isinstance(self.job_template, dict):
+            return self.job_template
+        return load_job_template(self.job_template, source=self.job_template_source)
+
+    def dry_run(self) -> dict[str, Any]:  # type: ignore[override]
+        """Print the manifests (ConfigMap and Job) as YAML and return them; touches no cluster."""
+        manifests = self._manifests or self.build_manifests()
+        print(manifests.to_yaml())
+        return {"configmap": manifests.configmap, "job": manifests.job}
+
+    # -- running ------------------------------------------------------------------------------------
+
+    @property
+    def hook(self) -> VolcanoHook:
+        from airflow_volcano.hooks.volcano import VolcanoHook
+
+        return VolcanoHook(kubernetes_conn_id=self.kubernetes_conn_id)
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_volcano import job_runner
+
+        manifests = self._manifests or self.build_manifests(context)
+        hook = self.hook
+        namespace = manifests.job["metadata"].get("namespace") or hook.get_namespace() or "default"
+        ref = self._submit_or_reattach(hook, manifests, namespace)
+        self._job_ref = ref
+        ti = context["ti"]
+        for key, value in (("job_name", ref.name), ("namespace", ref.namespace), ("master_pod", ref.master_pod)):
+            ti.xcom_push(key=key, value=value)
+        if self.deferrable:
+            self._defer(hook, ref, context)
+        limits = job_runner.WaitLimits(self.startup_timeout, self.job_timeout, self.poll_interval)
+        emit = self._emit_master_log if self.get_logs else None
+        result = job_runner.wait_for_job(hook, ref, limits, emit_log=emit)
+        return self._finalize(hook, ref, result, context)
+
+    def _finalize(self, hook: VolcanoHook, ref: JobRef, result: Any, context: Context) -> dict[str, Any]:
+        from airflow_volcano import job_runner
+
+        ti = context["ti"]
+        return job_runner.finalize(
+            hook, ref, result,
+            on_finish_action=job_runner.OnFinishAction(self.on_finish_action),
+            push_xcom=lambda key, value: ti.xcom_push(key=key, value=value),
+        )
+
+    def _defer(self, hook: VolcanoHook, ref: JobRef, context: Context) -> None:
+        from airflow_volcano.triggers.job import VolcanoJobTrigger
+
+        deadline = None
+        if self.execution_timeout is not None and context.get("ti") is not None:
+            start = getattr(context["ti"], "start_date", None)
+            if start is not None:
+                deadline = (start + self.execution_timeout).timestamp()
+        trigger = VolcanoJobTrigger(
+            ref.to_dict(), hook.trigger_connection(), startup_timeout=self.startup_timeout,
+            job_timeout=self.job_timeout, deadline=deadline, check_interval=self.poll_interval,
+            get_logs=self.get_logs, on_kill_action=self.on_kill_action,
+        )
+        self.defer(trigger=trigger, method_name="execute_complete")
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        """Resume after the trigger fired: the same finalize as the synchronous path."""
+        from airflow_volcano import job_runner
+        from airflow_volcano.logs import LogCursor
+        from airflow_volcano.status import job_state
+
+        ref = job_runner.JobRef.from_dict(event["job"])
+        self._job_ref = ref
+        hook = self.hook
+        cursor = LogCursor.from_dict(event.get("log_cursor"))
+        if self.get_logs:
+            job_runner.read_remaining_log(hook, ref, cursor, self._emit_master_log)
+        if event["status"] == "error":
+            raise job_runner.VolcanoJobError(f"Waiting for Volcano Job {ref.namespace}/{ref.name} failed: "
+                                             f"{event.get('message')}")
+        job = hook.get_job(ref.name, ref.namespace)
+        if job is None:
+            raise job_runner.VolcanoJobError(f"Volcano Job {ref.namespace}/{ref.name} no longer exists")
+        result = job_runner.WaitResult(
+            state=job_state(job), job=job, log_cursor=cursor,
+            timed_out=event.get("message") if event["status"] == "timeout" else None,
+            problem=event.get("message") if event["status"] == "problem" else None,
+        )
+        return self._finalize(hook, ref, result, context)
+
+    def _emit_master_log(self, line: str) -> None:
+        self.log.info("[%s] %s", self._job_ref.master_pod if self._job_ref else "master", line)
+
+    def _submit_or_reattach(self, hook: VolcanoHook, manifests: JobManifests, namespace: str) -> JobRef:
+        from airflow_volcano.job_runner import JobRef, delete_job_and_script
+        from airflow_volcano.status import job_state
+
+        job = manifests.job
+        job["metadata"]["namespace"] = namespace
+        master = self.master_task_name or "master"
+        identity = identity_labels(job["metadata"]["labels"])
+        selector = ",".join(f"{key}={value}" for key, value in sorted(identity.items()))
+        for existing in hook.list_jobs(namespace, selector):
+            if job_state(existing).finished:
+                continue  # an earlier try's finished Job is history, not this try's Job
+            ref = JobRef.from_job(existing, master, script_configmap_name(existing["metadata"]["name"]))
+            if self.if_job_exists == "reattach":
+                self.log.info("Reattaching to Volcano Job %s/%s submitted by an earlier try", namespace, ref.name)
+                return ref
+            if self.if_job_exists == "fail":
+                raise JobSpecError(
+                    f"if_job_exists='fail': Volcano Job {namespace}/{ref.name} of this task instance is still "
+                    f"{job_state(existing).phase}"
+                )
+            self.log.info("Replacing Volcano Job %s/%s of an earlier try", namespace, ref.name)
+            delete_job_and_script(hook, ref)
+        return self._submit(hook, manifests, namespace, master)
+
+    def _submit(self, hook: VolcanoHook, manifests: JobManifests, namespace: str, master: str) -> JobRef:
+        from kubernetes.client.rest import ApiException
+
+        from airflow_volcano.job_runner import JobRef
+
+        job = manifests.job
+        name = job["metadata"]["name"]
+        existing = hook.get_job(name, namespace)
+        if existing is not None:
+            if not _same_identity(existing, job):
+                raise JobSpecError(
+                    f"name: a Volcano Job {namespace}/{name} already exists and was not submitted by this task; "
+                    "choose another name or delete it"
+                )
+            # The same name, finished by an earlier try (unfinished ones were reattached): make room.
+            self.log.info("Deleting finished Volcano Job %s/%s of an earlier try", namespace, name)
+            hook.delete_job(name, namespace)
+            hook.wait_job_deleted(name, namespace)
+        configmap = manifests.configmap
+        if configmap is not None:
+            configmap["metadata"]["namespace"] = namespace
+            hook.create_configmap(namespace, configmap)
+        try:
+            created = hook.create_job(namespace, job)
+        except ApiException as error:
+            if configmap is not None:
+                hook.delete_configmap(configmap["metadata"]["name"], namespace)
+            raise JobSpecError(f"the cluster rejected Volcano Job {namespace}/{name}: {_api_message(error)}") from error
+        ours = job["metadata"]["labels"].items()
+        if not ours <= (created["metadata"].get("labels") or {}).items():
+            # Someone else created a Job of this name between our check and our create.
+            raise JobSpecError(f"name: a Volcano Job {namespace}/{name} was created by someone else meanwhile")
+        if configmap is not None:
+            hook.set_configmap_owner(configmap["metadata"]["name"], namespace, created)
+        ref = JobRef.from_job(created, master, configmap["metadata"]["name"] if configmap else None)
+        self.log.info("Submitted Volcano Job %s/%s (master pod %s)", namespace, name, ref.master_pod)
+        return ref
+
+    def on_kill(self) -> None:
+        ref = self._job_ref
+        if ref is None or self.on_kill_action == "keep_job":
+            return
+        from airflow_volcano.job_runner import delete_job_and_script
+
+        self.log.info("Task killed: deleting Volcano Job %s/%s", ref.namespace, ref.name)
+        delete_job_and_script(self.hook, ref)
+
+
+def build(request: PyTorchJobRequest, labels: dict[str, str], default_name: str) -> JobManifests:
+    from airflow_volcano.manifest import build_manifests
+
+    return build_manifests(request, run_labels=labels, default_name=default_name)
+
+
+def _choice(parameter: str, value: str, allowed: Sequence[str]) -> str:
+    if value not in allowed:
+        raise JobSpecError(f"{parameter} must be one of {', '.join(allowed)}; got {value!r}")
+    return value
+
+
+def _max_index(worker_replicas: int | str | None) -> int:
+    try:
+        return max(0, int(worker_replicas if worker_replicas is not None else 1) - 1)
+    except (TypeError, ValueError):
+        return 0  # validation reports the bad value with its parameter name
+
+
+def _same_identity(created: dict, job: dict) -> bool:
+    theirs = identity_labels(created["metadata"].get("labels") or {})
+    return bool(theirs) and theirs == identity_labels(job["metadata"]["labels"])
+
+
+def _api_message(error: Any) -> str:
+    import json
+
+    try:
+        return json.loads(error.body).get("message") or str(error.reason)
+    except (TypeError, ValueError, AttributeError):
+        return f"HTTP {error.status} {error.reason}"

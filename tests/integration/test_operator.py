@@ -1,0 +1,163 @@
+"""VolcanoPyTorchJobOperator end to end on the real local Volcano cluster, run by Airflow."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from airflow_volcano.operators.pytorch import VolcanoPyTorchJobOperator
+
+SIM = "sim.airflow-volcano.io/"
+REPO = Path(__file__).resolve().parents[2]
+SEED_SCRIPT = REPO / "dags" / "scripts" / "pytorch_demo.py"
+
+
+def seed_operator(namespace: str, name: str, **overrides) -> VolcanoPyTorchJobOperator:
+    """Seed 000's job from operator arguments."""
+    kwargs = dict(
+        task_id="train", name=name, namespace=namespace,
+        image="pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime", image_pull_policy="IfNotPresent",
+        worker_replicas=2, container_resources={"cpu": "1", "memory": "2Gi"}, env={"PYTHONUNBUFFERED": "1"},
+        training_script=str(SEED_SCRIPT), startup_timeout=60, poll_interval=1, deferrable=False,
+    )
+    kwargs.update(overrides)
+    return VolcanoPyTorchJobOperator(**kwargs)
+
+
+def test_seed_job_runs_to_completed_with_master_log_in_task_log(cluster, operator_kubeconfig, run_task):
+    cluster.write_log("seed-master-0", ["[初始化] RANK=0, WORLD_SIZE=3", "Epoch [5/5], Average Loss: 0.0103"])
+
+    run = run_task(lambda: seed_operator(cluster.namespace, "seed", on_finish_action="keep_job"))
+
+    assert run.state == "success", run.log
+    assert "[seed-master-0] Epoch [5/5], Average Loss: 0.0103" in run.log
+    assert run.log.count("Epoch [5/5], Average Loss: 0.0103") == 1, "each log line once"
+    assert run.xcom["job_name"] == "seed" and run.xcom["master_pod"] == "seed-master-0"
+    assert run.xcom["return_value"]["phase"] == "Completed"
+    job = cluster.job("seed")
+    assert job["status"]["state"]["phase"] == "Completed"
+    # The script went into a ConfigMap owned by the Job, mounted into every pod.
+    configmap = cluster.core.read_namespaced_config_map("seed-script", cluster.namespace)
+    assert configmap.data["pytorch_demo.py"] == SEED_SCRIPT.read_text()
+    assert configmap.metadata.owner_references[0].uid == job["metadata"]["uid"]
+
+
+def test_pods_carry_what_volcano_injected(cluster, operator_kubeconfig, run_task):
+    # An extra task besides master and workers must not count in WORLD_SIZE (the seed 002 bug).
+    def task(name: str, replicas: int) -> dict:
+        return {"name": name, "replicas": replicas, "template": {
+            "metadata": {"annotations": {SIM + "outcome": "run-forever"}},
+            "spec": {"containers": [{"name": name, "image": "img"}], "restartPolicy": "Never"}}}
+
+    template = {
+        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "envs"},
+        "spec": {
+            "minAvailable": 4, "schedulerName": "volcano",
+            "plugins": {"pytorch": ["--master=master", "--worker=worker", "--port=29500"], "svc": []},
+            "tasks": [task("master", 1), task("worker", 2), task("evaluator", 1)],
+        },
+    }
+    cluster.create_job(template)
+    pods = cluster.wait_for("4 pods", lambda: len(cluster.pods("envs")) == 4 and cluster.pods("envs"))
+    env = {p.metadata.name: {e.name: e.value for e in p.spec.containers[0].env or []} for p in pods}
+    assert {e["WORLD_SIZE"] for e in env.values()} == {"3"}
+    assert env["envs-master-0"]["RANK"] == "0"
+    assert (env["envs-worker-0"]["RANK"], env["envs-worker-1"]["RANK"]) == ("1", "2")
+    assert "RANK" not in env["envs-evaluator-0"]
+    assert {e["MASTER_ADDR"] for e in env.values()} == {"envs-master-0.envs"}
+    assert {e["MASTER_PORT"] for e in env.values()} == {"29500"}
+
+
+def test_operator_job_pods_get_rank_and_world_size(cluster, operator_kubeconfig, run_task):
+    cluster.write_log("ranks-master-0", ["ok"])
+    run = run_task(lambda: seed_operator(cluster.namespace, "ranks", on_finish_action="keep_job",
+                                         annotations={SIM + "run-ms": "4000"}))
+    assert run.state == "success", run.log
+    master = cluster.core.read_namespaced_pod("ranks-master-0", cluster.namespace)
+    env = {e.name: e.value for e in master.spec.containers[0].env}
+    assert (env["RANK"], env["WORLD_SIZE"], env["MASTER_ADDR"]) == ("0", "3", "ranks-master-0.ranks")
+    assert master.metadata.labels["app.kubernetes.io/managed-by"] == "airflow-volcano"
+
+
+def test_worker_exiting_1_fails_the_task_naming_pod_and_exit_code(cluster, operator_kubeconfig, run_task):
+    cluster.write_log("bad-master-0", ["starting"])
+    cluster.write_log("bad-worker-1", ["Traceback (most recent call last):", "RuntimeError: NCCL timeout"],
+                      container="worker")
+    # Only the workers fail (per-task annotations need a template); policies as the built-in defaults.
+    run = run_task(lambda: seed_operator(
+        cluster.namespace, "bad", max_retry=1, restart_policy="Never", job_template=_failing_worker_template(),
+        policies=[{"event": "PodFailed", "action": "RestartJob"}, {"event": "PodEvicted", "action": "RestartJob"}],
+    ))
+
+    assert run.state == "failed", run.log
+    assert "ended in phase Failed" in run.log
+    assert "pod bad-worker-" in run.log and "exit code 1, reason Error" in run.log
+    job = cluster.job("bad")
+    assert job is not None, "failed Jobs are kept for debugging by default"
+
+
+def _failing_worker_template() -> dict:
+    return {
+        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {},
+        "spec": {"tasks": [
+            {"name": "master", "replicas": 1, "template": {
+                "metadata": {"annotations": {SIM + "outcome": "run-forever"}},
+                "spec": {"containers": [{"name": "master", "image": "img"}]}}},
+            {"name": "worker", "replicas": 2, "template": {
+                "metadata": {"annotations": {SIM + "outcome": "fail", SIM + "exit-code": "1", SIM + "run-ms": "1500"}},
+                "spec": {"containers": [{"name": "worker", "image": "img"}]}}},
+        ]},
+    }
+
+
+def test_unschedulable_gpu_request_fails_within_startup_timeout(cluster, operator_kubeconfig, run_task):
+    started = time.monotonic()
+    run = run_task(lambda: seed_operator(cluster.namespace, "greedy", container_resources={"gpu": 64},
+                                         startup_timeout=8))
+
+    assert run.state == "failed", run.log
+    assert "did not start within startup_timeout (8s)" in run.log
+    assert "nvidia.com/gpu" in run.log
+    assert time.monotonic() - started < 60
+    cluster.wait_for("the unstartable Job to be deleted", lambda: cluster.job("greedy") is None)
+
+
+def test_image_pull_error_fails_fast_with_the_image(cluster, operator_kubeconfig, run_task):
+    run = run_task(lambda: seed_operator(cluster.namespace, "pull", image="registry.invalid/nope:1",
+                                         annotations={SIM + "outcome": "image-pull-error"}))
+    assert run.state == "failed", run.log
+    assert "registry.invalid/nope:1" in run.log and "ImagePullBackOff" in run.log
+
+
+def test_job_timeout_deletes_the_job(cluster, operator_kubeconfig, run_task):
+    run = run_task(lambda: seed_operator(cluster.namespace, "slow", job_timeout=6,
+                                         annotations={SIM + "outcome": "run-forever"}))
+    assert run.state == "failed", run.log
+    assert "job_timeout of 6s passed" in run.log
+    cluster.wait_for("the timed-out Job to be deleted", lambda: cluster.job("slow") is None)
+
+
+def test_succeeded_job_is_deleted_with_its_configmap_by_default(cluster, operator_kubeconfig, run_task):
+    cluster.write_log("tidy-master-0", ["done"])
+    run = run_task(lambda: seed_operator(cluster.namespace, "tidy"))
+    assert run.state == "success", run.log
+    cluster.wait_for("Job, pods and ConfigMap to be gone", lambda: cluster.job("tidy") is None
+                     and not cluster.pods("tidy") and "tidy-script" not in cluster.configmap_names(), timeout=60)
+
+
+def test_webhook_rejects_what_our_validation_catches_first(cluster, operator_kubeconfig, run_task):
+    from kubernetes.client.rest import ApiException
+
+    bad = _failing_worker_template()
+    bad["metadata"]["name"] = "dup"
+    bad["spec"]["tasks"][1]["name"] = "master"  # duplicate task names
+    try:
+        cluster.create_job(bad)
+        raise AssertionError("Volcano's webhook accepted duplicate task names")
+    except ApiException as error:
+        assert error.status in (400, 422) and "duplicate" in error.body.lower()
+
+    run = run_task(lambda: seed_operator(cluster.namespace, "dup", job_template=bad, worker_replicas=None))
+    assert run.state == "failed"
+    assert "duplicate" in run.log.lower() and "master" in run.log
+    assert cluster.job("dup") is None and "dup-script" not in cluster.configmap_names()
