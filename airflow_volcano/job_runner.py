@@ -17,6 +17,7 @@ from typing import Any
 
 from airflow_volcano.hooks.volcano import VolcanoHook
 from airflow_volcano.logs import Emit, LogCursor, LogFollower, emit_new_lines
+from airflow_volcano.manifest import CHECKED_LABEL
 from airflow_volcano.status import (
     JobState,
     Outcome,
@@ -50,6 +51,7 @@ class JobRef:
     uid: str | None = None
     created_at: float | None = None  # epoch seconds (the Job's creationTimestamp)
     script_configmap: str | None = None
+    owned: bool = True  # submitted by this task (the sensor watches Jobs that are not)
 
     @property
     def master_pod(self) -> str:
@@ -311,6 +313,9 @@ def finalize(
     push_xcom: Callable[[str, Any], None] | None = None,
 ) -> dict[str, Any]:
     """Push the final phase, clean up, and return a summary or raise with the failure's reason."""
+    if ref.owned:
+        # This try has the result now: a later try of the task must not pick the Job up again.
+        hook.label_job(ref.name, ref.namespace, {CHECKED_LABEL: "true"})
     succeeded = result.state.outcome is Outcome.SUCCEEDED and not result.timed_out and not result.problem
     if push_xcom is not None:
         push_xcom("phase", result.state.phase)

@@ -20,6 +20,8 @@ MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "airflow-volcano"
 LABEL_PREFIX = "airflow-volcano.io/"
 TRY_NUMBER_LABEL = f"{LABEL_PREFIX}try-number"
+# Set on a Job once a try has reported its result, so later tries never mistake it for theirs.
+CHECKED_LABEL = f"{LABEL_PREFIX}checked"
 SCRIPT_MOUNT_PATH = "/opt/airflow-volcano/script"
 SCRIPT_VOLUME = "training-script"
 API_VERSION = "batch.volcano.sh/v1alpha1"
@@ -162,7 +164,7 @@ def run_labels(*, dag_id: str, task_id: str, run_id: str, try_number: int, map_i
 def identity_labels(labels: Mapping[str, str]) -> dict[str, str]:
     """The labels that find this task instance's Job across its tries."""
     return {key: value for key, value in labels.items()
-            if key.startswith(LABEL_PREFIX) and key != TRY_NUMBER_LABEL}
+            if key.startswith(LABEL_PREFIX) and key not in (TRY_NUMBER_LABEL, CHECKED_LABEL)}
 
 
 def script_configmap_name(job_name: str) -> str:

@@ -24,6 +24,7 @@ with DAG(
 ) as dag:
     VolcanoPyTorchJobOperator(
         task_id="train",
+        name="pytorch-job-with-configmap",  # the seed's name; leave it out to get a unique one per run
         namespace="{{ params.namespace }}",
         image="pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime",
         image_pull_policy="IfNotPresent",

@@ -24,7 +24,7 @@ SEED_MASTER_LOG = """\
 开始 PyTorch 分布式训练（Volcano 版本）
 ============================================================
 [初始化] RANK=0, WORLD_SIZE=3
-[初始化] MASTER_ADDR=<job>-master-0.<job>
+[初始化] MASTER_ADDR=pytorch-job-with-configmap-master-0.pytorch-job-with-configmap
 [初始化] MASTER_PORT=23456
 [初始化完成] 成功初始化分布式进程组
 [Rank 0] 开始训练，共 5 个 epoch

@@ -174,6 +174,18 @@ class VolcanoHook(KubernetesHook):
                 return False
             raise
 
+    def label_job(self, name: str, namespace: str, labels: dict[str, str]) -> None:
+        try:
+            self.call(
+                f"label Job {namespace}/{name}",
+                lambda: self.custom_objects.patch_namespaced_custom_object(
+                    GROUP, VERSION, namespace, PLURAL, name, {"metadata": {"labels": labels}}
+                ),
+            )
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
     def wait_job_deleted(self, name: str, namespace: str, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
         while self.get_job(name, namespace) is not None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator, conf
 
 from airflow_volcano.manifest import (
+    CHECKED_LABEL,
     JobManifests,
     JobSpecError,
     PyTorchJobRequest,
@@ -152,6 +153,7 @@ class VolcanoPyTorchJobOperator(BaseOperator):
         self.job_manifest = ""  # filled when templates are rendered: what the UI shows is what is submitted
         self._manifests: JobManifests | None = None
         self._job_ref: JobRef | None = None
+        self._ti: Any = None
 
     # -- building (pure apart from reading the local script/template files) --------------------------
 
@@ -235,6 +237,7 @@ class VolcanoPyTorchJobOperator(BaseOperator):
         ref = self._submit_or_reattach(hook, manifests, namespace)
         self._job_ref = ref
         ti = context["ti"]
+        self._ti = ti
         for key, value in (("job_name", ref.name), ("namespace", ref.namespace), ("master_pod", ref.master_pod)):
             ti.xcom_push(key=key, value=value)
         if self.deferrable:
@@ -307,11 +310,13 @@ class VolcanoPyTorchJobOperator(BaseOperator):
         identity = identity_labels(job["metadata"]["labels"])
         selector = ",".join(f"{key}={value}" for key, value in sorted(identity.items()))
         for existing in hook.list_jobs(namespace, selector):
-            if job_state(existing).finished:
-                continue  # an earlier try's finished Job is history, not this try's Job
+            if (existing["metadata"].get("labels") or {}).get(CHECKED_LABEL) == "true":
+                continue  # an earlier try already reported this Job's result: history, not this try's
+            # Unchecked: submitted by a try that died before reporting; running or finished since.
             ref = JobRef.from_job(existing, master, script_configmap_name(existing["metadata"]["name"]))
             if self.if_job_exists == "reattach":
-                self.log.info("Reattaching to Volcano Job %s/%s submitted by an earlier try", namespace, ref.name)
+                self.log.info("Reattaching to Volcano Job %s/%s submitted by an earlier try (%s)", namespace,
+                              ref.name, job_state(existing).phase)
                 return ref
             if self.if_job_exists == "fail":
                 raise JobSpecError(
@@ -361,13 +366,36 @@ class VolcanoPyTorchJobOperator(BaseOperator):
         return ref
 
     def on_kill(self) -> None:
+        """Delete the Job when a user kills the task; keep it when only the worker is going away.
+
+        Airflow sends SIGTERM both when a user marks the task failed/success or clears it and when
+        the worker shuts down (apache/airflow#39791). In the second case the task instance is still
+        `running` on the server and its retry will reattach to the Job, so deleting it would throw
+        the training away."""
         ref = self._job_ref
         if ref is None or self.on_kill_action == "keep_job":
+            return
+        if self._still_running_on_server():
+            self.log.info("Worker stopping while the task instance is still running: keeping Volcano Job %s/%s "
+                          "for the next try to reattach", ref.namespace, ref.name)
             return
         from airflow_volcano.job_runner import delete_job_and_script
 
         self.log.info("Task killed: deleting Volcano Job %s/%s", ref.namespace, ref.name)
         delete_job_and_script(self.hook, ref)
+
+    def _still_running_on_server(self) -> bool:
+        ti = self._ti
+        if ti is None:
+            return False
+        try:
+            states = ti.get_task_states(dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id],
+                                        map_index=ti.map_index)
+        except Exception as error:  # noqa: BLE001 - cannot tell: treat as a kill, so no Job is orphaned
+            self.log.warning("Could not read the task instance's state (%s); treating this as a kill", error)
+            return False
+        state = (states.get(ti.run_id) or {}).get(ti.task_id)
+        return str(getattr(state, "value", state)) == "running"
 
 
 def build(request: PyTorchJobRequest, labels: dict[str, str], default_name: str) -> JobManifests:

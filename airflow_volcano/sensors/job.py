@@ -56,6 +56,7 @@ class VolcanoJobSensor(BaseSensorOperator):
         if not state.finished:
             return False
         ref = job_runner.JobRef.from_job(job, self.master_task_name)
+        ref.owned = False
         cursor = LogCursor()
         if self.attach_log:
             job_runner.read_remaining_log(

@@ -176,23 +176,17 @@ def run_task(airflow_db: None, capfd: pytest.CaptureFixture) -> Callable[..., Ta
     """Run one operator as a one-task DAG with dag.test(); return its state, log and XComs."""
 
     def run(make_task: Callable[[], Any], dag_id: str | None = None) -> TaskRun:
-        from airflow.dag_processing.bundles.manager import DagBundlesManager
-        from airflow.dag_processing.collection import update_dag_parsing_results_in_db
         from airflow.models.xcom import XComModel
         from airflow.sdk import DAG
-        from airflow.serialization.serialized_objects import LazyDeserializedDAG
         from airflow.utils.session import create_session
+
+        from .dag_runner import run_dag
 
         with DAG(dag_id or f"test_{uuid.uuid4().hex[:8]}", schedule=None,
                  start_date=datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)) as dag:
             task = make_task()
-        DagBundlesManager().sync_bundles_to_db()
-        with create_session() as session:
-            update_dag_parsing_results_in_db(
-                "dags-folder", None, [LazyDeserializedDAG.from_dag(dag)], {}, None, set(), session=session
-            )
         capfd.readouterr()
-        run = dag.test()
+        run = run_dag(dag)
         out, err = capfd.readouterr()
         print(out, err)  # keep it visible in pytest's report of a failing test
         ti = run.get_task_instance(task.task_id)

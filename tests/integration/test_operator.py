@@ -71,7 +71,7 @@ def test_pods_carry_what_volcano_injected(cluster, operator_kubeconfig, run_task
 def test_operator_job_pods_get_rank_and_world_size(cluster, operator_kubeconfig, run_task):
     cluster.write_log("ranks-master-0", ["ok"])
     run = run_task(lambda: seed_operator(cluster.namespace, "ranks", on_finish_action="keep_job",
-                                         annotations={SIM + "run-ms": "4000"}))
+                                         annotations={SIM + "run-for": "4s"}))
     assert run.state == "success", run.log
     master = cluster.core.read_namespaced_pod("ranks-master-0", cluster.namespace)
     env = {e.name: e.value for e in master.spec.containers[0].env}
@@ -104,7 +104,7 @@ def _failing_worker_template() -> dict:
                 "metadata": {"annotations": {SIM + "outcome": "run-forever"}},
                 "spec": {"containers": [{"name": "master", "image": "img"}]}}},
             {"name": "worker", "replicas": 2, "template": {
-                "metadata": {"annotations": {SIM + "outcome": "fail", SIM + "exit-code": "1", SIM + "run-ms": "1500"}},
+                "metadata": {"annotations": {SIM + "outcome": "fail", SIM + "exit-code": "1", SIM + "run-for": "1.5s"}},
                 "spec": {"containers": [{"name": "worker", "image": "img"}]}}},
         ]},
     }

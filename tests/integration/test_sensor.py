@@ -9,7 +9,7 @@ from .jobs import pytorch_job
 
 def test_sensor_succeeds_on_completed_job_and_attaches_master_log(cluster, operator_kubeconfig, run_task):
     cluster.write_log("outside-master-0", ["epoch 1 loss 0.5", "epoch 2 loss 0.25"])
-    cluster.create_job(pytorch_job("outside", master_sim={"run-ms": "1500"}))
+    cluster.create_job(pytorch_job("outside", master_sim={"run-for": "1.5s"}))
 
     run = run_task(lambda: VolcanoJobSensor(task_id="wait", job_name="outside", namespace=cluster.namespace,
                                             poke_interval=1, timeout=120, attach_log=True))
@@ -21,7 +21,7 @@ def test_sensor_succeeds_on_completed_job_and_attaches_master_log(cluster, opera
 
 
 def test_sensor_fails_with_the_failed_pod_and_exit_code(cluster, operator_kubeconfig, run_task):
-    cluster.create_job(pytorch_job("outside-bad", worker_sim={"outcome": "fail", "exit-code": "3", "run-ms": "500"},
+    cluster.create_job(pytorch_job("outside-bad", worker_sim={"outcome": "fail", "exit-code": "3", "run-for": "0.5s"},
                                    master_sim={"outcome": "run-forever"}))
 
     run = run_task(lambda: VolcanoJobSensor(task_id="wait", job_name="outside-bad", namespace=cluster.namespace,

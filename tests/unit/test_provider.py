@@ -1,0 +1,73 @@
+"""Provider registration and example DAGs, as Airflow itself sees them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+AIRFLOW = str(Path(sys.executable).with_name("airflow"))
+
+
+def airflow_cli(*args: str) -> str:
+    env = dict(os.environ, AIRFLOW__CORE__DAGS_FOLDER=str(REPO / "dags"))
+    result = subprocess.run([AIRFLOW, *args], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_airflow_providers_list_shows_the_provider():
+    out = airflow_cli("providers", "list", "-o", "plain")
+    assert "airflow-volcano" in out
+
+
+def test_provider_info_lists_hook_operator_sensor_trigger_modules():
+    from airflow_volcano.get_provider_info import get_provider_info
+
+    info = get_provider_info()
+    modules = {m for kind in ("operators", "sensors", "hooks", "triggers") for entry in info[kind]
+               for m in entry["python-modules"]}
+    assert modules == {"airflow_volcano.operators.pytorch", "airflow_volcano.sensors.job",
+                       "airflow_volcano.hooks.volcano", "airflow_volcano.triggers.job"}
+    for module in modules:
+        __import__(module)
+
+
+def test_example_dags_import_cleanly():
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(REPO / "dags"))
+    assert bag.import_errors == {}
+    expected = {"volcano_pytorch_seed_demo", "volcano_retraining_pipeline", "volcano_external_job_sensor"}
+    assert expected <= set(bag.dag_ids)
+
+
+def test_operator_module_does_not_import_the_kubernetes_client():
+    code = ("import sys; import airflow_volcano.operators.pytorch, airflow_volcano.sensors.job; "
+            "print(any(m == 'kubernetes' or m.startswith('kubernetes.') for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+def test_dry_run_prints_the_manifests_without_a_cluster(capsys):
+    from airflow_volcano.operators.pytorch import VolcanoPyTorchJobOperator
+
+    op = VolcanoPyTorchJobOperator(task_id="train", image="img:1", worker_replicas=2,
+                                   training_script=str(REPO / "dags" / "scripts" / "pytorch_demo.py"))
+    manifests = op.dry_run()
+    printed = capsys.readouterr().out
+    assert "kind: ConfigMap" in printed and "kind: Job" in printed
+    assert manifests["job"]["spec"]["tasks"][1]["replicas"] == 2
+
+
+def test_operator_reports_a_missing_script_before_submitting():
+    import pytest
+
+    from airflow_volcano.manifest import JobSpecError
+    from airflow_volcano.operators.pytorch import VolcanoPyTorchJobOperator
+
+    op = VolcanoPyTorchJobOperator(task_id="train", image="img:1", training_script="/nope/train.py")
+    with pytest.raises(JobSpecError, match="training_script: cannot read '/nope/train.py'"):
+        op.dry_run()
