@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseSensorOperator, PokeReturnValue
+from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowFailException
 
 if TYPE_CHECKING:
@@ -29,15 +29,54 @@ class VolcanoJobSensor(BaseSensorOperator):
         kubernetes_conn_id: str = "kubernetes_default",
         master_task_name: str = "master",
         attach_log: bool = False,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("poke_interval", 30)
         super().__init__(**kwargs)
+        self.deferrable = deferrable
         self.job_name = job_name
         self.namespace = namespace
         self.kubernetes_conn_id = kubernetes_conn_id
         self.master_task_name = master_task_name
         self.attach_log = attach_log
+
+    def execute(self, context: Context) -> Any:
+        """Deferrable: one poke here; if the Job exists but is not done, wait in the triggerer."""
+        if not self.deferrable:
+            return super().execute(context)
+        from airflow_volcano.hooks.volcano import VolcanoHook
+        from airflow_volcano.job_runner import JobRef
+        from airflow_volcano.triggers.job import VolcanoJobTrigger
+
+        result = self.poke(context)
+        if isinstance(result, PokeReturnValue):
+            return result.xcom_value
+        hook = VolcanoHook(kubernetes_conn_id=self.kubernetes_conn_id)
+        job = hook.get_job(self.job_name, self._namespace(hook))
+        if job is None:  # not submitted yet: wait for it the ordinary way
+            return super().execute(context)
+        ref = JobRef.from_job(job, self.master_task_name)
+        ref.owned = False
+        deadline = None
+        if self.timeout is not None and context.get("ti") is not None and context["ti"].start_date is not None:
+            deadline = context["ti"].start_date.timestamp() + float(self.timeout)
+        self.defer(
+            trigger=VolcanoJobTrigger(ref.to_dict(), hook.trigger_connection(), startup_timeout=None,
+                                      deadline=deadline, get_logs=False, on_kill_action="keep_job"),
+            method_name="execute_complete",
+        )
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        if event["status"] == "timeout":
+            raise AirflowFailException(f"Sensor timed out waiting for Volcano Job {self.job_name}: {event['message']}")
+        if event["status"] == "error":
+            raise AirflowFailException(f"Waiting for Volcano Job {self.job_name} failed: {event.get('message')}")
+        result = self.poke(context)
+        return result.xcom_value if isinstance(result, PokeReturnValue) else None
+
+    def _namespace(self, hook: Any) -> str:
+        return self.namespace or hook.get_namespace() or "default"
 
     def poke(self, context: Context) -> PokeReturnValue | bool:
         from airflow_volcano import job_runner
@@ -46,7 +85,7 @@ class VolcanoJobSensor(BaseSensorOperator):
         from airflow_volcano.status import job_state
 
         hook = VolcanoHook(kubernetes_conn_id=self.kubernetes_conn_id)
-        namespace = self.namespace or hook.get_namespace() or "default"
+        namespace = self._namespace(hook)
         job = hook.get_job(self.job_name, namespace)
         if job is None:
             self.log.info("Volcano Job %s/%s does not exist (yet)", namespace, self.job_name)

@@ -1,0 +1,76 @@
+"""An HTTP proxy in front of the test apiserver that answers some requests with 429 or 503.
+
+It forwards everything else (streaming, so watches and followed logs work) to the real
+kube-apiserver over TLS. Loopback only; it stops with the test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import ssl
+import threading
+from pathlib import Path
+
+from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
+
+HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "keep-alive"}
+
+
+class FaultyProxy:
+    def __init__(self, upstream: str, ca_file: Path, every: int = 3) -> None:
+        self.upstream = upstream
+        self.ca_file = ca_file
+        self.every = every
+        self.injected = 0
+        self.forwarded = 0
+        self._counter = itertools.count(1)
+        self._codes = itertools.cycle([429, 503, 500])
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self.port = 0
+
+    def __enter__(self) -> FaultyProxy:
+        threading.Thread(target=self._loop.run_forever, daemon=True).start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def _start(self) -> None:
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        self._session = ClientSession(connector=TCPConnector(ssl=context), timeout=ClientTimeout(total=None))
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        if next(self._counter) % self.every == 0:
+            self.injected += 1
+            code = next(self._codes)
+            body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
+                    "message": "injected by the test's faulty proxy"}
+            return web.Response(status=code, text=json.dumps(body), content_type="application/json",
+                                headers={"Retry-After": "0"} if code == 429 else None)
+        self.forwarded += 1
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
+        async with self._session.request(request.method, self.upstream + request.rel_url.raw_path_qs,
+                                         headers=headers, data=await request.read()) as upstream:
+            response = web.StreamResponse(status=upstream.status, headers={
+                k: v for k, v in upstream.headers.items() if k.lower() not in HOP_HEADERS})
+            await response.prepare(request)
+            async for chunk in upstream.content.iter_any():
+                await response.write(chunk)
+            await response.write_eof()
+            return response

@@ -1,0 +1,97 @@
+"""Deferrable mode: the task waits in VolcanoJobTrigger (kubernetes_asyncio), not in a worker slot.
+
+dag.test() runs a deferred task's trigger inline, as the triggerer would, then resumes the task
+in execute_complete: so these tests go through defer -> trigger -> resume for real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from airflow_volcano.job_runner import JobRef
+from airflow_volcano.sensors.job import VolcanoJobSensor
+from airflow_volcano.triggers.job import VolcanoJobTrigger
+
+from .jobs import pytorch_job
+from .test_operator import SIM, _failing_worker_template, seed_operator
+
+
+def test_deferred_job_completes_with_its_log_shown_once(cluster, operator_kubeconfig, run_task):
+    cluster.write_log("dfr-master-0", [f"step {i}" for i in range(50)])
+
+    run = run_task(lambda: seed_operator(cluster.namespace, "dfr", deferrable=True,
+                                         annotations={SIM + "run-for": "3s"}))
+
+    assert run.state == "success", run.log
+    assert "VolcanoJobTrigger" in run.log or "trigger" in run.log.lower()
+    for i in (0, 49):
+        assert run.log.count(f"[dfr-master-0] step {i}\n") + run.log.count(f"[dfr-master-0] step {i} ") == 1
+    assert run.xcom["return_value"]["phase"] == "Completed"
+    assert run.xcom["return_value"]["log_lines"] == 50
+
+
+def test_deferred_failure_reports_the_same_reason_as_the_sync_path(cluster, operator_kubeconfig, run_task):
+    run = run_task(lambda: seed_operator(
+        cluster.namespace, "dbad", deferrable=True, max_retry=1, restart_policy="Never",
+        job_template=_failing_worker_template(),
+        policies=[{"event": "PodFailed", "action": "RestartJob"}, {"event": "PodEvicted", "action": "RestartJob"}],
+    ))
+    assert run.state == "failed", run.log
+    assert "ended in phase Failed" in run.log
+    assert "pod dbad-worker-" in run.log and "exit code 1, reason Error" in run.log
+
+
+def test_job_timeout_holds_while_deferred(cluster, operator_kubeconfig, run_task):
+    run = run_task(lambda: seed_operator(cluster.namespace, "dslow", deferrable=True, job_timeout=6,
+                                         annotations={SIM + "outcome": "run-forever"}))
+    assert run.state == "failed", run.log
+    assert "job_timeout of 6s passed" in run.log
+    cluster.wait_for("the timed-out Job to be deleted", lambda: cluster.job("dslow") is None)
+
+
+def test_trigger_works_with_a_connection_only_the_worker_has(cluster, operator_kubeconfig, monkeypatch):
+    """The trigger gets the kubeconfig resolved on the worker: no Airflow connection in the triggerer."""
+    from airflow_volcano.hooks.volcano import VolcanoHook
+
+    connection = VolcanoHook().trigger_connection()
+    monkeypatch.delenv("AIRFLOW_CONN_KUBERNETES_DEFAULT")
+    cluster.create_job(pytorch_job("trig", master_sim={"run-for": "2s"}))
+    job = cluster.wait_phase("trig", {"Running", "Completed"})
+    trigger = VolcanoJobTrigger(JobRef.from_job(job, "master").to_dict(), connection, get_logs=False)
+    classpath, kwargs = trigger.serialize()
+    assert classpath == "airflow_volcano.triggers.job.VolcanoJobTrigger"
+    json.dumps(kwargs)  # trigger arguments must be storable
+
+    async def first_event():
+        return await anext(VolcanoJobTrigger(**kwargs).run())
+
+    event = asyncio.run(asyncio.wait_for(first_event(), timeout=60))
+    assert event.payload["status"] == "finished" and event.payload["phase"] == "Completed"
+
+
+@pytest.mark.parametrize("action", ["delete_job", "keep_job"])
+def test_killing_a_deferred_task_deletes_the_job_unless_kept(cluster, operator_kubeconfig, action):
+    from airflow_volcano.hooks.volcano import VolcanoHook
+
+    cluster.create_job(pytorch_job("dkill", master_sim={"outcome": "run-forever"},
+                                   worker_sim={"outcome": "run-forever"}))
+    job = cluster.wait_phase("dkill", {"Running"})
+    trigger = VolcanoJobTrigger(JobRef.from_job(job, "master").to_dict(), VolcanoHook().trigger_connection(),
+                                on_kill_action=action)
+    asyncio.run(trigger.on_kill())
+    if action == "keep_job":
+        assert cluster.job("dkill") is not None
+    else:
+        cluster.wait_for("Job and pods to be gone", lambda: cluster.job("dkill") is None and not cluster.pods("dkill"))
+
+
+def test_deferrable_sensor_waits_in_the_trigger(cluster, operator_kubeconfig, run_task):
+    cluster.create_job(pytorch_job("dsense", master_sim={"run-for": "4s"}))
+    cluster.wait_phase("dsense", {"Running"})
+    run = run_task(lambda: VolcanoJobSensor(task_id="wait", job_name="dsense", namespace=cluster.namespace,
+                                            deferrable=True, poke_interval=1, timeout=120))
+    assert run.state == "success", run.log
+    assert run.xcom["return_value"]["phase"] == "Completed"
