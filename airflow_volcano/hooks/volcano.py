@@ -34,6 +34,10 @@ JOB_NAME_LABEL = "volcano.sh/job-name"
 TASK_LABEL = "volcano.sh/task-spec"
 
 RETRIABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+# A restarting apiserver serves requests before its RBAC cache is warm and answers 401/403 for a
+# moment: right after losing the connection, those are retried too (never otherwise, so a missing
+# permission still fails at once).
+AUTH_WARMUP_SECONDS = 30.0
 T = TypeVar("T")
 
 
@@ -71,6 +75,15 @@ class VolcanoHook(KubernetesHook):
         kwargs.setdefault("client_configuration", client.Configuration())
         super().__init__(kubernetes_conn_id=kubernetes_conn_id, **kwargs)
         self.retries = retries
+        self._connection_lost_at = float("-inf")
+
+    def _retriable(self, error: BaseException) -> bool:
+        if is_transient(error):
+            if not isinstance(error, ApiException):
+                self._connection_lost_at = time.monotonic()
+            return True
+        return (isinstance(error, ApiException) and error.status in (401, 403)
+                and time.monotonic() - self._connection_lost_at < AUTH_WARMUP_SECONDS)
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -85,7 +98,7 @@ class VolcanoHook(KubernetesHook):
             try:
                 return fn()
             except Exception as error:  # noqa: BLE001 - filtered just below
-                if not is_transient(error):
+                if not self._retriable(error):
                     raise
                 delay = next(delays, None)
                 if delay is None:
@@ -232,12 +245,13 @@ class VolcanoHook(KubernetesHook):
                     resource_version = current["metadata"]["resourceVersion"]
                     yield current
                     continue
-                if not is_transient(error):
+                if not self._retriable(error):
                     raise
                 self._pause_after_drop(error, delays)
             except Exception as error:  # noqa: BLE001 - dropped connection: reopen
-                if not is_transient(error) and not isinstance(error, ValueError):
+                if not self._retriable(error) and not isinstance(error, ValueError):
                     raise
+                self._connection_lost_at = time.monotonic()
                 self._pause_after_drop(error, delays)
             finally:
                 stream.stop()

@@ -37,8 +37,18 @@ class FaultyProxy:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(timeout=10)
+        # Followed log streams never end on their own: stop without waiting for them.
+        future = asyncio.run_coroutine_threadsafe(self._stop(), self._loop)
+        try:
+            future.result(timeout=5)
+        except TimeoutError:
+            pass
         self._loop.call_soon_threadsafe(self._loop.stop)
+
+    async def _stop(self) -> None:
+        await self._session.close()
+        await self._runner.shutdown()
+        await self._runner.cleanup()
 
     @property
     def url(self) -> str:

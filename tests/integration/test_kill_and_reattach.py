@@ -38,7 +38,7 @@ def write_dag(tmp_path: Path, dag_id: str, namespace: str, **operator_kwargs) ->
 def start_worker(dag_file: Path, dag_id: str, logical_date: str, log: Path) -> subprocess.Popen:
     out = log.open("ab")
     return subprocess.Popen([sys.executable, str(RUNNER), str(dag_file), dag_id, logical_date],
-                            stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ))
+                            stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
 
 
 def our_jobs(cluster) -> list[dict]:

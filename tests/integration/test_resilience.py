@@ -66,20 +66,26 @@ def test_kill_loop_leaves_exactly_one_job_and_no_orphans(cluster, operator_kubec
     script = tmp_path / "train.py"
     script.write_text("print('x')\n")
     dag_file = write_dag(tmp_path, dag_id, cluster.namespace, training_script=str(script),
-                         annotations={SIM + "run-for": "40s"})
+                         annotations={SIM + "run-for": "75s"})
     logical_date = datetime.datetime.now(datetime.UTC).isoformat()
     log = tmp_path / "worker.log"
     uids = set()
-    for _ in range(5):
+    for attempt in range(5):
         worker = start_worker(dag_file, dag_id, logical_date, log)
-        cluster.wait_for("a Job", lambda: our_jobs(cluster), timeout=60)
-        time.sleep(3)
+        # Kill it once it holds the Job: submitted (first) or reattached (the others).
+        def reached(attempt: int = attempt) -> bool:
+            text = log.read_text()
+            return text.count("Submitted Volcano Job") + text.count("Reattaching to Volcano Job") > attempt
+
+        cluster.wait_for(f"worker {attempt} to reach the Job", reached, timeout=90)
+        time.sleep(1)
         worker.send_signal(signal.SIGKILL)
         worker.wait(timeout=30)
         uids |= {job["metadata"]["uid"] for job in our_jobs(cluster)}
     final = start_worker(dag_file, dag_id, logical_date, log)
     assert final.wait(timeout=180) == 0, log.read_text()[-4000:]
     assert len(uids) == 1, f"one Job for one task instance, saw {len(uids)}"
+    assert log.read_text().count("Submitted Volcano Job") == 1
     assert log.read_text().count("Reattaching to Volcano Job") == 5
     cluster.wait_for("no Job, pods or ConfigMap left", lambda: not our_jobs(cluster) and not [
         p for p in cluster.pods() if p.metadata.labels.get("app.kubernetes.io/managed-by") == "airflow-volcano"]
