@@ -161,6 +161,12 @@ class WaitStep:
     wait_seconds: float = 300.0  # how long to watch for the next change at most
 
 
+def pod_check_interval(limits: WaitLimits, elapsed: float) -> float:
+    """How often to look at pods of a Job that has not started: often at first (image pull errors
+    show up early), then backing off to once a minute for a Job waiting long in a busy queue."""
+    return min(60.0, max(limits.check_interval, elapsed / 10))
+
+
 def next_step(job: dict, limits: WaitLimits, elapsed: float, since_pod_check: float) -> WaitStep:
     """The waiting policy, shared by the worker's loop and the trigger's: pure, no I/O."""
     state = job_state(job)
@@ -170,13 +176,20 @@ def next_step(job: dict, limits: WaitLimits, elapsed: float, since_pod_check: fl
         return WaitStep(done=WaitResult(
             state=state, job=job, timed_out=f"job_timeout of {limits.job_timeout:.0f}s passed (phase {state.phase})"
         ))
-    not_started = _has_pending(job)
     # Pods changing state do not always change the Job (an image pull error leaves it Pending),
-    # so while pods are pending they are looked at every check_interval; after that a watch suffices.
-    wait = limits.check_interval if not_started else 300.0
+    # so pods are looked at while some are pending; after that the watch alone suffices.
+    not_started = _has_pending(job)
+    wait = 300.0
+    check_pods = False
+    if not_started:
+        interval = pod_check_interval(limits, elapsed)
+        check_pods = since_pod_check >= interval
+        wait = interval if check_pods else interval - since_pod_check
+        if limits.startup_timeout is not None and elapsed < limits.startup_timeout:
+            wait = min(wait, limits.startup_timeout - elapsed)
     if limits.job_timeout is not None:
         wait = min(wait, limits.job_timeout - elapsed)
-    return WaitStep(check_pods=not_started and since_pod_check >= limits.check_interval, wait_seconds=max(1.0, wait))
+    return WaitStep(check_pods=check_pods, wait_seconds=max(1.0, wait))
 
 
 def _watch_until_done(hook: VolcanoHook, ref: JobRef, limits: WaitLimits, clock: Callable[[], float]) -> WaitResult:
@@ -200,13 +213,24 @@ def _watch_until_done(hook: VolcanoHook, ref: JobRef, limits: WaitLimits, clock:
             problem = startup_problem(ref, pods, podgroup, limits, now - started_at, events)
             if problem is not None:
                 return WaitResult(state=job_state(job), job=job, problem=problem)
+            step = next_step(job, limits, now - started_at, 0.0)
+        # One watch request serves every change until something needs doing (a verdict, a pod
+        # check) or its time is up: a Running Job costs one request per five minutes.
+        opened, wait = clock(), step.wait_seconds
+        acted = False
         changes = hook.watch_job(ref.name, ref.namespace, resource_version=job_state(job).resource_version,
-                                 timeout_seconds=round(step.wait_seconds))
+                                 timeout_seconds=round(wait))
         try:
-            changed = next(changes, None)
+            for job in changes:
+                now = clock()
+                update = next_step(job, limits, now - started_at, now - last_pod_check)
+                if update.done is not None or update.check_pods:
+                    acted = True
+                    break
         finally:
             changes.close()  # ends the watch request now, not when garbage-collected
-        job = changed if changed is not None else hook.get_job(ref.name, ref.namespace)
+        if not acted and clock() - opened < wait - 1:
+            job = hook.get_job(ref.name, ref.namespace)  # the watch ended early: deleted, or gone wrong
 
 
 def _has_pending(job: dict) -> bool:

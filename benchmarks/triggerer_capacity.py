@@ -41,12 +41,13 @@ async def watch_all(refs: list[dict], connection: dict, seconds: float) -> dict:
     cpu0, t0, rss_after_start = cpu_seconds(), time.monotonic(), rss_mib()
     await asyncio.sleep(seconds)
     cpu = (cpu_seconds() - cpu0) / (time.monotonic() - t0)
-    finished = sum(task.done() for task in tasks)
+    finished = [task.result().payload for task in tasks if task.done() and not task.cancelled()]
+    reasons = sorted({f"{p['status']}: {p.get('message', p.get('phase'))}"[:200] for p in finished})
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     return {"baseline_mib": baseline, "rss_mib": rss_after_start, "peak_mib": rss_mib(), "cpu": cpu,
-            "finished_early": finished}
+            "finished_early": len(finished), "reasons": reasons}
 
 
 def main() -> None:
@@ -94,7 +95,10 @@ def main() -> None:
           f"({(result['rss_mib'] - result['baseline_mib']) * 1024 / max(1, len(refs)):.0f} KiB per trigger), "
           f"peak {result['peak_mib']:.0f} MiB")
     print(f"  CPU: {result['cpu'] * 100:.1f}% of one core while waiting; {result['finished_early']} fired early")
-    subprocess.run([*kubectl, "delete", "namespace", NAMESPACE, "--wait=false"], capture_output=True)
+    for reason in result["reasons"]:
+        print(f"    fired: {reason}")
+    # The namespace first: kwok must still manage the nodes to finish deleting their pods.
+    subprocess.run([*kubectl, "delete", "namespace", NAMESPACE, "--wait", "--timeout=600s"], capture_output=True)
     subprocess.run([*kubectl, "delete", "node", *[n["metadata"]["name"] for n in nodes], "--wait=false"],
                    capture_output=True)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from functools import cached_property
 from pathlib import Path
 from typing import Any, TypeVar
@@ -433,11 +433,11 @@ class AsyncVolcanoHook(AsyncKubernetesHook):
 
         return await self.call(f"get Job {namespace}/{name}", get)
 
-    async def watch_job_once(
+    async def watch_job(
         self, name: str, namespace: str, *, resource_version: str, timeout_seconds: int
-    ) -> dict | None:
-        """The Job's next change within `timeout_seconds`, or None (timeout, 410 Gone, deleted,
-        or a dropped stream: the caller re-reads the Job either way)."""
+    ) -> AsyncIterator[dict]:
+        """Yield the Job each time it changes, for up to `timeout_seconds` on one request. Ends
+        early on deletion, 410 Gone or a dropped stream: the caller re-reads the Job then."""
         try:
             async with self.get_conn() as api:
                 stream = async_watch.Watch()
@@ -449,15 +449,14 @@ class AsyncVolcanoHook(AsyncKubernetesHook):
                 ) as events:
                     async for event in events:
                         if event["type"] in ("ADDED", "MODIFIED"):
-                            return event["object"]
-                        if event["type"] == "DELETED":
-                            return None
+                            yield event["object"]
+                        elif event["type"] == "DELETED":
+                            return
         except AsyncApiException as error:
             if error.status != 410 and not is_transient(error):
                 raise
-        except (TimeoutError, aiohttp.ClientError) as error:
+        except (aiohttp.ClientError, TimeoutError) as error:
             self.log.info("watch interrupted (%s); re-reading the Job", _short(error))
-        return None
 
     async def list_job_pods(self, job_name: str, namespace: str) -> list[dict]:
         async def pods(api: Any) -> list[dict]:

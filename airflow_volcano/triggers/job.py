@@ -9,6 +9,8 @@ master log into the task log every `log_interval` seconds, remembering how far i
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -83,17 +85,24 @@ class VolcanoJobTrigger(BaseTrigger):
 
     async def _wait(self, ref: JobRef, cursor: LogCursor) -> dict[str, Any]:
         hook = self._hook()
+        log_copier = asyncio.create_task(self._copy_logs_periodically(hook, ref, cursor)) if self.get_logs else None
+        try:
+            return await self._watch_until_done(hook, ref)
+        finally:
+            if log_copier is not None:
+                log_copier.cancel()
+                await asyncio.gather(log_copier, return_exceptions=True)
+
+    async def _watch_until_done(self, hook: Any, ref: JobRef) -> dict[str, Any]:
+        """The worker's loop (job_runner._watch_until_done), on asyncio, plus the task's deadline."""
         limits = WaitLimits(self.startup_timeout, self.job_timeout, self.check_interval)
         started_at = ref.created_at or time.time()
-        last_pod_check = last_log_fetch = float("-inf")
+        last_pod_check = float("-inf")
         job = await hook.get_job(ref.name, ref.namespace)
         while True:
             if job is None:
                 return {"status": "error", "message": f"Volcano Job {ref.namespace}/{ref.name} was deleted"}
             now = time.time()
-            if self.get_logs and now - last_log_fetch >= self.log_interval:
-                last_log_fetch = now
-                await self._copy_new_log_lines(hook, ref, cursor)
             step = next_step(job, limits, now - started_at, now - last_pod_check)
             if step.done is not None:
                 if step.done.timed_out:
@@ -111,15 +120,27 @@ class VolcanoJobTrigger(BaseTrigger):
                 problem = startup_problem(ref, pods, podgroup, limits, now - started_at, events)
                 if problem is not None:
                     return {"status": "problem", "message": problem}
+                step = next_step(job, limits, now - started_at, 0.0)
             wait = step.wait_seconds
-            if self.get_logs:
-                wait = min(wait, self.log_interval)
             if self.deadline is not None:
                 wait = min(wait, max(1.0, self.deadline - now))
-            changed = await hook.watch_job_once(ref.name, ref.namespace,
-                                                resource_version=job_state(job).resource_version,
-                                                timeout_seconds=max(1, round(wait)))
-            job = changed if changed is not None else await hook.get_job(ref.name, ref.namespace)
+            opened, acted = time.monotonic(), False
+            changes = hook.watch_job(ref.name, ref.namespace, resource_version=job_state(job).resource_version,
+                                     timeout_seconds=max(1, round(wait)))
+            async with contextlib.aclosing(changes):  # breaking out ends the watch request at once
+                async for job in changes:  # each change replaces the Job we hold
+                    now = time.time()
+                    update = next_step(job, limits, now - started_at, now - last_pod_check)
+                    if update.done is not None or update.check_pods:
+                        acted = True
+                        break
+            if not acted and time.monotonic() - opened < wait - 1:
+                job = await hook.get_job(ref.name, ref.namespace)  # the watch ended early
+
+    async def _copy_logs_periodically(self, hook: Any, ref: JobRef, cursor: LogCursor) -> None:
+        while True:
+            await self._copy_new_log_lines(hook, ref, cursor)
+            await asyncio.sleep(self.log_interval)
 
     async def _copy_new_log_lines(self, hook: Any, ref: JobRef, cursor: LogCursor) -> None:
         """Incremental fetch: only what is newer than the cursor, at most LOG_FETCH_BYTES per read."""
