@@ -16,6 +16,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from common import master_only_job
+
 REPO = Path(__file__).resolve().parent.parent
 NAMESPACE = "bench-triggerer"
 
@@ -78,7 +80,8 @@ def main() -> None:
     api = client.CustomObjectsApi(config.new_client_from_config(kubeconfig))
     started = time.monotonic()
     for i in range(args.jobs):
-        api.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", NAMESPACE, "jobs", job_body(f"cap-{i}"))
+        body = master_only_job(f"cap-{i}", {"outcome": "run-forever"})
+        api.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", NAMESPACE, "jobs", body)
     while True:
         jobs = api.list_namespaced_custom_object("batch.volcano.sh", "v1alpha1", NAMESPACE, "jobs")["items"]
         running = [j for j in jobs if (j.get("status") or {}).get("state", {}).get("phase") == "Running"]
@@ -101,20 +104,6 @@ def main() -> None:
     subprocess.run([*kubectl, "delete", "namespace", NAMESPACE, "--wait", "--timeout=600s"], capture_output=True)
     subprocess.run([*kubectl, "delete", "node", *[n["metadata"]["name"] for n in nodes], "--wait=false"],
                    capture_output=True)
-
-
-def job_body(name: str) -> dict:
-    return {
-        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": name},
-        "spec": {
-            "schedulerName": "volcano", "minAvailable": 1,
-            "plugins": {"pytorch": ["--master=master", "--worker=worker", "--port=23456"], "svc": []},
-            "tasks": [{"name": "master", "replicas": 1,
-                       "template": {"metadata": {"annotations": {"sim.airflow-volcano.io/outcome": "run-forever"}},
-                                    "spec": {"containers": [{"name": "master", "image": "img"}],
-                                             "restartPolicy": "Never"}}}],
-        },
-    }
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@ import threading
 import time
 from pathlib import Path
 
+from common import master_only_job
+
 REPO = Path(__file__).resolve().parent.parent
 NAMESPACE = "bench-wait"
 
@@ -104,7 +106,8 @@ def main() -> None:
     results: dict[str, dict[str, dict]] = {"ours": {}, "poll": {}}
     threads = []
     for name in sorted(names):
-        api.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", NAMESPACE, "jobs", job_body(name, args))
+        body = master_only_job(name, {"run-for": args.run_for})
+        api.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", NAMESPACE, "jobs", body)
     time.sleep(0.5)
     for name in sorted(names):
         for kind, target in (("ours", ours), ("poll", polling_loop)):
@@ -124,21 +127,6 @@ def main() -> None:
             sum(r["waited"] for r in results[kind].values()) / 60)
         print(f"{label:34} {statistics.median(latencies):14.2f}s {max(latencies):11.2f}s {rate:17.2f}")
     subprocess.run([*kubectl, "delete", "namespace", NAMESPACE, "--wait=false"], capture_output=True)
-
-
-def job_body(name: str, args: argparse.Namespace) -> dict:
-    return {
-        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": name},
-        "spec": {
-            "schedulerName": "volcano", "minAvailable": 1,
-            "plugins": {"pytorch": ["--master=master", "--worker=worker", "--port=23456"], "svc": []},
-            "tasks": [{"name": "master", "replicas": 1,
-                       "policies": [{"event": "TaskCompleted", "action": "CompleteJob"}],
-                       "template": {"metadata": {"annotations": {"sim.airflow-volcano.io/run-for": args.run_for}},
-                                    "spec": {"containers": [{"name": "master", "image": "img"}],
-                                             "restartPolicy": "Never"}}}],
-        },
-    }
 
 
 if __name__ == "__main__":

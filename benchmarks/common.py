@@ -1,0 +1,20 @@
+"""What the benchmarks share: the one-pod Volcano Job they wait on."""
+
+from __future__ import annotations
+
+
+def master_only_job(name: str, sim: dict[str, str]) -> dict:
+    """A PyTorch Volcano Job with just its master; `sim` tells kwok what the pod does."""
+    return {
+        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": name},
+        "spec": {
+            "schedulerName": "volcano", "minAvailable": 1,
+            "plugins": {"pytorch": ["--master=master", "--worker=worker", "--port=23456"], "svc": []},
+            "tasks": [{"name": "master", "replicas": 1,
+                       "policies": [{"event": "TaskCompleted", "action": "CompleteJob"}],
+                       "template": {"metadata": {"annotations": {f"sim.airflow-volcano.io/{key}": value
+                                                                 for key, value in sim.items()}},
+                                    "spec": {"containers": [{"name": "master", "image": "img"}],
+                                             "restartPolicy": "Never"}}}],
+        },
+    }
