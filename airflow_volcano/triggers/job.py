@@ -17,6 +17,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_volcano.hooks.volcano import backoff_delays
 from airflow_volcano.job_runner import (
     JobRef,
     WaitLimits,
@@ -98,6 +99,7 @@ class VolcanoJobTrigger(BaseTrigger):
         limits = WaitLimits(self.startup_timeout, self.job_timeout, self.check_interval)
         started_at = ref.created_at or time.time()
         last_pod_check = float("-inf")
+        drops = 0
         job = await hook.get_job(ref.name, ref.namespace)
         while True:
             if job is None:
@@ -135,7 +137,13 @@ class VolcanoJobTrigger(BaseTrigger):
                         acted = True
                         break
             if not acted and time.monotonic() - opened < wait - 1:
-                job = await hook.get_job(ref.name, ref.namespace)  # the watch ended early
+                # The watch ended early (dropped, refused, 410): back off with jitter, so a
+                # triggerer full of watches does not hammer an apiserver that is struggling.
+                drops += 1
+                await asyncio.sleep(next(iter(backoff_delays(1, base=0.5 * 2 ** min(drops, 5), cap=30))))
+                job = await hook.get_job(ref.name, ref.namespace)
+            else:
+                drops = 0
 
     async def _copy_logs_periodically(self, hook: Any, ref: JobRef, cursor: LogCursor) -> None:
         while True:
