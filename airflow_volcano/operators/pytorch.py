@@ -270,6 +270,8 @@ class VolcanoPyTorchJobOperator(BaseOperator):
             job_timeout=self.job_timeout, deadline=deadline, check_interval=self.poll_interval,
             get_logs=self.get_logs, on_kill_action=self.on_kill_action,
         )
+        self.log.info("Deferring: the triggerer waits for Volcano Job %s/%s; this worker slot is free",
+                      ref.namespace, ref.name)
         self.defer(trigger=trigger, method_name="execute_complete")
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
@@ -280,6 +282,8 @@ class VolcanoPyTorchJobOperator(BaseOperator):
 
         ref = job_runner.JobRef.from_dict(event["job"])
         self._job_ref = ref
+        self.log.info("Resumed: the trigger reports Volcano Job %s/%s %s", ref.namespace, ref.name,
+                      event.get("phase") or event["status"])
         hook = self.hook
         cursor = LogCursor.from_dict(event.get("log_cursor"))
         if self.get_logs:

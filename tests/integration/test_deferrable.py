@@ -26,7 +26,8 @@ def test_deferred_job_completes_with_its_log_shown_once(cluster, operator_kubeco
                                          annotations={SIM + "run-for": "3s"}))
 
     assert run.state == "success", run.log
-    assert "VolcanoJobTrigger" in run.log or "trigger" in run.log.lower()
+    assert "Deferring: the triggerer waits for Volcano Job" in run.log
+    assert "Resumed: the trigger reports Volcano Job" in run.log and "Completed" in run.log
     for i in (0, 49):
         assert run.log.count(f"[dfr-master-0] step {i}\n") + run.log.count(f"[dfr-master-0] step {i} ") == 1
     assert run.xcom["return_value"]["phase"] == "Completed"
