@@ -45,7 +45,7 @@ def is_transient(error: BaseException) -> bool:
     """Errors worth another try: throttling, server errors, dropped or refused connections."""
     if isinstance(error, ApiException | AsyncApiException):
         return error.status in RETRIABLE_STATUS or error.status == 0
-    return isinstance(error, Urllib3HTTPError | ConnectionError | TimeoutError)
+    return isinstance(error, Urllib3HTTPError | aiohttp.ClientError | ConnectionError | TimeoutError)
 
 
 def retry_after(error: BaseException) -> float | None:
@@ -63,7 +63,26 @@ def backoff_delays(attempts: int, base: float = 0.5, cap: float = 10.0) -> Itera
         yield random.uniform(0, min(cap, base * 2**attempt))
 
 
-class VolcanoHook(KubernetesHook):
+class ConnectionLossAware:
+    """Which errors are worth retrying, for both hooks: the transient ones, and 401/403 in the
+    seconds after the connection was lost (a restarted apiserver warming its RBAC cache)."""
+
+    _connection_lost_at: float = float("-inf")
+
+    def note_connection_lost(self) -> None:
+        self._connection_lost_at = time.monotonic()
+
+    def retriable(self, error: BaseException) -> bool:
+        is_api_error = isinstance(error, ApiException | AsyncApiException)
+        if is_transient(error):
+            if not is_api_error:
+                self.note_connection_lost()
+            return True
+        return (is_api_error and error.status in (401, 403)
+                and time.monotonic() - self._connection_lost_at < AUTH_WARMUP_SECONDS)
+
+
+class VolcanoHook(ConnectionLossAware, KubernetesHook):
     """Create, find, watch and clean up Volcano Jobs and read what explains them."""
 
     conn_name_attr = "kubernetes_conn_id"
@@ -75,15 +94,6 @@ class VolcanoHook(KubernetesHook):
         kwargs.setdefault("client_configuration", client.Configuration())
         super().__init__(kubernetes_conn_id=kubernetes_conn_id, **kwargs)
         self.retries = retries
-        self._connection_lost_at = float("-inf")
-
-    def _retriable(self, error: BaseException) -> bool:
-        if is_transient(error):
-            if not isinstance(error, ApiException):
-                self._connection_lost_at = time.monotonic()
-            return True
-        return (isinstance(error, ApiException) and error.status in (401, 403)
-                and time.monotonic() - self._connection_lost_at < AUTH_WARMUP_SECONDS)
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -98,7 +108,7 @@ class VolcanoHook(KubernetesHook):
             try:
                 return fn()
             except Exception as error:  # noqa: BLE001 - filtered just below
-                if not self._retriable(error):
+                if not self.retriable(error):
                     raise
                 delay = next(delays, None)
                 if delay is None:
@@ -245,13 +255,13 @@ class VolcanoHook(KubernetesHook):
                     resource_version = current["metadata"]["resourceVersion"]
                     yield current
                     continue
-                if not self._retriable(error):
+                if not self.retriable(error):
                     raise
                 self._pause_after_drop(error, delays)
             except Exception as error:  # noqa: BLE001 - dropped connection: reopen
-                if not self._retriable(error) and not isinstance(error, ValueError):
+                if not self.retriable(error) and not isinstance(error, ValueError):
                     raise
-                self._connection_lost_at = time.monotonic()
+                self.note_connection_lost()
                 self._pause_after_drop(error, delays)
             finally:
                 stream.stop()
@@ -389,7 +399,7 @@ def _short(error: BaseException) -> str:
     return f"{type(error).__name__}: {str(error)[:200]}"
 
 
-class AsyncVolcanoHook(AsyncKubernetesHook):
+class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
     """The trigger's side of VolcanoHook: the same calls on kubernetes_asyncio, same JSON dicts.
 
     Built from a connection resolved on the worker (`VolcanoHook.trigger_connection()`), so a
@@ -412,7 +422,7 @@ class AsyncVolcanoHook(AsyncKubernetesHook):
                 async with self.get_conn() as api:
                     return await fn(api)
             except Exception as error:  # noqa: BLE001 - filtered just below
-                if not is_transient(error) and not isinstance(error, aiohttp.ClientError | asyncio.TimeoutError):
+                if not self.retriable(error):
                     raise
                 delay = next(delays, None)
                 if delay is None:
@@ -453,9 +463,10 @@ class AsyncVolcanoHook(AsyncKubernetesHook):
                         elif event["type"] == "DELETED":
                             return
         except AsyncApiException as error:
-            if error.status != 410 and not is_transient(error):
+            if error.status != 410 and not self.retriable(error):
                 raise
         except (aiohttp.ClientError, TimeoutError) as error:
+            self.note_connection_lost()
             self.log.info("watch interrupted (%s); re-reading the Job", _short(error))
 
     async def list_job_pods(self, job_name: str, namespace: str) -> list[dict]:
