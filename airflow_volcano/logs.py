@@ -112,7 +112,6 @@ class LogFollower(threading.Thread):
         self._stop_event = threading.Event()
         self._lock = threading.Lock()
         self._stream: Any = None
-        self.reconnects = 0
 
     def run(self) -> None:
         while not self._stop_event.is_set():
@@ -132,7 +131,6 @@ class LogFollower(threading.Thread):
                     self._stream = None
             if self._stop_event.wait(self.retry_interval):
                 return
-            self.reconnects += 1
 
     def stop(self, timeout: float = 5) -> None:
         self._stop_event.set()

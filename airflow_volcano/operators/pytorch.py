@@ -21,6 +21,7 @@ from airflow_volcano.manifest import (
     JobSpecError,
     PyTorchJobRequest,
     TrainingScript,
+    build_manifests,
     default_job_name,
     identity_labels,
     load_job_template,
@@ -195,7 +196,7 @@ class VolcanoPyTorchJobOperator(BaseOperator):
             extra_plugins=self.extra_plugins, training_script=self._read_training_script(),
             job_template=self._parsed_job_template(), full_job_spec=self.full_job_spec,
         )
-        return build(request, labels, default_name)
+        return build_manifests(request, run_labels=labels, default_name=default_name)
 
     def _read_training_script(self) -> TrainingScript | None:
         if not self.training_script:
@@ -400,12 +401,6 @@ class VolcanoPyTorchJobOperator(BaseOperator):
             return False
         state = (states.get(ti.run_id) or {}).get(ti.task_id)
         return str(getattr(state, "value", state)) == "running"
-
-
-def build(request: PyTorchJobRequest, labels: dict[str, str], default_name: str) -> JobManifests:
-    from airflow_volcano.manifest import build_manifests
-
-    return build_manifests(request, run_labels=labels, default_name=default_name)
 
 
 def _choice(parameter: str, value: str, allowed: Sequence[str]) -> str:
