@@ -8,10 +8,12 @@ submits as written apart from our labels. Every error names the parameter and th
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
+import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -22,23 +24,24 @@ LABEL_PREFIX = "airflow-volcano.io/"
 TRY_NUMBER_LABEL = f"{LABEL_PREFIX}try-number"
 # Set on a Job once a try has reported its result, so later tries never mistake it for theirs.
 CHECKED_LABEL = f"{LABEL_PREFIX}checked"
+IDENTITY_KEYS = (MANAGED_BY_LABEL, *(f"{LABEL_PREFIX}{key}" for key in ("dag-id", "task-id", "run-id", "map-index")))
 SCRIPT_MOUNT_PATH = "/opt/airflow-volcano/script"
 SCRIPT_VOLUME = "training-script"
 API_VERSION = "batch.volcano.sh/v1alpha1"
 MAX_CONFIGMAP_BYTES = 1024 * 1024
-POD_NAME_MAX = 63
+POD_NAME_MAX = 63  # the pod name is also its hostname (svc plugin), so a DNS label
 
 DEFAULT_MASTER, DEFAULT_WORKER, DEFAULT_PORT = "master", "worker", 23456
+DEFAULT_QUEUE, DEFAULT_SCHEDULER, DEFAULT_MAX_RETRY = "default", "volcano", 3
 DEFAULT_MASTER_POLICIES = [{"event": "TaskCompleted", "action": "CompleteJob"}]
 # DDP cannot lose a rank: a failed or evicted pod restarts the whole gang (within max_retry),
-# which is also why pods default to restartPolicy Never (a kubelet restart of one pod would
-# leave the others hanging at the rendezvous, and Volcano would never see the failure).
+# which is also why pods default to restartPolicy Never (a kubelet restart of one pod in place
+# would leave the others hanging at the rendezvous, and Volcano would never see the failure).
 DEFAULT_JOB_POLICIES = [
     {"event": "PodEvicted", "action": "RestartJob"},
     {"event": "PodFailed", "action": "RestartJob"},
 ]
 DEFAULT_RESTART_POLICY = "Never"
-DEFAULT_MAX_RETRY = 3
 
 EVENTS = {"*", "PodFailed", "PodEvicted", "PodPending", "PodRunning", "Unknown", "TaskCompleted", "TaskFailed",
           "JobUpdated"}
@@ -46,12 +49,16 @@ ACTIONS = {"AbortJob", "RestartJob", "RestartTask", "RestartPod", "TerminateJob"
 PLUGINS = {"pytorch", "svc", "env", "ssh", "mpi", "tensorflow", "ray", "hcclrank"}
 RESTART_POLICIES = {"Always", "OnFailure", "Never"}
 PULL_POLICIES = {"Always", "IfNotPresent", "Never"}
-DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-TASK_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+JOB_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-LABEL_KEY_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+LABEL_PREFIX_PART = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
-RESOURCE_NAME = re.compile(r"^([a-z0-9.-]+/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+# Unprefixed container resources Kubernetes knows; anything else needs a domain (nvidia.com/gpu).
+STANDARD_RESOURCES = {"cpu", "memory", "ephemeral-storage"}
+QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|[KMGTPE]i|[numkMGTPE])?$")
 
 
 class JobSpecError(ValueError):
@@ -60,13 +67,15 @@ class JobSpecError(ValueError):
 
 @dataclass(frozen=True)
 class TrainingScript:
+    """A local training script already read by the caller."""
+
     filename: str
     content: str
 
 
 @dataclass
 class PyTorchJobRequest:
-    """Operator arguments; None means "not given"."""
+    """Operator arguments; None means "not given" (explicit > job_template > built-in default)."""
 
     name: str | None = None
     namespace: str | None = None
@@ -108,9 +117,10 @@ class PyTorchJobRequest:
 @dataclass
 class JobManifests:
     job: dict
-    configmap: dict | None
+    configmap: dict | None  # the training-script ConfigMap
 
     def to_yaml(self) -> str:
+        """ConfigMap first: it must exist before the pods that mount it."""
         documents = [doc for doc in (self.configmap, self.job) if doc is not None]
         return yaml.safe_dump_all(documents, sort_keys=False, allow_unicode=True)
 
@@ -124,19 +134,20 @@ def _short_hash(value: str, length: int = 6) -> str:
 
 def sanitize_label_value(value: str) -> str:
     """A valid label value; long or rewritten values keep a hash so distinct inputs stay distinct."""
-    cleaned = re.sub(r"[^A-Za-z0-9._-]", "_", str(value))
-    if cleaned == value and len(cleaned) <= 63 and LABEL_VALUE.match(cleaned):
-        return cleaned
-    cleaned = cleaned.strip("._-")[: 63 - 7].strip("._-")
-    return f"{cleaned}-{_short_hash(str(value))}" if cleaned else _short_hash(str(value))
+    value = str(value)
+    if len(value) <= 63 and LABEL_VALUE.match(value):
+        return value
+    cleaned = re.sub(r"[^A-Za-z0-9._-]", "_", value).strip("._-")[: 63 - 7].strip("._-")
+    return f"{cleaned}-{_short_hash(value)}" if cleaned else _short_hash(value)
 
 
 def sanitize_dns_label(value: str, max_len: int) -> str:
-    cleaned = re.sub(r"[^a-z0-9-]", "", re.sub(r"[_.\s]", "-", value.lower()))
+    """Lowercase, `_`/`.` -> `-`, other invalid characters dropped, starting with a letter."""
+    cleaned = re.sub(r"[^a-z0-9-]", "", re.sub(r"[_.\s]", "-", str(value).lower()))
     cleaned = re.sub(r"-+", "-", cleaned).strip("-")
     if not cleaned or not cleaned[0].isalpha():
         cleaned = f"j-{cleaned}".rstrip("-")
-    return cleaned[:max_len].rstrip("-")
+    return cleaned[: max(1, max_len)].rstrip("-")
 
 
 def max_job_name_length(task_names: list[str], max_index: int) -> int:
@@ -146,8 +157,11 @@ def max_job_name_length(task_names: list[str], max_index: int) -> int:
 
 
 def default_job_name(dag_id: str, task_id: str, *, suffix: str, max_len: int) -> str:
-    base = sanitize_dns_label(f"{dag_id}-{task_id}", max(1, max_len - len(suffix) - 1))
-    return f"{base}-{suffix}"
+    """`<dag_id>-<task_id>` shortened to leave room for `-<suffix>` (which keeps reruns distinct)."""
+    suffix = re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "", str(suffix).lower())).strip("-")
+    if not suffix:
+        return sanitize_dns_label(f"{dag_id}-{task_id}", max_len)
+    return f"{sanitize_dns_label(f'{dag_id}-{task_id}', max_len - len(suffix) - 1)}-{suffix}"
 
 
 def run_labels(*, dag_id: str, task_id: str, run_id: str, try_number: int, map_index: int) -> dict[str, str]:
@@ -162,30 +176,26 @@ def run_labels(*, dag_id: str, task_id: str, run_id: str, try_number: int, map_i
 
 
 def identity_labels(labels: Mapping[str, str]) -> dict[str, str]:
-    """The labels that find this task instance's Job across its tries."""
-    return {key: value for key, value in labels.items()
-            if key.startswith(LABEL_PREFIX) and key not in (TRY_NUMBER_LABEL, CHECKED_LABEL)}
+    """run_labels minus the try number: finds this task instance's Job across its tries."""
+    return {key: labels[key] for key in IDENTITY_KEYS if key in labels}
 
 
 def script_configmap_name(job_name: str) -> str:
     return f"{job_name}-script"
 
 
-# -- coercion of templated values --------------------------------------------------------------------
-
-
-def _integer(parameter: str, value: Any, minimum: int = 0, maximum: int | None = None) -> int:
-    """Airflow templating renders numbers as strings: accept "2", reject "two", 1.5, True, -1."""
-    if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (
-            maximum is not None and value > maximum):
-        bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
-        raise JobSpecError(f"{parameter} must be an integer {bound}, got {value!r}")
-    return value
-
-
 def load_job_template(text: str, *, source: str) -> dict:
+    """Parse a Job from YAML or JSON; errors name `job_template`, the source and the line."""
+    if text.lstrip().startswith("{"):
+        try:
+            loaded = json.loads(text)  # JSON's own errors give better positions than YAML's
+        except json.JSONDecodeError as error:
+            try:
+                loaded = yaml.safe_load(text)  # a YAML flow mapping also starts with "{"
+            except yaml.YAMLError:
+                raise JobSpecError(f"job_template {source} is not valid JSON at line {error.lineno}, column "
+                                   f"{error.colno}: {error.msg}") from error
+        return _check_template(loaded, source)
     try:
         loaded = yaml.safe_load(text)
     except yaml.YAMLError as error:
@@ -193,6 +203,10 @@ def load_job_template(text: str, *, source: str) -> dict:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(error, "problem", None) or str(error)
         raise JobSpecError(f"job_template {source} is not valid YAML/JSON{where}: {problem}") from error
+    return _check_template(loaded, source)
+
+
+def _check_template(loaded: Any, source: str) -> dict:
     if not isinstance(loaded, dict):
         raise JobSpecError(f"job_template {source} must be a mapping (a Volcano Job), got {type(loaded).__name__}")
     if loaded.get("apiVersion") != API_VERSION or loaded.get("kind") != "Job":
@@ -201,21 +215,127 @@ def load_job_template(text: str, *, source: str) -> dict:
     return loaded
 
 
-def _env_list(env: list[dict] | dict[str, Any]) -> list[dict]:
-    items = [{"name": str(k), "value": str(v)} for k, v in env.items()] if isinstance(env, dict) else list(env)
+# -- request checks: types and templated values, before anything is built ---------------------------
+
+
+def _integer(parameter: str, value: Any, minimum: int = 0, maximum: int | None = None, why: str = "",
+             *, allow_str: bool = True) -> int:
+    """Airflow templating renders numbers as strings: accept "2", reject "two", 1.5, True, -1.
+
+    A manifest itself (allow_str=False) must hold real integers: the API server rejects "2".
+    """
+    digits = allow_str and isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value)
+    number = int(value) if digits else value
+    if isinstance(number, bool) or not isinstance(number, int) or number < minimum or (
+            maximum is not None and number > maximum):
+        bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
+        raise JobSpecError(f"{parameter} must be an integer {bound}, got {value!r}{why}")
+    return number
+
+
+def _check_type(parameter: str, value: Any, kind: type, item: type | tuple[type, ...] | None = None) -> None:
+    if value is None:
+        return
+    if not isinstance(value, kind):
+        raise JobSpecError(f"{parameter} must be a {kind.__name__}, got {value!r}")
+    items = item if isinstance(item, tuple) else (item,) if item is not None else ()
+    if items and any(not isinstance(element, items) or isinstance(element, bool) for element in value):
+        names = " or ".join(kind.__name__ for kind in items)
+        raise JobSpecError(f"{parameter} must be a {kind.__name__} of {names}, got {value!r}")
+
+
+def _choice(parameter: str, value: str | None, allowed: set[str]) -> None:
+    if value is not None and value not in allowed:
+        raise JobSpecError(f"{parameter} must be one of {', '.join(sorted(allowed))}; got {value!r}")
+
+
+def _normalize(req: PyTorchJobRequest) -> PyTorchJobRequest:
+    """Check every given argument and coerce templated numbers; returns a checked copy."""
+    ints = {
+        "worker_replicas": (0, None, ""),
+        "port": (1, 65535, ""),
+        # Volcano's webhook treats 0 as "unset" and substitutes the total / 3: refuse it rather than surprise.
+        "min_available": (1, None, " (Volcano's webhook turns 0 into all replicas)"),
+        "max_retry": (1, None, " (Volcano's webhook turns 0 into 3)"),
+        "ttl_seconds_after_finished": (0, None, ""),
+    }
+    changes: dict[str, Any] = {}
+    for field, (minimum, maximum, why) in ints.items():
+        if getattr(req, field) is not None:
+            changes[field] = _integer(field, getattr(req, field), minimum, maximum, why)
+    for field in ("name", "namespace", "image", "master_task_name", "worker_task_name", "service_account_name",
+                  "priority_class_name", "queue", "scheduler_name"):
+        value = getattr(req, field)
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise JobSpecError(f"{field} must be a non-empty string, got {value!r}")
+    for field in ("namespace", "master_task_name", "worker_task_name"):
+        value = getattr(req, field)
+        if value is not None and (not DNS_LABEL.match(value) or len(value) > 63):
+            raise JobSpecError(f"{field} {value!r} is not a DNS label (lowercase letters, digits and '-', <= 63)")
+    if req.master_task_name and req.master_task_name == req.worker_task_name:
+        raise JobSpecError(f"duplicate task name {req.master_task_name!r}: master_task_name and worker_task_name "
+                           "must differ")
+    _choice("image_pull_policy", req.image_pull_policy, PULL_POLICIES)
+    _choice("restart_policy", req.restart_policy, RESTART_POLICIES)
+    for field in ("command", "args", "image_pull_secrets"):
+        _check_type(field, getattr(req, field), list, (str, int, float))
+    for field in ("tolerations", "volumes", "volume_mounts", "policies", "master_policies"):
+        _check_type(field, getattr(req, field), list, dict)
+    for field in ("node_selector", "labels", "annotations", "extra_plugins", "job_template", "full_job_spec"):
+        _check_type(field, getattr(req, field), dict)
+    for plugin, plugin_args in (req.extra_plugins or {}).items():
+        _check_type(f"extra_plugins[{plugin!r}]", plugin_args, list, str)
+    for key, value in (req.labels or {}).items():
+        _check_label("labels", str(key), str(value))
+    _validate_policies("policies", req.policies)
+    _validate_policies("master_policies", req.master_policies)
+    if req.env is not None:
+        changes["env"] = _env_list(req.env)
+    if req.training_script is not None:
+        _check_script(req.training_script)
+    for field in ("resources", "master_resources", "worker_resources"):
+        _resources(field, getattr(req, field))  # checked here, merged per role later
+    return dataclasses.replace(req, **changes)
+
+
+def _env_list(env: Any) -> list[dict]:
+    if isinstance(env, Mapping):
+        items = [{"name": str(key), "value": str(value)} for key, value in env.items()]
+    elif isinstance(env, list):
+        items = copy.deepcopy(env)  # EnvVar dicts pass through: valueFrom is allowed
+    else:
+        raise JobSpecError(f"env must be a dict or a list of EnvVar dicts, got {env!r}")
     for item in items:
         if not isinstance(item, dict) or not ENV_NAME.match(str(item.get("name", ""))):
-            raise JobSpecError(f"env: invalid environment variable {item!r}")
-    return copy.deepcopy(items)
+            raise JobSpecError(f"env: invalid environment variable {item!r} (names match [-._a-zA-Z][-._a-zA-Z0-9]*)")
+        if "value" in item and not isinstance(item["value"], str):
+            raise JobSpecError(f"env: the value of {item['name']!r} must be a string, got {item['value']!r}")
+    return items
 
 
-def _resources(parameter: str, spec: Mapping[str, Any] | None) -> dict[str, dict[str, str]]:
-    """{"cpu","memory","gpu",...} shorthand (requests = limits) or {"requests","limits"}."""
-    if not spec:
+def _check_script(script: TrainingScript) -> None:
+    if not isinstance(script, TrainingScript):
+        raise JobSpecError(f"training_script must be a TrainingScript, got {script!r}")
+    if not CONFIGMAP_KEY.match(script.filename) or len(script.filename) > 253:
+        raise JobSpecError(f"training_script: file name {script.filename!r} is not a valid ConfigMap key "
+                           "(letters, digits, '-', '_', '.')")
+    size = len(script.content.encode()) + len(script.filename.encode())
+    if size > MAX_CONFIGMAP_BYTES:
+        raise JobSpecError(f"training_script {script.filename!r} is {size} bytes; a ConfigMap holds at most "
+                           f"{MAX_CONFIGMAP_BYTES}: bake it into the image or mount a volume instead")
+
+
+def _resources(parameter: str, spec: Any) -> dict[str, dict[str, str]]:
+    """{"cpu","memory","gpu",...} shorthand (requests = limits) or {"requests", "limits"}."""
+    if spec is None or spec == {}:
         return {}
     if not isinstance(spec, Mapping):
         raise JobSpecError(f"{parameter} must be a mapping, got {spec!r}")
-    if set(spec) <= {"requests", "limits"}:
+    split = set(spec) & {"requests", "limits"}
+    if split and set(spec) - split:
+        raise JobSpecError(f"{parameter}: give either the shorthand {{'cpu': ..., 'memory': ...}} or "
+                           f"{{'requests': ..., 'limits': ...}}, not both; got {dict(spec)!r}")
+    if split:
         parts = {key: _quantities(f"{parameter}.{key}", value) for key, value in spec.items()}
     else:
         quantities = _quantities(parameter, spec)
@@ -229,9 +349,16 @@ def _quantities(parameter: str, spec: Any) -> dict[str, str]:
     out = {}
     for key, value in spec.items():
         name = "nvidia.com/gpu" if key == "gpu" else str(key)
-        if not RESOURCE_NAME.match(name) or value is None or str(value).strip() == "":
-            raise JobSpecError(f"{parameter}: invalid resource {key!r}: {value!r}")
-        out[name] = str(value)
+        prefix, _, base = name.rpartition("/")
+        known = name in STANDARD_RESOURCES or name.startswith("hugepages-") or (
+            prefix and LABEL_PREFIX_PART.match(prefix) and LABEL_NAME.match(base))
+        if not known:
+            raise JobSpecError(f"{parameter}: unknown resource {key!r} (cpu, memory, ephemeral-storage, gpu, "
+                               "hugepages-<size> or a domain-prefixed name such as nvidia.com/gpu)")
+        quantity = str(value).strip() if isinstance(value, int | float | str) and not isinstance(value, bool) else ""
+        if not QUANTITY.match(quantity):
+            raise JobSpecError(f"{parameter}: {key!r} must be a quantity such as 2, 500m or 4Gi, got {value!r}")
+        out[name] = quantity
     return out
 
 
@@ -246,59 +373,62 @@ def _merge_resources(shared: dict, role: dict) -> dict:
 
 
 def build_manifests(req: PyTorchJobRequest, *, run_labels: dict[str, str], default_name: str) -> JobManifests:
+    """The Job (and ConfigMap) to submit; raises JobSpecError naming the bad parameter."""
     if req.job_template is not None and req.full_job_spec is not None:
         raise JobSpecError("job_template and full_job_spec cannot be combined: give one of them")
+    req = _normalize(req)
     if req.full_job_spec is not None:
-        allowed = {"name", "namespace", "labels", "annotations", "full_job_spec", "training_script"}
-        conflicting = [f.name for f in fields(req) if f.name not in allowed and getattr(req, f.name) is not None]
+        allowed = {"name", "namespace", "labels", "annotations", "full_job_spec"}
+        conflicting = [f.name for f in dataclasses.fields(req) if f.name not in allowed and
+                       getattr(req, f.name) is not None]
         if conflicting:
-            raise JobSpecError(f"full_job_spec is used as is: {', '.join(conflicting)} cannot be combined with it")
-        job = copy.deepcopy(req.full_job_spec)
+            raise JobSpecError(f"full_job_spec is used as is: {', '.join(conflicting)} cannot be combined with it "
+                               "(use job_template to override fields)")
+        job, origin = copy.deepcopy(req.full_job_spec), "full_job_spec"
     elif req.job_template is not None:
-        job = copy.deepcopy(req.job_template)
+        job, origin = copy.deepcopy(req.job_template), "job_template"
+        _apply_arguments(job, req)
     else:
-        job = _default_job(req)
+        job, origin = _default_job(req), "job"
+        _apply_arguments(job, req)
 
-    master = req.master_task_name or _plugin_arg(job, "master") or DEFAULT_MASTER
-    worker = req.worker_task_name or _plugin_arg(job, "worker") or DEFAULT_WORKER
     metadata = job.setdefault("metadata", {})
     if req.name is not None:
         metadata["name"] = req.name
-    metadata.setdefault("name", default_name)
+    elif not metadata.get("name"):
+        metadata["name"] = _fit_default_name(default_name, job)
     if req.namespace:
         metadata["namespace"] = req.namespace
-    if req.full_job_spec is None:
-        _apply_arguments(job, req, master, worker)
     _apply_labels(job, req, run_labels)
-    configmap = _apply_script(job, req, master, worker, run_labels) if req.training_script else None
-    validate_job(job)
+    configmap = _apply_script(job, req, run_labels) if req.training_script else None
+    validate_job(job, origin=origin)
     return JobManifests(job=job, configmap=configmap)
 
 
 def _default_job(req: PyTorchJobRequest) -> dict:
+    """The skeleton the arguments are applied to: defaults only where nothing was given."""
     master = req.master_task_name or DEFAULT_MASTER
     worker = req.worker_task_name or DEFAULT_WORKER
-    workers = _integer("worker_replicas", req.worker_replicas if req.worker_replicas is not None else 1)
 
-    def task(name: str, replicas: int, policies: list[dict] | None) -> dict:
-        spec: dict[str, Any] = {"name": name, "replicas": replicas, "template": {
+    def task(name: str, replicas: int) -> dict:
+        return {"name": name, "replicas": replicas, "template": {
             "spec": {"containers": [{"name": name}], "restartPolicy": DEFAULT_RESTART_POLICY}}}
-        if policies:
-            spec["policies"] = copy.deepcopy(policies)
-        return spec
 
-    tasks = [task(master, 1, req.master_policies if req.master_policies is not None else DEFAULT_MASTER_POLICIES)]
+    tasks = [task(master, 1)]
+    tasks[0]["policies"] = copy.deepcopy(DEFAULT_MASTER_POLICIES)
+    workers = req.worker_replicas if req.worker_replicas is not None else 1
     if workers:
-        tasks.append(task(worker, workers, None))
+        tasks.append(task(worker, workers))
     return {
         "apiVersion": API_VERSION,
         "kind": "Job",
         "metadata": {},
         "spec": {
-            "schedulerName": "volcano",
-            "queue": "default",
-            "minAvailable": 1 + workers,
+            "schedulerName": DEFAULT_SCHEDULER,
+            "queue": DEFAULT_QUEUE,
+            "minAvailable": 1 + workers,  # gang: DDP cannot start until every rank is up
             "maxRetry": DEFAULT_MAX_RETRY,
+            # svc listed explicitly: MASTER_ADDR needs it and only the webhook would add it otherwise.
             "plugins": {"pytorch": [f"--master={master}", f"--worker={worker}", f"--port={DEFAULT_PORT}"], "svc": []},
             "policies": copy.deepcopy(DEFAULT_JOB_POLICIES),
             "tasks": tasks,
@@ -313,120 +443,133 @@ def _plugin_arg(job: dict, flag: str) -> str | None:
     return None
 
 
+def _role_names(job: dict, req: PyTorchJobRequest) -> tuple[str, str]:
+    master = req.master_task_name or _plugin_arg(job, "master") or DEFAULT_MASTER
+    worker = req.worker_task_name or _plugin_arg(job, "worker") or DEFAULT_WORKER
+    return master, worker
+
+
 def _find_task(job: dict, name: str) -> dict | None:
-    return next((task for task in (job.get("spec") or {}).get("tasks") or [] if task.get("name") == name), None)
+    tasks = (job.get("spec") or {}).get("tasks") or []
+    return next((task for task in tasks if isinstance(task, dict) and task.get("name") == name), None)
 
 
-def _apply_arguments(job: dict, req: PyTorchJobRequest, master: str, worker: str) -> None:
+def _set(target: dict, key: str, value: Any) -> None:
+    """Set an explicitly given value; an empty one removes the key (no nulls or empty lists)."""
+    if value is None:
+        return
+    if value in ([], {}, ""):
+        target.pop(key, None)
+    else:
+        target[key] = copy.deepcopy(value)
+
+
+def _apply_arguments(job: dict, req: PyTorchJobRequest) -> None:
     spec = job.setdefault("spec", {})
-    scalar = {"queue": req.queue, "schedulerName": req.scheduler_name, "priorityClassName": req.priority_class_name}
-    for key, value in scalar.items():
-        if value is not None:
-            spec[key] = value
-    if req.max_retry is not None:
-        # Volcano's webhook reads maxRetry 0 as "unset" and makes it 3: refuse it rather than surprise.
-        spec["maxRetry"] = _integer("max_retry", req.max_retry, minimum=1)
-    if req.ttl_seconds_after_finished is not None:
-        spec["ttlSecondsAfterFinished"] = _integer("ttl_seconds_after_finished", req.ttl_seconds_after_finished)
-    if req.policies is not None:
-        spec["policies"] = copy.deepcopy(req.policies)
-    if req.extra_plugins:
-        for plugin, plugin_args in req.extra_plugins.items():
-            spec.setdefault("plugins", {})[plugin] = list(plugin_args)
+    master, worker = _role_names(job, req)
+    for key, value in (("queue", req.queue), ("schedulerName", req.scheduler_name), ("maxRetry", req.max_retry),
+                       ("ttlSecondsAfterFinished", req.ttl_seconds_after_finished),
+                       ("priorityClassName", req.priority_class_name), ("policies", req.policies)):
+        _set(spec, key, value)
+    for plugin, plugin_args in (req.extra_plugins or {}).items():
+        spec.setdefault("plugins", {})[plugin] = list(plugin_args)
     if req.master_task_name or req.worker_task_name or req.port is not None:
-        port = _integer("port", req.port, 1, 65535) if req.port is not None else int(
-            _plugin_arg(job, "port") or DEFAULT_PORT)
-        spec.setdefault("plugins", {})["pytorch"] = [f"--master={master}", f"--worker={worker}", f"--port={port}"]
+        _rewrite_pytorch_plugin(spec, master, worker, req.port)
     master_task, worker_task = _find_task(job, master), _find_task(job, worker)
     if req.worker_replicas is not None:
-        workers = _integer("worker_replicas", req.worker_replicas)
-        if worker_task is None and workers:
-            raise JobSpecError(f"worker_replicas: the job has no task named {worker!r} (worker_task_name)")
-        if worker_task is not None:
-            worker_task["replicas"] = workers
-            if workers == 0:
-                spec["tasks"].remove(worker_task)
-                worker_task = None
+        worker_task = _set_worker_replicas(job, worker_task, worker, req.worker_replicas)
     if req.master_policies is not None and master_task is not None:
-        master_task["policies"] = copy.deepcopy(req.master_policies)
+        _set(master_task, "policies", req.master_policies)
     shared = _resources("resources", req.resources)
-    roles = [(master_task, _merge_resources(shared, _resources("master_resources", req.master_resources))),
-             (worker_task, _merge_resources(shared, _resources("worker_resources", req.worker_resources)))]
-    for task, resources in roles:
+    for task, role in ((master_task, "master_resources"), (worker_task, "worker_resources")):
         if task is not None:
-            _apply_pod_arguments(task, req, resources)
+            _apply_pod_arguments(task, req, _merge_resources(shared, _resources(role, getattr(req, role))))
     if req.min_available is not None:
-        spec["minAvailable"] = _integer("min_available", req.min_available)
+        spec["minAvailable"] = req.min_available
     elif req.job_template is None:
-        spec["minAvailable"] = sum(int(task.get("replicas", 0)) for task in spec.get("tasks") or [])
+        spec["minAvailable"] = sum(task.get("replicas", 0) for task in spec.get("tasks") or [])
+
+
+def _rewrite_pytorch_plugin(spec: dict, master: str, worker: str, port: int | None) -> None:
+    """Replace --master/--worker/--port, keep any other flag (e.g. --wait-master-enabled)."""
+    plugins = spec.setdefault("plugins", {})
+    current = [str(arg) for arg in plugins.get("pytorch") or []]
+    if port is None:
+        port = next((arg.split("=", 1)[1] for arg in current if arg.startswith("--port=")), DEFAULT_PORT)
+    others = [arg for arg in current if not arg.startswith(("--master=", "--worker=", "--port="))]
+    plugins["pytorch"] = [f"--master={master}", f"--worker={worker}", f"--port={port}", *others]
+
+
+def _set_worker_replicas(job: dict, worker_task: dict | None, worker: str, workers: int) -> dict | None:
+    spec = job["spec"]
+    if worker_task is None:
+        if workers:
+            raise JobSpecError(f"worker_replicas={workers}: the job has no task named {worker!r} "
+                               "(set worker_task_name)")
+        return None
+    old = worker_task.get("replicas")
+    total = sum(task.get("replicas", 0) for task in spec.get("tasks") or [] if isinstance(task.get("replicas"), int))
+    if workers == 0:
+        spec["tasks"].remove(worker_task)  # a 0-replica task would still be a task Volcano waits on
+    else:
+        worker_task["replicas"] = workers
+        if worker_task.get("minAvailable") == old:
+            worker_task["minAvailable"] = workers
+    # A template that gang-scheduled every replica keeps doing so with the new count.
+    if isinstance(old, int) and spec.get("minAvailable") == total:
+        spec["minAvailable"] = total - old + workers
+    return worker_task if workers else None
 
 
 def _apply_pod_arguments(task: dict, req: PyTorchJobRequest, resources: dict) -> None:
     pod = task.setdefault("template", {}).setdefault("spec", {})
-    containers = pod.setdefault("containers", [{"name": task.get("name", "main")}])
+    containers = pod.setdefault("containers", [])
+    if not containers:
+        containers.append({"name": task.get("name", "main")})
     container = containers[0]
-    if req.image is not None:
-        container["image"] = req.image
-    if req.image_pull_policy is not None:
-        if req.image_pull_policy not in PULL_POLICIES:
-            raise JobSpecError(
-                f"image_pull_policy must be one of {sorted(PULL_POLICIES)}, got {req.image_pull_policy!r}"
-            )
-        container["imagePullPolicy"] = req.image_pull_policy
-    if req.command is not None:
-        container["command"] = [str(part) for part in req.command]
-    if req.args is not None:
-        container["args"] = [str(part) for part in req.args]
-    if req.env is not None:
-        container["env"] = _env_list(req.env)
-    if resources:
-        container["resources"] = resources
-    if req.volume_mounts is not None:
-        container["volumeMounts"] = copy.deepcopy(req.volume_mounts)
-    if req.restart_policy is not None:
-        if req.restart_policy not in RESTART_POLICIES:
-            raise JobSpecError(f"restart_policy must be one of {sorted(RESTART_POLICIES)}, got {req.restart_policy!r}")
-        pod["restartPolicy"] = req.restart_policy
-    optional = {"nodeSelector": req.node_selector, "tolerations": req.tolerations, "volumes": req.volumes,
-                "serviceAccountName": req.service_account_name, "priorityClassName": req.priority_class_name}
-    for key, value in optional.items():
-        if value is not None:
-            pod[key] = copy.deepcopy(value)
-    if req.image_pull_secrets is not None:
-        pod["imagePullSecrets"] = [{"name": str(secret)} for secret in req.image_pull_secrets]
+    command = [str(part) for part in req.command] if req.command is not None else None
+    args = [str(part) for part in req.args] if req.args is not None else None
+    for key, value in (("image", req.image), ("imagePullPolicy", req.image_pull_policy), ("command", command),
+                       ("args", args), ("env", req.env), ("resources", resources or None),
+                       ("volumeMounts", req.volume_mounts)):
+        _set(container, key, value)
+    secrets = [{"name": str(secret)} for secret in req.image_pull_secrets] if req.image_pull_secrets is not None \
+        else None
+    for key, value in (("restartPolicy", req.restart_policy), ("nodeSelector", req.node_selector),
+                       ("tolerations", req.tolerations), ("volumes", req.volumes),
+                       ("serviceAccountName", req.service_account_name), ("imagePullSecrets", secrets),
+                       ("priorityClassName", req.priority_class_name)):
+        _set(pod, key, value)
+
+
+def _fit_default_name(default_name: str, job: dict) -> str:
+    """The caller sized the default for its task names; a template's may be longer: shorten, keep the suffix."""
+    limit = _name_limit(job)
+    if limit is None or len(default_name) <= limit or "-" not in default_name:
+        return default_name
+    base, suffix = default_name.rsplit("-", 1)
+    return default_job_name(base, "", suffix=suffix, max_len=limit)
 
 
 def _apply_labels(job: dict, req: PyTorchJobRequest, labels: dict[str, str]) -> None:
-    user_labels = req.labels or {}
-    for key, value in user_labels.items():
-        _check_label("labels", str(key), str(value))
-    metadata = job["metadata"]
-    metadata["labels"] = {**(metadata.get("labels") or {}), **{k: str(v) for k, v in user_labels.items()}, **labels}
-    if req.annotations:
-        metadata["annotations"] = {**(metadata.get("annotations") or {}), **req.annotations}
+    user_labels = {str(key): str(value) for key, value in (req.labels or {}).items()}
+    annotations = {str(key): str(value) for key, value in (req.annotations or {}).items()}
+    targets = [job.setdefault("metadata", {})]
     for task in (job.get("spec") or {}).get("tasks") or []:
-        template_meta = task.setdefault("template", {}).setdefault("metadata", {})
-        template_meta["labels"] = {**(template_meta.get("labels") or {}), **user_labels, **labels}
-        if req.annotations:
-            template_meta["annotations"] = {**(template_meta.get("annotations") or {}), **req.annotations}
+        if isinstance(task, dict):
+            targets.append(task.setdefault("template", {}).setdefault("metadata", {}))
+    for metadata in targets:
+        metadata["labels"] = {**(metadata.get("labels") or {}), **user_labels, **labels}  # ours win
+        if annotations:
+            metadata["annotations"] = {**(metadata.get("annotations") or {}), **annotations}
 
 
-def _check_label(parameter: str, key: str, value: str) -> None:
-    prefix, _, name = key.rpartition("/")
-    if (prefix and len(prefix) > 253) or not LABEL_KEY_NAME.match(name) or len(name) > 63:
-        raise JobSpecError(f"{parameter}: invalid label key {key!r}")
-    if len(value) > 63 or not LABEL_VALUE.match(value):
-        raise JobSpecError(f"{parameter}: invalid label value {value!r} for key {key!r}")
-
-
-def _apply_script(job: dict, req: PyTorchJobRequest, master: str, worker: str, labels: dict[str, str]) -> dict:
+def _apply_script(job: dict, req: PyTorchJobRequest, labels: dict[str, str]) -> dict:
+    """Ship the script as a ConfigMap, mount it read-only into master and workers, run it."""
     script = req.training_script
     assert script is not None
-    if len(script.content.encode()) > MAX_CONFIGMAP_BYTES:
-        raise JobSpecError(f"training_script {script.filename!r} is {len(script.content.encode())} bytes; a "
-                           f"ConfigMap holds at most {MAX_CONFIGMAP_BYTES}: bake it into the image instead")
     name = script_configmap_name(job["metadata"]["name"])
-    for task_name in (master, worker):
+    for task_name in _role_names(job, req):
         task = _find_task(job, task_name)
         if task is None:
             continue
@@ -434,7 +577,10 @@ def _apply_script(job: dict, req: PyTorchJobRequest, master: str, worker: str, l
         volumes = pod.setdefault("volumes", [])
         if not any(volume.get("name") == SCRIPT_VOLUME for volume in volumes):
             volumes.append({"name": SCRIPT_VOLUME, "configMap": {"name": name}})
-        container = pod.setdefault("containers", [{"name": task_name}])[0]
+        containers = pod.setdefault("containers", [])
+        if not containers:
+            containers.append({"name": task_name})
+        container = containers[0]
         mounts = container.setdefault("volumeMounts", [])
         if not any(mount.get("name") == SCRIPT_VOLUME for mount in mounts):
             mounts.append({"name": SCRIPT_VOLUME, "mountPath": SCRIPT_MOUNT_PATH, "readOnly": True})
@@ -452,116 +598,177 @@ def _apply_script(job: dict, req: PyTorchJobRequest, master: str, worker: str, l
 # -- validation --------------------------------------------------------------------------------------
 
 
-def validate_job(job: dict) -> None:
-    """What Volcano's admission webhook would reject, and what would break PyTorch ranks."""
-    if job.get("apiVersion") != API_VERSION or job.get("kind") != "Job":
-        raise JobSpecError(f"job: must be apiVersion {API_VERSION}, kind Job")
+def _name_limit(job: dict) -> int | None:
+    """Longest Job name that keeps every `<job>-<task>-<last index>` within 63 characters."""
+    limits = [max_job_name_length([task["name"]], task["replicas"] - 1)
+              for task in (job.get("spec") or {}).get("tasks") or []
+              if isinstance(task, dict) and isinstance(task.get("name"), str) and isinstance(task.get("replicas"), int)]
+    return min(limits) if limits else None
+
+
+def validate_job(job: dict, *, origin: str = "job") -> None:
+    """What Volcano's admission webhook would reject, and what would break PyTorch ranks.
+
+    `origin` ("job_template", "full_job_spec") prefixes errors about fields only the template sets.
+    """
+    if not isinstance(job, dict) or job.get("apiVersion") != API_VERSION or job.get("kind") != "Job":
+        got = (job.get("apiVersion"), job.get("kind")) if isinstance(job, dict) else job
+        raise JobSpecError(f"{origin}: must be apiVersion {API_VERSION}, kind Job; got {got!r}")
     spec = job.get("spec") or {}
     tasks = spec.get("tasks") or []
-    if not tasks:
-        raise JobSpecError("job_template: spec.tasks must list at least one task")
-    names: list[str] = []
+    if not isinstance(tasks, list) or not tasks:
+        raise JobSpecError(f"{origin}: spec.tasks must list at least one task, got {tasks!r}")
+    master = _plugin_arg(job, "master") or DEFAULT_MASTER
+    worker = _plugin_arg(job, "worker") or DEFAULT_WORKER
+    role_param = {master: "master_task_name", worker: "worker_task_name"}
+    seen: dict[str, int] = {}
     total = 0
     for index, task in enumerate(tasks):
+        path = f"spec.tasks[{index}]"
+        if not isinstance(task, dict):
+            raise JobSpecError(f"{origin}: {path} must be a mapping, got {task!r}")
         name = task.get("name")
-        if not isinstance(name, str) or not TASK_NAME.match(name) or len(name) > 63:
-            raise JobSpecError(f"task name {name!r} (spec.tasks[{index}].name) is not a DNS label")
-        if name in names:
-            raise JobSpecError(f"duplicate task name {name!r} (spec.tasks[{names.index(name)}] and "
-                               f"spec.tasks[{index}]): master_task_name/worker_task_name must differ")
-        names.append(name)
-        replicas = _integer(f"spec.tasks[{index}].replicas ({name})", task.get("replicas", 0))
+        if not isinstance(name, str) or not DNS_LABEL.match(name) or len(name) > 63:
+            raise JobSpecError(f"{origin}: {path}.name {name!r} is not a DNS label (lowercase letters, digits, '-')")
+        if name in seen:
+            raise JobSpecError(f"duplicate task name {name!r} (spec.tasks[{seen[name]}] and {path}): "
+                               "master_task_name/worker_task_name must differ")
+        seen[name] = index
+        replicas = _integer(f"{origin}: {path}.replicas", task.get("replicas", 0), allow_str=False)
         total += replicas
-        if task.get("minAvailable") is not None and _integer(
-                f"spec.tasks[{index}].minAvailable", task["minAvailable"]) > replicas:
-            raise JobSpecError(f"spec.tasks[{index}].minAvailable ({task['minAvailable']}) is larger than its "
-                               f"replicas ({replicas})")
-        _validate_policies(f"spec.tasks[{index}].policies ({name})", task.get("policies"))
-        _validate_pod(name, (task.get("template") or {}).get("spec") or {})
-    _validate_policies("policies", spec.get("policies"))
-    _validate_plugins(spec, tasks)
+        if task.get("minAvailable") is not None:
+            task_min = _integer(f"{origin}: {path}.minAvailable", task["minAvailable"], allow_str=False)
+            if task_min > replicas:
+                raise JobSpecError(f"{origin}: {path}.minAvailable ({task_min}) is larger than its replicas "
+                                   f"({replicas})")
+        _validate_policies(f"{origin}: {path}.policies", task.get("policies"))
+        _validate_pod(f"{path}.template.spec", name, (task.get("template") or {}).get("spec") or {})
+    _validate_policies(f"{origin}: spec.policies", spec.get("policies"))
+    _validate_plugins(spec, seen, tasks, role_param)
     if spec.get("minAvailable") is not None:
-        min_available = _integer("min_available", spec["minAvailable"])
+        min_available = _integer("min_available", spec["minAvailable"], allow_str=False)
         if min_available > total:
             raise JobSpecError(f"min_available ({min_available}) is larger than the total replicas ({total})")
     for key, parameter in (("maxRetry", "max_retry"), ("ttlSecondsAfterFinished", "ttl_seconds_after_finished")):
         if spec.get(key) is not None:
-            _integer(parameter, spec[key])
-    for key, parameter in (("queue", "queue"), ("schedulerName", "scheduler_name")):
+            _integer(parameter, spec[key], allow_str=False)
+    for key, parameter in (("queue", "queue"), ("schedulerName", "scheduler_name"),
+                           ("priorityClassName", "priority_class_name")):
         if key in spec and (not isinstance(spec[key], str) or not spec[key]):
             raise JobSpecError(f"{parameter} must be a non-empty string, got {spec[key]!r}")
-    name = (job.get("metadata") or {}).get("name", "")
-    longest = max_job_name_length(names, max(int(task.get("replicas", 1)) - 1 for task in tasks))
-    if not isinstance(name, str) or not DNS_LABEL.match(name):
-        raise JobSpecError(f"name {name!r} is not a DNS label (lowercase letters, digits and '-', "
-                           "starting with a letter)")
-    if len(name) > longest:
-        raise JobSpecError(f"name {name!r} is {len(name)} characters; at most {longest} keep every pod name "
-                           f"<job>-<task>-<index> within {POD_NAME_MAX} characters")
-    for key, value in ((job.get("metadata") or {}).get("labels") or {}).items():
-        _check_label("labels", key, str(value))
+    _validate_name(job)
+    for labels in [(job.get("metadata") or {}).get("labels")] + [
+            ((task.get("template") or {}).get("metadata") or {}).get("labels") for task in tasks]:
+        for key, value in (labels or {}).items():
+            _check_label("labels", str(key), str(value))
 
 
-def _validate_pod(task: str, pod: dict) -> None:
+def _validate_name(job: dict) -> None:
+    name = (job.get("metadata") or {}).get("name")
+    if not isinstance(name, str) or not JOB_NAME.match(name):
+        raise JobSpecError(f"name {name!r} is not a DNS label (lowercase letters, digits and '-', starting with a "
+                           "letter, ending with a letter or digit)")
+    limit = _name_limit(job)
+    if limit is not None and len(name) > limit:
+        raise JobSpecError(f"name {name!r} is {len(name)} characters; at most {limit} keep every pod name "
+                           f"<job>-<task>-<index> within {POD_NAME_MAX} characters (the pod hostname)")
+
+
+def _check_label(parameter: str, key: str, value: str) -> None:
+    prefix, _, name = key.rpartition("/")
+    if (prefix and (len(prefix) > 253 or not LABEL_PREFIX_PART.match(prefix))) or not LABEL_NAME.match(name) \
+            or len(name) > 63:
+        raise JobSpecError(f"{parameter}: invalid label key {key!r}")
+    if len(value) > 63 or not LABEL_VALUE.match(value):
+        raise JobSpecError(f"{parameter}: invalid label value {value!r} for key {key!r} (<= 63 characters of "
+                           "[A-Za-z0-9._-], starting and ending alphanumeric)")
+
+
+def _validate_pod(path: str, task: str, pod: dict) -> None:
     containers = pod.get("containers") or []
-    if not containers:
-        raise JobSpecError(f"task {task!r} has no containers")
-    for container in containers:
-        if not container.get("image"):
-            raise JobSpecError(f"image: task {task!r} container {container.get('name')!r} has no image")
+    if not isinstance(containers, list) or not containers:
+        raise JobSpecError(f"image: task {task!r} has no containers ({path}.containers)")
+    for index, container in enumerate(containers):
+        if not isinstance(container, dict) or not isinstance(container.get("image"), str) \
+                or not container["image"].strip():
+            got = container.get("image") if isinstance(container, dict) else container
+            name = container.get("name") if isinstance(container, dict) else None
+            raise JobSpecError(f"image: task {task!r} container {name!r} has no image, got {got!r} "
+                               f"({path}.containers[{index}].image)")
+        if container.get("env") is not None:
+            if not isinstance(container["env"], list):
+                raise JobSpecError(f"env must be a list of EnvVar dicts, got {container['env']!r} ({path}.env)")
+            _env_list(container["env"])
     if pod.get("restartPolicy") is not None and pod["restartPolicy"] not in RESTART_POLICIES:
-        raise JobSpecError(f"restart_policy must be one of {sorted(RESTART_POLICIES)}, got {pod['restartPolicy']!r}")
+        raise JobSpecError(f"restart_policy must be one of {', '.join(sorted(RESTART_POLICIES))}; got "
+                           f"{pod['restartPolicy']!r} ({path}.restartPolicy)")
 
 
 def _validate_policies(parameter: str, policies: Any) -> None:
+    """Volcano's webhook rules: event(s) xor exitCode, known names, no duplicates, `*` alone."""
     if policies is None:
         return
     if not isinstance(policies, list):
         raise JobSpecError(f"{parameter} must be a list of policies, got {policies!r}")
-    seen: set[str] = set()
+    seen_events: set[str] = set()
+    seen_codes: set[int] = set()
     for policy in policies:
         if not isinstance(policy, dict):
             raise JobSpecError(f"{parameter}: a policy must be a mapping, got {policy!r}")
-        events = ([policy["event"]] if policy.get("event") else []) + list(policy.get("events") or [])
+        extra = policy.get("events") or []
+        if not isinstance(extra, list):
+            raise JobSpecError(f"{parameter}: events must be a list, got {extra!r}")
+        events = list(dict.fromkeys(([policy["event"]] if policy.get("event") else []) + extra))
         exit_code = policy.get("exitCode")
         if events and exit_code is not None:
             raise JobSpecError(f"{parameter}: policy {policy!r} has both an event and exitCode; give one")
         if not events and exit_code is None:
-            raise JobSpecError(f"{parameter}: policy {policy!r} needs an event or an exitCode")
-        if exit_code is not None and (isinstance(exit_code, bool) or not isinstance(exit_code, int) or exit_code == 0):
-            raise JobSpecError(f"{parameter}: exitCode must be a non-zero integer, got {exit_code!r}")
+            raise JobSpecError(f"{parameter}: policy {policy!r} needs an event, events or an exitCode")
+        if exit_code is not None:
+            if isinstance(exit_code, bool) or not isinstance(exit_code, int) or exit_code == 0:
+                raise JobSpecError(f"{parameter}: exitCode must be a non-zero integer, got {exit_code!r}")
+            if exit_code in seen_codes:
+                raise JobSpecError(f"{parameter}: duplicate exitCode {exit_code!r}")
+            seen_codes.add(exit_code)
         for event in events:
             if event not in EVENTS:
                 raise JobSpecError(f"{parameter}: unknown event {event!r} (one of {', '.join(sorted(EVENTS))})")
-            if event in seen:
-                raise JobSpecError(f"{parameter}: event {event!r} appears in more than one policy")
-            seen.add(event)
+            if event in seen_events:
+                raise JobSpecError(f"{parameter}: duplicate event {event!r} (it appears in more than one policy)")
+            seen_events.add(event)
         if policy.get("action") not in ACTIONS:
             raise JobSpecError(f"{parameter}: unknown action {policy.get('action')!r} "
                                f"(one of {', '.join(sorted(ACTIONS))})")
+    if "*" in seen_events and len(seen_events) > 1:
+        raise JobSpecError(f"{parameter}: event '*' must be the only event, got {sorted(seen_events)!r}")
 
 
-def _validate_plugins(spec: dict, tasks: list[dict]) -> None:
+def _validate_plugins(spec: dict, seen: dict[str, int], tasks: list[dict], role_param: dict[str, str]) -> None:
     plugins = spec.get("plugins") or {}
-    for plugin in plugins:
+    if not isinstance(plugins, dict):
+        raise JobSpecError(f"extra_plugins: spec.plugins must be a mapping, got {plugins!r}")
+    for plugin, plugin_args in plugins.items():
         if plugin not in PLUGINS:
-            raise JobSpecError(
-                f"extra_plugins: unknown Volcano plugin {plugin!r} (one of {', '.join(sorted(PLUGINS))})"
-            )
+            raise JobSpecError(f"extra_plugins: unknown Volcano plugin {plugin!r} "
+                               f"(one of {', '.join(sorted(PLUGINS))})")
+        if plugin_args is not None and (not isinstance(plugin_args, list) or
+                                        not all(isinstance(arg, str) for arg in plugin_args)):
+            raise JobSpecError(f"extra_plugins: arguments of plugin {plugin!r} must be a list of strings, "
+                               f"got {plugin_args!r}")
     if "pytorch" not in plugins:
         return
-    master = _plugin_arg({"spec": spec}, "master") or DEFAULT_MASTER
-    worker = _plugin_arg({"spec": spec}, "worker") or DEFAULT_WORKER
-    port = _plugin_arg({"spec": spec}, "port")
+    job = {"spec": spec}
+    master = _plugin_arg(job, "master") or DEFAULT_MASTER
+    worker = _plugin_arg(job, "worker") or DEFAULT_WORKER
+    port = _plugin_arg(job, "port")
     if port is not None:
         _integer("port", port, 1, 65535)
-    by_name = {task["name"]: task for task in tasks}
-    if master not in by_name:
-        raise JobSpecError(f"master_task_name {master!r}: the job has no such task (tasks: {', '.join(by_name)})")
-    master_replicas = int(by_name[master].get("replicas", 0))
+    if master not in seen:
+        raise JobSpecError(f"{role_param[master]} {master!r}: the job has no such task (tasks: {', '.join(seen)})")
+    master_replicas = tasks[seen[master]].get("replicas", 0)
     if master_replicas != 1:
-        raise JobSpecError(f"the master task {master!r} must have exactly 1 replica, got {master_replicas}: "
-                           "Volcano's pytorch plugin gives rank 0 to master-0 and breaks ranks otherwise")
-    if worker not in by_name and len(tasks) > 1:
-        raise JobSpecError(f"worker_task_name {worker!r}: the job has no such task (tasks: {', '.join(by_name)})")
-
+        raise JobSpecError(f"the master task {master!r} must have exactly 1 replica, got {master_replicas} "
+                           f"(spec.tasks[{seen[master]}].replicas): the pytorch plugin gives rank 0 to "
+                           f"{master}-0 and the ranks break otherwise")
+    if worker not in seen and len(tasks) > 1:
+        raise JobSpecError(f"{role_param[worker]} {worker!r}: the job has no such task (tasks: {', '.join(seen)})")

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import copy
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 
 from airflow_volcano.manifest import (
+    MANAGED_BY_LABEL,
     SCRIPT_MOUNT_PATH,
     JobSpecError,
     PyTorchJobRequest,
@@ -18,7 +21,10 @@ from airflow_volcano.manifest import (
     load_job_template,
     max_job_name_length,
     run_labels,
+    sanitize_dns_label,
     sanitize_label_value,
+    script_configmap_name,
+    validate_job,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,6 +32,11 @@ SEED_YAML = REPO / "tests" / "fixtures" / "seed000-job.yaml"
 SEED_SCRIPT = REPO / "dags" / "scripts" / "pytorch_demo.py"
 LABELS = run_labels(dag_id="retrain", task_id="train", run_id="manual__2026-11-22T00:00:00+00:00",
                     try_number=1, map_index=-1)
+DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+def seed() -> dict:
+    return yaml.safe_load(SEED_YAML.read_text())
 
 
 def build(**kwargs):
@@ -33,73 +44,181 @@ def build(**kwargs):
     return build_manifests(PyTorchJobRequest(**kwargs), run_labels=LABELS, default_name="retrain-train-abc123")
 
 
+def build_template(template: dict, **kwargs):
+    return build_manifests(PyTorchJobRequest(job_template=template, **kwargs), run_labels=LABELS,
+                           default_name="retrain-train-abc123")
+
+
 def task(job: dict, name: str) -> dict:
     return next(t for t in job["spec"]["tasks"] if t["name"] == name)
 
 
+def container(job: dict, name: str) -> dict:
+    return task(job, name)["template"]["spec"]["containers"][0]
+
+
+def error_of(**kwargs) -> str:
+    with pytest.raises(JobSpecError) as error:
+        build(**kwargs)
+    return str(error.value)
+
+
+def template_error(template: dict, **kwargs) -> str:
+    with pytest.raises(JobSpecError) as error:
+        build_template(template, **kwargs)
+    return str(error.value)
+
+
+# -- seed 000 -----------------------------------------------------------------------------------------
+
+
 def test_seed_000_from_operator_arguments_matches_the_seed_yaml_field_by_field():
-    seed = yaml.safe_load(SEED_YAML.read_text())
+    expected = seed()
     manifests = build(
         name="pytorch-job-with-configmap", image="pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime",
         image_pull_policy="IfNotPresent", worker_replicas=2, resources={"cpu": "1", "memory": "2Gi"},
-        env={"PYTHONUNBUFFERED": "1"}, restart_policy="OnFailure",
+        env={"PYTHONUNBUFFERED": "1"},
+        # Our default is Never (+ PodFailed/PodEvicted -> RestartJob) so Volcano sees a failed rank;
+        # the seed's OnFailure is one argument away.
+        restart_policy="OnFailure",
         training_script=TrainingScript("pytorch-demo.py", SEED_SCRIPT.read_text()),
     )
     job = manifests.job
-    assert job["apiVersion"] == seed["apiVersion"] and job["kind"] == seed["kind"]
-    assert job["metadata"]["name"] == seed["metadata"]["name"]
-    for key in ("minAvailable", "schedulerName"):
-        assert job["spec"][key] == seed["spec"][key]
-    assert job["spec"]["plugins"]["pytorch"] == seed["spec"]["plugins"]["pytorch"]
-    # Intended differences: svc listed explicitly (no reliance on the webhook), queue and maxRetry
-    # explicit, our labels, and the script mounted from our ConfigMap at our path.
-    assert job["spec"]["plugins"]["svc"] == [] and job["spec"]["queue"] == "default"
-    for ours, theirs in zip(job["spec"]["tasks"], seed["spec"]["tasks"], strict=True):
+    assert (job["apiVersion"], job["kind"]) == (expected["apiVersion"], expected["kind"])
+    assert job["metadata"]["name"] == expected["metadata"]["name"]
+    assert job["spec"]["minAvailable"] == expected["spec"]["minAvailable"] == 3
+    assert job["spec"]["schedulerName"] == expected["spec"]["schedulerName"] == "volcano"
+    assert job["spec"]["plugins"]["pytorch"] == expected["spec"]["plugins"]["pytorch"]
+    # Intended differences from the seed: svc listed explicitly (MASTER_ADDR must not depend on the
+    # webhook adding it), queue and maxRetry explicit, job policies restarting the gang, our labels,
+    # and the script mounted read-only from our ConfigMap `<job>-script` at our path.
+    assert job["spec"]["plugins"]["svc"] == []
+    assert (job["spec"]["queue"], job["spec"]["maxRetry"]) == ("default", 3)
+    assert job["metadata"]["labels"] == LABELS
+    for ours, theirs in zip(job["spec"]["tasks"], expected["spec"]["tasks"], strict=True):
         assert (ours["name"], ours["replicas"]) == (theirs["name"], theirs["replicas"])
         assert ours.get("policies") == theirs.get("policies")
         mine, seeds = ours["template"]["spec"], theirs["template"]["spec"]
-        assert mine["restartPolicy"] == seeds["restartPolicy"]
+        assert mine["restartPolicy"] == seeds["restartPolicy"] == "OnFailure"
         c, s = mine["containers"][0], seeds["containers"][0]
         for key in ("name", "image", "imagePullPolicy", "resources", "env"):
             assert c[key] == s[key], key
         assert c["command"] == ["python", f"{SCRIPT_MOUNT_PATH}/pytorch-demo.py"]
-        script_volume = {"name": "training-script", "configMap": {"name": "pytorch-job-with-configmap-script"}}
-        assert mine["volumes"] == [script_volume]
-        assert ours["template"]["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "airflow-volcano"
-    assert manifests.configmap["metadata"]["name"] == "pytorch-job-with-configmap-script"
-    assert manifests.configmap["data"]["pytorch-demo.py"] == SEED_SCRIPT.read_text()
+        assert c["volumeMounts"] == [{"name": "training-script", "mountPath": SCRIPT_MOUNT_PATH, "readOnly": True}]
+        assert mine["volumes"] == [{"name": "training-script",
+                                    "configMap": {"name": "pytorch-job-with-configmap-script"}}]
+        assert ours["template"]["metadata"]["labels"] == LABELS
+    assert task(expected, "master")["policies"] == [{"event": "TaskCompleted", "action": "CompleteJob"}]
+    configmap = manifests.configmap
+    assert configmap["metadata"]["name"] == script_configmap_name("pytorch-job-with-configmap")
+    assert configmap["metadata"]["labels"] == LABELS
+    assert configmap["data"] == {"pytorch-demo.py": SEED_SCRIPT.read_text()}
 
 
-def test_seed_yaml_as_template_submits_unchanged_apart_from_labels():
-    seed = yaml.safe_load(SEED_YAML.read_text())
-    job = build_manifests(PyTorchJobRequest(job_template=load_job_template(SEED_YAML.read_text(), source="seed")),
-                          run_labels=LABELS, default_name="x").job
-    assert job["metadata"].pop("labels") == LABELS
-    for task_spec in job["spec"]["tasks"]:
-        assert task_spec["template"].pop("metadata") == {"labels": LABELS}
-    assert job == seed
+def test_seed_yaml_as_template_submits_unchanged_apart_from_labels_and_namespace():
+    for namespace in (None, "ml"):
+        job = build_manifests(
+            PyTorchJobRequest(job_template=load_job_template(SEED_YAML.read_text(), source=str(SEED_YAML)),
+                              namespace=namespace),
+            run_labels=LABELS, default_name="unused").job
+        assert job["metadata"].pop("labels") == LABELS
+        assert job["metadata"].pop("namespace", None) == namespace
+        for task_spec in job["spec"]["tasks"]:
+            assert task_spec["template"].pop("metadata") == {"labels": LABELS}
+        assert job == seed()
+
+
+def test_seed_script_is_the_seed_documents_script():
+    text = SEED_SCRIPT.read_text()
+    assert 'dist.init_process_group(backend="gloo")' in text and text.rstrip().endswith("train()")
+
+
+# -- precedence ----------------------------------------------------------------------------------------
 
 
 def test_explicit_argument_beats_template_which_beats_default():
-    template = yaml.safe_load(SEED_YAML.read_text())
+    template = seed()
     template["spec"]["queue"] = "q1"
-    kept = build_manifests(PyTorchJobRequest(job_template=template), run_labels=LABELS, default_name="x").job
+    kept = build_template(template).job
     assert kept["spec"]["queue"] == "q1"
-    assert "maxRetry" not in kept["spec"], "defaults are not injected into a template"
-    overridden = build_manifests(PyTorchJobRequest(job_template=template, queue="q2", worker_replicas=5,
-                                                   image="new:2"), run_labels=LABELS, default_name="x").job
-    assert overridden["spec"]["queue"] == "q2"
+    assert "maxRetry" not in kept["spec"] and "svc" not in kept["spec"]["plugins"], "no defaults injected"
+    overridden = build_template(template, queue="q2", worker_replicas=5, image="new:2", max_retry=2).job
+    assert overridden["spec"]["queue"] == "q2" and overridden["spec"]["maxRetry"] == 2
     assert task(overridden, "worker")["replicas"] == 5
-    assert task(overridden, "master")["template"]["spec"]["containers"][0]["image"] == "new:2"
+    assert container(overridden, "master")["image"] == container(overridden, "worker")["image"] == "new:2"
+    assert template["spec"]["queue"] == "q1" and template["spec"]["tasks"][1]["replicas"] == 2, "not mutated"
+
+
+def test_template_keeps_gang_scheduling_when_worker_replicas_change():
+    assert build_template(seed(), worker_replicas=5).job["spec"]["minAvailable"] == 6
+    job = build_template(seed(), worker_replicas=0).job
+    assert [t["name"] for t in job["spec"]["tasks"]] == ["master"] and job["spec"]["minAvailable"] == 1
+
+
+def test_template_pod_arguments_reach_master_and_worker():
+    job = build_template(seed(), node_selector={"pool": "gpu"}, image_pull_secrets=["regcred"],
+                         resources={"gpu": 1}, env={"A": "1"}, service_account_name="trainer").job
+    for name in ("master", "worker"):
+        pod = task(job, name)["template"]["spec"]
+        assert pod["nodeSelector"] == {"pool": "gpu"} and pod["imagePullSecrets"] == [{"name": "regcred"}]
+        assert pod["serviceAccountName"] == "trainer"
+        assert pod["containers"][0]["env"] == [{"name": "A", "value": "1"}]
+        assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+        assert pod["volumes"][0]["configMap"]["name"] == "pytorch-demo-script", "template volumes kept"
+
+
+def test_port_and_task_names_rewrite_the_plugin_and_keep_other_flags():
+    template = seed()
+    template["spec"]["plugins"]["pytorch"].append("--wait-master-enabled=true")
+    template["spec"]["tasks"][1]["name"] = "trainer"
+    template["spec"]["tasks"][1]["template"]["spec"]["containers"][0]["name"] = "trainer"
+    job = build_template(template, worker_task_name="trainer", port="29500").job
+    assert job["spec"]["plugins"]["pytorch"] == ["--master=master", "--worker=trainer", "--port=29500",
+                                                 "--wait-master-enabled=true"]
+
+
+def test_full_job_spec_is_used_as_is_apart_from_name_namespace_labels():
+    spec = seed()
+    del spec["metadata"]["name"]
+    job = build_manifests(PyTorchJobRequest(full_job_spec=spec, namespace="ml", annotations={"team": "a"}),
+                          run_labels=LABELS, default_name="retrain-train-abc123").job
+    assert job["metadata"] == {"name": "retrain-train-abc123", "namespace": "ml", "labels": LABELS,
+                               "annotations": {"team": "a"}}
+    assert job["spec"]["plugins"] == seed()["spec"]["plugins"]
+    assert "maxRetry" not in job["spec"] and "queue" not in job["spec"]
+
+
+def test_full_job_spec_refuses_other_arguments_and_templates():
+    assert "worker_replicas cannot be combined with it" in error_of(full_job_spec=seed(), image=None,
+                                                                      worker_replicas=3)
+    assert "training_script cannot be combined" in error_of(full_job_spec=seed(), image=None,
+                                                            training_script=TrainingScript("t.py", ""))
+    assert "job_template and full_job_spec cannot be combined" in error_of(full_job_spec=seed(), job_template=seed())
+
+
+# -- built-in defaults ---------------------------------------------------------------------------------
+
+
+def _nulls_or_empties(value: object, path: str = "") -> list[str]:
+    """Paths of null/empty values, except plugin argument lists (`svc: []` means "no arguments")."""
+    if isinstance(value, dict):
+        return [f"{path}.{key}" for key, v in value.items() if v is None or (v in ([], {}) and key != "svc")] + [
+            bad for key, v in value.items() for bad in _nulls_or_empties(v, f"{path}.{key}")]
+    if isinstance(value, list):
+        return [bad for i, v in enumerate(value) for bad in _nulls_or_empties(v, f"{path}[{i}]")]
+    return []
 
 
 def test_defaults_gang_schedule_and_restart_the_whole_job_on_pod_failure():
-    job = build(worker_replicas=3).job
+    job = build(worker_replicas=3, tolerations=[], volumes=None).job
     assert job["spec"]["minAvailable"] == 4
-    assert {"event": "PodFailed", "action": "RestartJob"} in job["spec"]["policies"]
-    assert {"event": "PodEvicted", "action": "RestartJob"} in job["spec"]["policies"]
+    assert job["spec"]["plugins"] == {"pytorch": ["--master=master", "--worker=worker", "--port=23456"], "svc": []}
+    assert job["spec"]["policies"] == [{"event": "PodEvicted", "action": "RestartJob"},
+                                       {"event": "PodFailed", "action": "RestartJob"}]
+    assert task(job, "master")["replicas"] == 1
     assert task(job, "master")["policies"] == [{"event": "TaskCompleted", "action": "CompleteJob"}]
     assert task(job, "master")["template"]["spec"]["restartPolicy"] == "Never"
+    assert _nulls_or_empties(job) == [], "unset keys are left out"
 
 
 def test_zero_workers_leaves_only_the_master():
@@ -109,85 +228,273 @@ def test_zero_workers_leaves_only_the_master():
 
 
 def test_gpu_shorthand_and_per_role_resources():
-    job = build(resources={"cpu": "2", "gpu": 1}, worker_resources={"memory": "8Gi"}).job
-    master = task(job, "master")["template"]["spec"]["containers"][0]["resources"]
-    worker = task(job, "worker")["template"]["spec"]["containers"][0]["resources"]
-    assert master["limits"] == {"cpu": "2", "nvidia.com/gpu": "1"}
-    assert worker["requests"] == {"cpu": "2", "nvidia.com/gpu": "1", "memory": "8Gi"}
+    job = build(resources={"cpu": "2", "gpu": 1}, worker_resources={"memory": "8Gi"},
+                master_resources={"requests": {"cpu": "500m"}}).job
+    assert container(job, "worker")["resources"] == {
+        "requests": {"cpu": "2", "nvidia.com/gpu": "1", "memory": "8Gi"},
+        "limits": {"cpu": "2", "nvidia.com/gpu": "1", "memory": "8Gi"}}
+    assert container(job, "master")["resources"] == {"requests": {"cpu": "500m", "nvidia.com/gpu": "1"},
+                                                     "limits": {"cpu": "2", "nvidia.com/gpu": "1"}}
+
+
+def test_env_dict_and_list_with_value_from():
+    secret = {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}
+    assert container(build(env={"EPOCHS": 5}).job, "master")["env"] == [{"name": "EPOCHS", "value": "5"}]
+    assert container(build(env=[secret]).job, "worker")["env"] == [secret]
+
+
+def test_script_sets_pythonunbuffered_unless_given_and_keeps_an_explicit_command():
+    script = TrainingScript("t.py", "print(1)\n")
+    job = build(training_script=script, env={"PYTHONUNBUFFERED": "0"}, command=["torchrun"],
+                args=[f"{SCRIPT_MOUNT_PATH}/t.py"]).job
+    master = container(job, "master")
+    assert master["env"] == [{"name": "PYTHONUNBUFFERED", "value": "0"}]
+    assert (master["command"], master["args"]) == (["torchrun"], [f"{SCRIPT_MOUNT_PATH}/t.py"])
+    assert container(build(training_script=script).job, "worker")["env"] == [
+        {"name": "PYTHONUNBUFFERED", "value": "1"}]
+
+
+def test_labels_annotations_and_optional_pod_fields():
+    job = build(labels={"team": "vision"}, annotations={"owner": "me"}, priority_class_name="high",
+                ttl_seconds_after_finished="600", namespace="ml").job
+    assert job["metadata"]["labels"] == {"team": "vision", **LABELS}
+    assert job["metadata"]["annotations"] == {"owner": "me"} and job["metadata"]["namespace"] == "ml"
+    assert job["spec"]["ttlSecondsAfterFinished"] == 600 and job["spec"]["priorityClassName"] == "high"
+    template = task(job, "worker")["template"]
+    assert template["metadata"] == {"labels": {"team": "vision", **LABELS}, "annotations": {"owner": "me"}}
+    assert template["spec"]["priorityClassName"] == "high"
 
 
 def test_templated_numbers_as_strings_are_accepted():
-    assert task(build(worker_replicas="2").job, "worker")["replicas"] == 2
+    job = build(worker_replicas="2", port="29500", min_available="2").job
+    assert task(job, "worker")["replicas"] == 2 and job["spec"]["minAvailable"] == 2
+    assert "--port=29500" in job["spec"]["plugins"]["pytorch"]
+
+
+# -- validation: every error names the parameter and the bad value ----------------------------------
 
 
 @pytest.mark.parametrize(("kwargs", "expected"), [
     ({"worker_replicas": -1}, "worker_replicas must be an integer >= 0, got -1"),
     ({"worker_replicas": "two"}, "worker_replicas must be an integer >= 0, got 'two'"),
+    ({"worker_replicas": 1.5}, "worker_replicas must be an integer >= 0, got 1.5"),
     ({"worker_replicas": True}, "worker_replicas must be an integer >= 0, got True"),
     ({"port": 70000}, "port must be an integer between 1 and 65535, got 70000"),
-    ({"name": "Bad_Name"}, "name 'Bad_Name' is not a DNS label"),
-    ({"name": "x" * 60}, "keep every pod name"),
+    ({"port": 0}, "port must be an integer between 1 and 65535, got 0"),
     ({"min_available": 9, "worker_replicas": 2}, "min_available (9) is larger than the total replicas (3)"),
-    ({"policies": [{"event": "PodExploded", "action": "RestartJob"}]}, "unknown event 'PodExploded'"),
-    ({"policies": [{"event": "PodFailed", "action": "Panic"}]}, "unknown action 'Panic'"),
-    ({"policies": [{"event": "PodFailed", "exitCode": 3, "action": "AbortJob"}]}, "both an event and exitCode"),
-    ({"policies": [{"exitCode": 0, "action": "AbortJob"}]}, "exitCode must be a non-zero integer, got 0"),
-    ({"master_task_name": "trainer", "worker_task_name": "trainer"}, "duplicate task name 'trainer'"),
-    ({"image": None}, "image: task 'master' container 'master' has no image"),
+    ({"min_available": 0}, "min_available must be an integer >= 1, got 0"),
+    ({"max_retry": -1}, "max_retry must be an integer >= 1, got -1"),
     ({"max_retry": 0}, "max_retry must be an integer >= 1, got 0"),
-    ({"image_pull_policy": "Sometimes"}, "image_pull_policy must be one of"),
-    ({"env": [{"name": "1 bad"}]}, "env: invalid environment variable"),
-    ({"labels": {"team": "a b"}}, "labels: invalid label value 'a b'"),
+    ({"ttl_seconds_after_finished": "soon"}, "ttl_seconds_after_finished must be an integer >= 0, got 'soon'"),
+    ({"name": "Bad_Name"}, "name 'Bad_Name' is not a DNS label"),
+    ({"name": "9lives"}, "name '9lives' is not a DNS label"),
+    ({"name": "x" * 60}, f"name '{'x' * 60}' is 60 characters; at most 54 keep every pod name"),
+    ({"namespace": "ML"}, "namespace 'ML' is not a DNS label"),
+    ({"master_task_name": "trainer", "worker_task_name": "trainer"}, "duplicate task name 'trainer'"),
+    ({"master_task_name": "Boss"}, "master_task_name 'Boss' is not a DNS label"),
+    ({"image": None}, "image: task 'master' container 'master' has no image, got None"),
+    ({"image": ""}, "image must be a non-empty string, got ''"),
+    ({"image_pull_policy": "Sometimes"}, "image_pull_policy must be one of Always, IfNotPresent, Never; got "
+                                         "'Sometimes'"),
+    ({"restart_policy": "Maybe"}, "restart_policy must be one of Always, Never, OnFailure; got 'Maybe'"),
+    ({"queue": ""}, "queue must be a non-empty string, got ''"),
+    ({"scheduler_name": 7}, "scheduler_name must be a non-empty string, got 7"),
+    ({"env": [{"name": "1 bad", "value": "x"}]}, "env: invalid environment variable {'name': '1 bad'"),
+    ({"env": [{"name": "N", "value": 3}]}, "env: the value of 'N' must be a string, got 3"),
+    ({"env": "A=1"}, "env must be a dict or a list of EnvVar dicts, got 'A=1'"),
+    ({"command": "python train.py"}, "command must be a list, got 'python train.py'"),
+    ({"tolerations": [["key"]]}, "tolerations must be a list of dict, got [['key']]"),
+    ({"labels": {"team": "a b"}}, "labels: invalid label value 'a b' for key 'team'"),
+    ({"labels": {"bad key": "x"}}, "labels: invalid label key 'bad key'"),
     ({"extra_plugins": {"horovod": []}}, "extra_plugins: unknown Volcano plugin 'horovod'"),
+    ({"extra_plugins": {"ssh": "yes"}}, "extra_plugins['ssh'] must be a list, got 'yes'"),
+    ({"resources": {"gpus": 1}}, "resources: unknown resource 'gpus'"),
+    ({"worker_resources": {"memory": "lots"}}, "worker_resources: 'memory' must be a quantity such as 2, 500m or "
+                                               "4Gi, got 'lots'"),
+    ({"resources": {"cpu": 1, "limits": {"cpu": 2}}}, "resources: give either the shorthand"),
+    ({"training_script": TrainingScript("my script.py", "")}, "training_script: file name 'my script.py'"),
+    ({"training_script": TrainingScript("big.py", "#" * (1024 * 1024))}, "training_script 'big.py' is 1048582 "
+                                                                         "bytes; a ConfigMap holds at most 1048576"),
 ])
-def test_bad_input_names_the_parameter_and_value(kwargs, expected):
-    with pytest.raises(JobSpecError) as error:
-        build(**kwargs)
-    assert expected in str(error.value)
+def test_bad_argument_names_the_parameter_and_value(kwargs, expected):
+    assert expected in error_of(**kwargs)
 
 
-def test_master_must_have_exactly_one_replica():
-    template = yaml.safe_load(SEED_YAML.read_text())
-    template["spec"]["tasks"][0]["replicas"] = 2
-    with pytest.raises(JobSpecError, match="exactly 1 replica, got 2"):
-        build_manifests(PyTorchJobRequest(job_template=template), run_labels=LABELS, default_name="x")
+@pytest.mark.parametrize(("policies", "expected"), [
+    ([{"event": "PodExploded", "action": "RestartJob"}], "unknown event 'PodExploded'"),
+    ([{"events": ["PodFailed", "Oops"], "action": "RestartJob"}], "unknown event 'Oops'"),
+    ([{"event": "PodFailed", "action": "Panic"}], "unknown action 'Panic'"),
+    ([{"event": "PodFailed", "exitCode": 3, "action": "AbortJob"}], "has both an event and exitCode"),
+    ([{"events": ["PodFailed"], "exitCode": 3, "action": "AbortJob"}], "has both an event and exitCode"),
+    ([{"action": "AbortJob"}], "needs an event, events or an exitCode"),
+    ([{"exitCode": 0, "action": "AbortJob"}], "exitCode must be a non-zero integer, got 0"),
+    ([{"exitCode": 3, "action": "AbortJob"}, {"exitCode": 3, "action": "RestartJob"}], "duplicate exitCode 3"),
+    ([{"event": "PodFailed", "action": "AbortJob"}, {"events": ["PodFailed"], "action": "RestartJob"}],
+     "duplicate event 'PodFailed'"),
+    ([{"event": "*", "action": "AbortJob"}, {"event": "PodFailed", "action": "RestartJob"}],
+     "event '*' must be the only event"),
+    ({"event": "PodFailed"}, "must be a list, got {'event': 'PodFailed'}"),
+])
+@pytest.mark.parametrize("parameter", ["policies", "master_policies"])
+def test_bad_policies_name_the_parameter_and_value(parameter, policies, expected):
+    message = error_of(**{parameter: policies})
+    assert message.startswith(parameter) and expected in message
+
+
+def test_good_policies_pass():
+    job = build(policies=[{"events": ["PodFailed", "PodEvicted"], "action": "RestartJob"},
+                          {"exitCode": 137, "action": "AbortJob"}]).job
+    assert job["spec"]["policies"][1] == {"exitCode": 137, "action": "AbortJob"}
+
+
+def _template_with(change) -> dict:
+    template = seed()
+    change(template)
+    return template
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    (lambda t: t["spec"].update(tasks=[]), "job_template: spec.tasks must list at least one task, got []"),
+    (lambda t: t["spec"]["tasks"][1].update(replicas=True),
+     "job_template: spec.tasks[1].replicas must be an integer >= 0, got True"),
+    (lambda t: t["spec"]["tasks"][1].update(replicas="2"),
+     "job_template: spec.tasks[1].replicas must be an integer >= 0, got '2'"),
+    (lambda t: t["spec"]["tasks"][0].update(replicas=2), "master task 'master' must have exactly 1 replica, got 2"),
+    (lambda t: t["spec"]["tasks"][0].update(replicas=0), "master task 'master' must have exactly 1 replica, got 0"),
+    (lambda t: t["spec"]["tasks"][1].update(name="master"),
+     "duplicate task name 'master' (spec.tasks[0] and spec.tasks[1])"),
+    (lambda t: t["spec"]["tasks"][1].update(name="Worker_1"), "job_template: spec.tasks[1].name 'Worker_1' is not"),
+    (lambda t: t["spec"]["tasks"][1].update(name="trainer"), "worker_task_name 'worker': the job has no such task"),
+    (lambda t: t["spec"]["tasks"][1].update(minAvailable=3),
+     "job_template: spec.tasks[1].minAvailable (3) is larger than its replicas (2)"),
+    (lambda t: t["spec"].update(minAvailable=4), "min_available (4) is larger than the total replicas (3)"),
+    (lambda t: t["spec"].update(minAvailable=-1), "min_available must be an integer >= 0, got -1"),
+    (lambda t: t["spec"].update(maxRetry=-2), "max_retry must be an integer >= 0, got -2"),
+    (lambda t: t["spec"]["plugins"].update(pytorch=["--port=99999"]),
+     "port must be an integer between 1 and 65535, got '99999'"),
+    (lambda t: t["spec"]["plugins"].update(horovod=[]), "extra_plugins: unknown Volcano plugin 'horovod'"),
+    (lambda t: t["spec"]["tasks"][1]["template"]["spec"].update(restartPolicy="Sometimes"),
+     "restart_policy must be one of Always, Never, OnFailure; got 'Sometimes' "
+     "(spec.tasks[1].template.spec.restartPolicy)"),
+    (lambda t: t["spec"]["tasks"][1]["template"]["spec"]["containers"][0].pop("image"),
+     "image: task 'worker' container 'worker' has no image, got None (spec.tasks[1].template.spec.containers[0]"),
+    (lambda t: t["spec"]["tasks"][0].update(policies=[{"event": "TaskCompleted", "action": "Win"}]),
+     "job_template: spec.tasks[0].policies: unknown action 'Win'"),
+    (lambda t: t["spec"].update(queue=""), "queue must be a non-empty string, got ''"),
+    (lambda t: t["metadata"].update(labels={"a": "-x"}), "labels: invalid label value '-x' for key 'a'"),
+    (lambda t: t["metadata"].update(name="x" * 60), "at most 54 keep every pod name"),
+])
+def test_bad_template_names_the_field_and_value(change, expected):
+    assert expected in template_error(_template_with(change))
+
+
+def test_master_task_name_must_exist_in_the_template():
+    assert "master_task_name 'boss': the job has no such task" in template_error(seed(), master_task_name="boss")
+
+
+def test_worker_replicas_without_a_worker_task_is_refused():
+    template = _template_with(lambda t: (t["spec"]["tasks"].pop(1), t["spec"].update(minAvailable=1)))
+    assert build_template(template).job["spec"]["tasks"][0]["name"] == "master", "master alone is fine"
+    assert "worker_replicas=2: the job has no task named 'worker'" in template_error(template, worker_replicas=2)
+
+
+def test_validate_job_checks_kind_and_api_version():
+    with pytest.raises(JobSpecError, match=r"job: must be apiVersion batch.volcano.sh/v1alpha1, kind Job; "
+                                           r"got \('batch/v1', 'Job'\)"):
+        validate_job({"apiVersion": "batch/v1", "kind": "Job"})
+    validate_job(build().job)
 
 
 def test_malformed_template_says_where():
-    with pytest.raises(JobSpecError, match=r"job_template jobs/train.yaml is not valid YAML/JSON at line 4"):
+    with pytest.raises(JobSpecError, match=r"job_template jobs/train.yaml is not valid YAML/JSON at line 4, column 1"):
         load_job_template("apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nspec: [unclosed\n",
                           source="jobs/train.yaml")
-    with pytest.raises(JobSpecError, match="must be apiVersion batch.volcano.sh/v1alpha1, kind Job"):
+    with pytest.raises(JobSpecError, match=r"job_template <string> is not valid JSON at line 2, column 25"):
+        load_job_template('{"kind": "Job",\n "spec": {"tasks": [1, 2}\n}', source="<string>")
+    with pytest.raises(JobSpecError, match="must be apiVersion batch.volcano.sh/v1alpha1, kind Job; got "
+                                           "apiVersion 'v1', kind 'Pod'"):
         load_job_template("apiVersion: v1\nkind: Pod\n", source="<string>")
+    with pytest.raises(JobSpecError, match="job_template t.yaml must be a mapping"):
+        load_job_template("- a\n- b\n", source="t.yaml")
 
 
-def test_full_job_spec_refuses_other_arguments():
-    with pytest.raises(JobSpecError, match="worker_replicas cannot be combined"):
-        build(full_job_spec=yaml.safe_load(SEED_YAML.read_text()), image=None, worker_replicas=3)
+def test_json_template_is_accepted():
+    text = '{"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "spec": {"tasks": []}}'
+    assert load_job_template(text, source="<string>")["kind"] == "Job"
+
+
+# -- names and labels ----------------------------------------------------------------------------------
 
 
 def test_default_name_keeps_every_pod_name_a_short_dns_label():
     longest = max_job_name_length(["master", "worker"], max_index=99)
+    assert longest == 63 - len("-worker-99")
     name = default_job_name("Nightly_Retraining.Pipeline" * 3, "train_model", suffix="a1b2c3", max_len=longest)
-    assert len(f"{name}-worker-99") <= 63 and name.endswith("-a1b2c3") and name[0].isalpha()
-    assert default_job_name("9dag", "t", suffix="ff", max_len=longest).startswith("j-9dag")
+    assert len(f"{name}-worker-99") <= 63 and DNS_LABEL.match(name) and name.endswith("-a1b2c3")
+    assert default_job_name("9dag", "t", suffix="ff", max_len=longest) == "j-9dag-t-ff"
+    assert default_job_name("dag", "Ünïcode task!", suffix="ff", max_len=longest) == "dag-ncode-task-ff"
+    other = default_job_name("Nightly_Retraining.Pipeline" * 3, "train_model", suffix="d4e5f6", max_len=longest)
+    assert other != name, "the suffix survives truncation, so reruns get distinct names"
+
+
+def test_default_name_is_shortened_for_a_templates_longer_task_names():
+    template = seed()
+    del template["metadata"]["name"]
+    template["spec"]["tasks"][1]["name"] = "w" * 40
+    template["spec"]["plugins"]["pytorch"][1] = "--worker=" + "w" * 40
+    default = default_job_name("retraining-pipeline", "train", suffix="abc123", max_len=54)
+    job = build_manifests(PyTorchJobRequest(job_template=template), run_labels=LABELS, default_name=default).job
+    name = job["metadata"]["name"]
+    assert name.endswith("-abc123") and len(f"{name}-{'w' * 40}-1") <= 63
+
+
+def test_sanitize_dns_label():
+    assert sanitize_dns_label("My_DAG.v2--x", 63) == "my-dag-v2-x"
+    assert sanitize_dns_label("123", 63) == "j-123"
+    assert sanitize_dns_label("abc-def", 4) == "abc"
 
 
 def test_label_values_are_sanitised_and_stay_distinct():
     run_id = "scheduled__2026-11-22T00:00:00+00:00"
-    assert sanitize_label_value(run_id) != run_id and len(sanitize_label_value(run_id)) <= 63
+    label = sanitize_label_value(run_id)
+    assert label != run_id and len(label) <= 63 and re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", label)
+    assert sanitize_label_value("manual") == "manual"
     a, b = sanitize_label_value("x" * 80 + "a"), sanitize_label_value("x" * 80 + "b")
-    assert a != b and len(a) <= 63
-    assert "airflow-volcano.io/try-number" not in identity_labels(LABELS)
-    assert LABELS["airflow-volcano.io/map-index"] == "none"
+    assert a != b and len(a) <= 63 and len(b) <= 63
+    assert sanitize_label_value("a:b") != sanitize_label_value("a;b")
 
 
-def test_to_yaml_round_trips_both_documents():
-    manifests = build(training_script=TrainingScript("t.py", "print('hi')\n"))
+def test_run_and_identity_labels():
+    labels = run_labels(dag_id="d", task_id="group.t", run_id="scheduled__2026-11-22T00:00:00+00:00",
+                        try_number=3, map_index=4)
+    assert labels[MANAGED_BY_LABEL] == "airflow-volcano" and labels["airflow-volcano.io/try-number"] == "3"
+    assert labels["airflow-volcano.io/map-index"] == "4" and LABELS["airflow-volcano.io/map-index"] == "none"
+    identity = identity_labels({**labels, "airflow-volcano.io/checked": "true", "team": "x"})
+    assert identity == {key: value for key, value in labels.items() if key != "airflow-volcano.io/try-number"}
+    retry = run_labels(dag_id="d", task_id="group.t", run_id="scheduled__2026-11-22T00:00:00+00:00",
+                       try_number=4, map_index=4)
+    assert identity_labels(retry) == identity
+
+
+def test_pod_names_stay_within_63_characters_for_every_index():
+    job = build(name="a" * (63 - len("-worker-10")), worker_replicas=11).job
+    assert len(f"{job['metadata']['name']}-worker-10") == 63
+    assert "at most 53" in error_of(name="a" * 54, worker_replicas=11)
+
+
+# -- output --------------------------------------------------------------------------------------------
+
+
+def test_to_yaml_round_trips_both_documents_configmap_first():
+    manifests = build(training_script=TrainingScript("t.py", "print('你好')\n"), namespace="ml")
     configmap, job = yaml.safe_load_all(manifests.to_yaml())
     assert (configmap, job) == (manifests.configmap, manifests.job)
+    assert configmap["kind"] == "ConfigMap" and configmap["metadata"]["namespace"] == "ml"
+    assert list(yaml.safe_load_all(build().to_yaml())) == [build().job]
 
 
-def test_oversized_script_is_refused():
-    with pytest.raises(JobSpecError, match="training_script 'big.py'"):
-        build(training_script=TrainingScript("big.py", "#" * (1024 * 1024 + 1)))
+def test_build_does_not_mutate_its_inputs():
+    template, env = seed(), [{"name": "A", "value": "1"}]
+    snapshot = copy.deepcopy(template)
+    build_template(template, env=env, training_script=TrainingScript("t.py", ""))
+    assert template == snapshot and env == [{"name": "A", "value": "1"}]
