@@ -15,7 +15,16 @@ $(VENV)/.installed: pyproject.toml constraints.txt | $(BIN)/uv
 	$(BIN)/uv pip install -q --python $(BIN)/python -c constraints.txt -e '.[test]'
 	touch $@
 
-venv: $(VENV)/.installed
+# A second venv with the oldest supported Airflow (3.1): the triggerer tests run the same scenario
+# on it, because deferred-task kills work differently there (no trigger on_kill before 3.3).
+VENV_AIRFLOW_31 := .venv-airflow-3.1
+$(VENV_AIRFLOW_31)/.installed: pyproject.toml constraints-airflow-3.1.txt | $(BIN)/uv
+	$(BIN)/uv venv -q --allow-existing --python $(BIN)/python $(VENV_AIRFLOW_31)
+	$(BIN)/uv pip install -q --python $(VENV_AIRFLOW_31)/bin/python -c constraints-airflow-3.1.txt \
+		'apache-airflow==3.1.8' -e .
+	touch $@
+
+venv: $(VENV)/.installed $(VENV_AIRFLOW_31)/.installed
 
 cluster-up:
 	scripts/volcano-cluster up
@@ -38,4 +47,4 @@ demo: venv cluster-up
 	$(BIN)/python scripts/demo.py
 
 clean: cluster-down
-	rm -rf $(VENV) $(AIRFLOW_HOME)
+	rm -rf $(VENV) $(VENV_AIRFLOW_31) $(AIRFLOW_HOME)

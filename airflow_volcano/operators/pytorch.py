@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator, conf
+from airflow.sdk import BaseOperator
 
+from airflow_volcano.compat import conf
 from airflow_volcano.manifest import (
     CHECKED_LABEL,
     JobManifests,

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk import BaseSensorOperator, PokeReturnValue
+
+from airflow_volcano.compat import AirflowFailException, conf
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
