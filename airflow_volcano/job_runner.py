@@ -37,6 +37,11 @@ class OnFinishAction(StrEnum):
     KEEP_JOB = "keep_job"
 
 
+def task_state_key(task_id: str, map_index: int | None) -> str:
+    """How Airflow's get_task_states names a task instance: mapped ones carry their index."""
+    return task_id if map_index is None or map_index < 0 else f"{task_id}_{map_index}"
+
+
 class VolcanoJobError(RuntimeError):
     """The Job failed, timed out or could not start; the message says why."""
 

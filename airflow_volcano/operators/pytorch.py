@@ -41,6 +41,8 @@ TEMPLATE_EXTENSIONS = (".yaml", ".yml", ".json")
 ON_FINISH_ACTIONS = ("delete_job", "delete_succeeded_job", "keep_job")
 ON_KILL_ACTIONS = ("delete_job", "keep_job")
 IF_JOB_EXISTS = ("reattach", "fail", "replace")
+# The task state store key (Airflow 3.3+) under which a try records the Job it submitted.
+STATE_STORE_KEY = "volcano_job"
 
 
 class VolcanoPyTorchJobOperator(BaseOperator):
@@ -236,7 +238,7 @@ class VolcanoPyTorchJobOperator(BaseOperator):
         manifests = self._manifests or self.build_manifests(context)
         hook = self.hook
         namespace = manifests.job["metadata"].get("namespace") or hook.get_namespace() or "default"
-        ref = self._submit_or_reattach(hook, manifests, namespace)
+        ref = self._submit_or_reattach(hook, manifests, namespace, context.get("task_state_store"))
         self._job_ref = ref
         ti = context["ti"]
         self._ti = ti
@@ -306,32 +308,43 @@ class VolcanoPyTorchJobOperator(BaseOperator):
     def _emit_master_log(self, line: str) -> None:
         self.log.info("[%s] %s", self._job_ref.master_pod if self._job_ref else "master", line)
 
-    def _submit_or_reattach(self, hook: VolcanoHook, manifests: JobManifests, namespace: str) -> JobRef:
-        from airflow_volcano.job_runner import JobRef, delete_job_and_script
+    def _submit_or_reattach(self, hook: VolcanoHook, manifests: JobManifests, namespace: str,
+                            state_store: Any = None) -> JobRef:
+        from airflow_volcano.job_runner import JobRef, VolcanoJobError, delete_job_and_script
         from airflow_volcano.status import job_state
 
         job = manifests.job
         job["metadata"]["namespace"] = namespace
         master = self.master_task_name or "master"
-        identity = identity_labels(job["metadata"]["labels"])
-        selector = ",".join(f"{key}={value}" for key, value in sorted(identity.items()))
-        for existing in hook.list_jobs(namespace, selector):
+        # Airflow 3.3+ keeps what an earlier try stored; the labels cover older Airflow and a try
+        # that died between creating the Job and storing it.
+        stored = _stored_job(hook, state_store)
+        if stored is not None:
+            candidates, found_by = [stored], "the task state store"
+        else:
+            identity = identity_labels(job["metadata"]["labels"])
+            selector = ",".join(f"{key}={value}" for key, value in sorted(identity.items()))
+            candidates, found_by = hook.list_jobs(namespace, selector), "its labels"
+        for existing in candidates:
             if (existing["metadata"].get("labels") or {}).get(CHECKED_LABEL) == "true":
                 continue  # an earlier try already reported this Job's result: history, not this try's
             # Unchecked: submitted by a try that died before reporting; running or finished since.
             ref = JobRef.from_job(existing, master, script_configmap_name(existing["metadata"]["name"]))
             if self.if_job_exists == "reattach":
-                self.log.info("Reattaching to Volcano Job %s/%s submitted by an earlier try (%s)", namespace,
-                              ref.name, job_state(existing).phase)
+                self.log.info("Reattaching to Volcano Job %s/%s submitted by an earlier try (%s; found by %s)",
+                              namespace, ref.name, job_state(existing).phase, found_by)
                 return ref
             if self.if_job_exists == "fail":
-                raise JobSpecError(
-                    f"if_job_exists='fail': Volcano Job {namespace}/{ref.name} of this task instance is still "
-                    f"{job_state(existing).phase}"
+                raise VolcanoJobError(
+                    f"if_job_exists='fail': an earlier try of this task instance submitted Volcano Job "
+                    f"{namespace}/{ref.name} (phase {job_state(existing).phase}); it is left as it is"
                 )
             self.log.info("Replacing Volcano Job %s/%s of an earlier try", namespace, ref.name)
             delete_job_and_script(hook, ref)
-        return self._submit(hook, manifests, namespace, master)
+        ref = self._submit(hook, manifests, namespace, master)
+        if state_store is not None:
+            state_store.set(STATE_STORE_KEY, {"name": ref.name, "namespace": ref.namespace, "uid": ref.uid})
+        return ref
 
     def _submit(self, hook: VolcanoHook, manifests: JobManifests, namespace: str, master: str) -> JobRef:
         from kubernetes.client.rest import ApiException
@@ -400,7 +413,9 @@ class VolcanoPyTorchJobOperator(BaseOperator):
         except Exception as error:  # noqa: BLE001 - cannot tell: treat as a kill, so no Job is orphaned
             self.log.warning("Could not read the task instance's state (%s); treating this as a kill", error)
             return False
-        state = (states.get(ti.run_id) or {}).get(ti.task_id)
+        from airflow_volcano.job_runner import task_state_key
+
+        state = (states.get(ti.run_id) or {}).get(task_state_key(ti.task_id, ti.map_index))
         return str(getattr(state, "value", state)) == "running"
 
 
@@ -415,6 +430,15 @@ def _max_index(worker_replicas: int | str | None) -> int:
         return max(0, int(worker_replicas if worker_replicas is not None else 1) - 1)
     except (TypeError, ValueError):
         return 0  # validation reports the bad value with its parameter name
+
+
+def _stored_job(hook: VolcanoHook, state_store: Any) -> dict | None:
+    """The Job an earlier try of this task instance stored, if it still exists (same uid)."""
+    saved = state_store.get(STATE_STORE_KEY) if state_store is not None else None
+    if not isinstance(saved, dict) or not saved.get("name"):
+        return None
+    job = hook.get_job(saved["name"], saved["namespace"])
+    return job if job is not None and job["metadata"].get("uid") == saved.get("uid") else None
 
 
 def _same_identity(created: dict, job: dict) -> bool:

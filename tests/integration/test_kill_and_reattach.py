@@ -35,9 +35,12 @@ def write_dag(tmp_path: Path, dag_id: str, namespace: str, **operator_kwargs) ->
     return path
 
 
-def start_worker(dag_file: Path, dag_id: str, logical_date: str, log: Path) -> subprocess.Popen:
+def start_worker(dag_file: Path, dag_id: str, logical_date: str, log: Path, *, retry: bool = False
+                 ) -> subprocess.Popen:
+    """A worker running the DAG's task; `retry` runs the next try of the same task instance."""
     out = log.open("ab")
-    return subprocess.Popen([sys.executable, str(RUNNER), str(dag_file), dag_id, logical_date],
+    return subprocess.Popen([sys.executable, str(RUNNER), str(dag_file), dag_id, logical_date,
+                             *(["--retry"] if retry else [])],
                             stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
 
 
@@ -46,11 +49,18 @@ def our_jobs(cluster) -> list[dict]:
             if job["metadata"]["labels"].get("app.kubernetes.io/managed-by") == "airflow-volcano"]
 
 
-@pytest.mark.parametrize("kill_signal", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "sigterm"])
+@pytest.mark.parametrize(("kill_signal", "comes_back_as", "found_by"), [
+    # The scheduler's retry: the same task instance, whose task state store (Airflow 3.3+) names the Job.
+    (signal.SIGKILL, "retry", "the task state store"),
+    (signal.SIGTERM, "retry", "the task state store"),
+    # The same run_id with a new task instance (dag.test replaces the run): only the labels find it,
+    # as on Airflow before 3.3, or after a crash between creating the Job and storing its name.
+    (signal.SIGKILL, "new-task-instance", "its labels"),
+], ids=["kill-9", "sigterm", "kill-9-labels"])
 def test_worker_dies_mid_job_and_the_retry_reattaches_without_a_duplicate(
-    cluster, operator_kubeconfig, airflow_db, tmp_path, kill_signal
+    cluster, operator_kubeconfig, airflow_db, tmp_path, kill_signal, comes_back_as, found_by
 ):
-    dag_id = f"reattach_{kill_signal.name.lower()}"
+    dag_id = f"reattach_{kill_signal.name.lower()}_{comes_back_as.replace('-', '_')}"
     dag_file = write_dag(tmp_path, dag_id, cluster.namespace, annotations={SIM + "run-for": "25s"})
     logical_date = datetime.datetime.now(datetime.UTC).isoformat()
     log = tmp_path / "worker.log"
@@ -69,10 +79,11 @@ def test_worker_dies_mid_job_and_the_retry_reattaches_without_a_duplicate(
     assert [j["metadata"]["uid"] for j in our_jobs(cluster)] == [job["metadata"]["uid"]], (
         "the worker going away must not delete the Job its retry will reattach to")
 
-    second = start_worker(dag_file, dag_id, logical_date, log)
+    second = start_worker(dag_file, dag_id, logical_date, log, retry=comes_back_as == "retry")
     assert second.wait(timeout=120) == 0, log.read_text()[-5000:]
     text = log.read_text()
-    assert "Reattaching to Volcano Job" in text
+    assert f"Reattaching to Volcano Job {cluster.namespace}/{job['metadata']['name']}" in text
+    assert f"found by {found_by})" in text
     jobs = our_jobs(cluster)
     assert len(jobs) <= 1 and all(j["metadata"]["uid"] == job["metadata"]["uid"] for j in jobs), "no duplicate Job"
 
@@ -99,3 +110,34 @@ def test_user_killing_the_task_deletes_job_pods_and_configmap(cluster, operator_
 
     cluster.wait_for("Job, pods and ConfigMap to be gone", lambda: cluster.job("killme") is None
                      and not cluster.pods("killme") and "killme-script" not in cluster.configmap_names(), timeout=60)
+
+
+@pytest.mark.parametrize("if_job_exists", ["fail", "replace"])
+def test_if_job_exists_fail_refuses_and_replace_resubmits(cluster, operator_kubeconfig, airflow_db, tmp_path,
+                                                           if_job_exists):
+    dag_id = f"exists_{if_job_exists}"
+    dag_file = write_dag(tmp_path, dag_id, cluster.namespace, if_job_exists=if_job_exists,
+                         annotations={SIM + "run-for": "25s"})
+    logical_date = datetime.datetime.now(datetime.UTC).isoformat()
+    log = tmp_path / "worker.log"
+
+    first = start_worker(dag_file, dag_id, logical_date, log)
+    old = cluster.wait_for("the Job to run", lambda: (jobs := our_jobs(cluster)) and
+                           (jobs[0].get("status") or {}).get("state", {}).get("phase") == "Running" and jobs[0])
+    first.kill()
+    first.wait(timeout=60)
+
+    second = start_worker(dag_file, dag_id, logical_date, log, retry=True)
+    code = second.wait(timeout=120)
+    text = log.read_text()
+    jobs = our_jobs(cluster)
+    if if_job_exists == "fail":
+        assert code == 1, text[-3000:]
+        assert (f"if_job_exists='fail': an earlier try of this task instance submitted Volcano Job "
+                f"{cluster.namespace}/{old['metadata']['name']} (phase Running)") in text
+        assert [j["metadata"]["uid"] for j in jobs] == [old["metadata"]["uid"]], "the running Job is left alone"
+    else:
+        assert code == 0, text[-3000:]
+        assert f"Replacing Volcano Job {cluster.namespace}/{old['metadata']['name']}" in text
+        assert all(j["metadata"]["uid"] != old["metadata"]["uid"] for j in jobs), "the old Job is gone"
+        assert len(jobs) <= 1, "one Job: the replacement (deleted after it succeeded, by default)"

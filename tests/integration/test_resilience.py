@@ -66,12 +66,12 @@ def test_kill_loop_leaves_exactly_one_job_and_no_orphans(cluster, operator_kubec
     script = tmp_path / "train.py"
     script.write_text("print('x')\n")
     dag_file = write_dag(tmp_path, dag_id, cluster.namespace, training_script=str(script),
-                         annotations={SIM + "run-for": "75s"})
+                         annotations={SIM + "run-for": "150s"})
     logical_date = datetime.datetime.now(datetime.UTC).isoformat()
     log = tmp_path / "worker.log"
     uids = set()
     for attempt in range(5):
-        worker = start_worker(dag_file, dag_id, logical_date, log)
+        worker = start_worker(dag_file, dag_id, logical_date, log, retry=attempt > 0)
         # Kill it once it holds the Job: submitted (first) or reattached (the others).
         def reached(attempt: int = attempt) -> bool:
             text = log.read_text()
@@ -79,10 +79,12 @@ def test_kill_loop_leaves_exactly_one_job_and_no_orphans(cluster, operator_kubec
 
         cluster.wait_for(f"worker {attempt} to reach the Job", reached, timeout=90)
         time.sleep(1)
+        assert [job["status"]["state"]["phase"] for job in our_jobs(cluster)] == ["Running"], (
+            "each kill must land while the Job runs")
         worker.send_signal(signal.SIGKILL)
         worker.wait(timeout=30)
         uids |= {job["metadata"]["uid"] for job in our_jobs(cluster)}
-    final = start_worker(dag_file, dag_id, logical_date, log)
+    final = start_worker(dag_file, dag_id, logical_date, log, retry=True)
     assert final.wait(timeout=180) == 0, log.read_text()[-4000:]
     assert len(uids) == 1, f"one Job for one task instance, saw {len(uids)}"
     assert log.read_text().count("Submitted Volcano Job") == 1
