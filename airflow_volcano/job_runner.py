@@ -13,9 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow_volcano.hooks.volcano import VolcanoHook
 from airflow_volcano.logs import Emit, LogCursor, LogFollower, emit_new_lines
 from airflow_volcano.manifest import CHECKED_LABEL
 from airflow_volcano.status import (
@@ -27,6 +26,11 @@ from airflow_volcano.status import (
     job_state,
     unschedulable_message,
 )
+
+if TYPE_CHECKING:
+    # Type hints only: the trigger imports this module, and the triggerer must not load the
+    # Kubernetes clients inside its event loop (see VolcanoJobTrigger._hook).
+    from airflow_volcano.hooks.volcano import VolcanoHook
 
 log = logging.getLogger(__name__)
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_volcano.hooks.volcano import backoff_delays
 from airflow_volcano.job_runner import (
     JobRef,
     WaitLimits,
@@ -25,11 +25,26 @@ from airflow_volcano.job_runner import (
     scheduling_subjects,
     startup_problem,
     startup_timed_out,
+    task_state_key,
 )
 from airflow_volcano.logs import LogCursor, emit_new_lines
 from airflow_volcano.status import job_state
 
 LOG_FETCH_BYTES = 256 * 1024  # what one log read may hold in the triggerer's memory
+# Airflow 3.3+ calls a trigger's on_kill when a user kills its deferred task. Before that a
+# user's kill and a triggerer shutdown both just cancel run(); only the task state tells them apart.
+TRIGGERER_CALLS_ON_KILL = "on_kill" in vars(BaseTrigger)
+ON_KILL_SECONDS = 30.0  # as long as Airflow 3.3 gives on_kill
+
+
+async def _finish_despite_cancellation(work: Coroutine[Any, Any, None], limit: float) -> None:
+    """Run `work` to the end even though the triggerer keeps cancelling this trigger until it is gone."""
+    task = asyncio.ensure_future(asyncio.wait_for(work, limit))
+    while not task.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(task)
+    with contextlib.suppress(Exception, asyncio.CancelledError):
+        task.result()
 
 
 class VolcanoJobTrigger(BaseTrigger):
@@ -70,22 +85,28 @@ class VolcanoJobTrigger(BaseTrigger):
             },
         )
 
-    def _hook(self) -> Any:
-        from airflow_volcano.hooks.volcano import AsyncVolcanoHook
-
-        return AsyncVolcanoHook(self.connection)
+    async def _hook(self) -> Any:
+        # The first import of the Kubernetes clients takes seconds; in a thread, so the triggerer's
+        # other triggers keep running meanwhile (its event loop would report itself blocked).
+        hooks = await asyncio.to_thread(importlib.import_module, "airflow_volcano.hooks.volcano")
+        return hooks.AsyncVolcanoHook(self.connection)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         ref = JobRef.from_dict(self.job)
         cursor = LogCursor.from_dict(self.log_cursor)
+        self.log.info("Waiting for Volcano Job %s/%s", ref.namespace, ref.name)
         try:
             event = await self._wait(ref, cursor)
+        except asyncio.CancelledError:
+            if not TRIGGERER_CALLS_ON_KILL:
+                await _finish_despite_cancellation(self._kill_if_task_left_deferral(ref), ON_KILL_SECONDS)
+            raise
         except Exception as error:  # noqa: BLE001 - reported to the worker, which fails the task
             event = {"status": "error", "message": f"{type(error).__name__}: {error}"}
         yield TriggerEvent({**event, "job": ref.to_dict(), "log_cursor": cursor.to_dict()})
 
     async def _wait(self, ref: JobRef, cursor: LogCursor) -> dict[str, Any]:
-        hook = self._hook()
+        hook = await self._hook()
         log_copier = asyncio.create_task(self._copy_logs_periodically(hook, ref, cursor)) if self.get_logs else None
         try:
             return await self._watch_until_done(hook, ref)
@@ -96,6 +117,8 @@ class VolcanoJobTrigger(BaseTrigger):
 
     async def _watch_until_done(self, hook: Any, ref: JobRef) -> dict[str, Any]:
         """The worker's loop (job_runner._watch_until_done), on asyncio, plus the task's deadline."""
+        from airflow_volcano.hooks.volcano import backoff_delays  # loaded by _hook() already
+
         limits = WaitLimits(self.startup_timeout, self.job_timeout, self.check_interval)
         started_at = ref.created_at or time.time()
         last_pod_check = float("-inf")
@@ -162,12 +185,48 @@ class VolcanoJobTrigger(BaseTrigger):
             lines = lines[:-1]  # cut mid-line by the byte cap: read it whole next time
         emit_new_lines(lines, cursor, lambda line: self.log.info("[%s] %s", ref.master_pod, line))
 
+    async def _kill_if_task_left_deferral(self, ref: JobRef) -> None:
+        """Before Airflow 3.3: delete the Job only if the task is no longer deferred (a user acted).
+
+        A triggerer shutting down or handing the trigger to another triggerer leaves the task
+        deferred; then the Job must keep running. If the state cannot be read, keep it too: a
+        kept Job can still be reattached or deleted later, a deleted one is lost training.
+        """
+        if self.on_kill_action == "keep_job":
+            return
+        try:
+            state = await self._task_state()
+        except Exception as error:  # noqa: BLE001 - cancellation must go on; keeping is the safe side
+            self.log.warning("Cancelled, and the task's state is unknown (%s): keeping Volcano Job %s/%s",
+                             error, ref.namespace, ref.name)
+            return
+        if state == "deferred":
+            self.log.info("Cancelled while the task is still deferred (a triggerer stopping or handing over): "
+                          "keeping Volcano Job %s/%s", ref.namespace, ref.name)
+        else:
+            self.log.info("Cancelled while the task is %s: treating it as a kill", state)
+            try:
+                await self.on_kill()
+            except Exception:  # noqa: BLE001 - the cancellation must still go on
+                self.log.exception("Could not delete Volcano Job %s/%s after the kill", ref.namespace, ref.name)
+
+    async def _task_state(self) -> str | None:
+        from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+        from asgiref.sync import sync_to_async
+
+        ti = self.task_instance
+        # The triggerer answers this through its supervisor; sync_to_async keeps the event loop free.
+        states = await sync_to_async(RuntimeTaskInstance.get_task_states)(
+            dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id], map_index=ti.map_index,
+        )
+        return (states.get(ti.run_id) or {}).get(task_state_key(ti.task_id, ti.map_index))
+
     async def on_kill(self) -> None:
         """A user marked the deferred task failed/success or cleared it: stop the training."""
         if self.on_kill_action == "keep_job":
             return
         ref = JobRef.from_dict(self.job)
-        hook = self._hook()
+        hook = await self._hook()
         await hook.delete_job(ref.name, ref.namespace)
         if ref.script_configmap:
             await hook.delete_configmap(ref.script_configmap, ref.namespace)

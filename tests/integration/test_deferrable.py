@@ -7,6 +7,7 @@ in execute_complete: so these tests go through defer -> trigger -> resume for re
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 
 import pytest
@@ -51,6 +52,16 @@ def test_job_timeout_holds_while_deferred(cluster, operator_kubeconfig, run_task
     assert run.state == "failed", run.log
     assert "job_timeout of 6s passed" in run.log
     cluster.wait_for("the timed-out Job to be deleted", lambda: cluster.job("dslow") is None)
+
+
+def test_execution_timeout_holds_while_deferred(cluster, operator_kubeconfig, run_task):
+    """Airflow 3 does not enforce execution_timeout on a deferred task; the trigger must."""
+    run = run_task(lambda: seed_operator(cluster.namespace, "dexec", deferrable=True,
+                                         execution_timeout=datetime.timedelta(seconds=8),
+                                         annotations={SIM + "outcome": "run-forever"}))
+    assert run.state == "failed", run.log
+    assert "Deferring: the triggerer waits" in run.log and "the task's execution_timeout passed" in run.log
+    cluster.wait_for("the timed-out Job to be deleted", lambda: cluster.job("dexec") is None)
 
 
 def test_trigger_works_with_a_connection_only_the_worker_has(cluster, operator_kubeconfig, monkeypatch):

@@ -1,0 +1,125 @@
+"""A deferred task in a real `airflow triggerer` process: restarted, then killed from the REST API.
+
+The worker is dag.test() leaving the trigger to the triggerer (dag_runner.py --external-triggerer);
+the triggerer is `airflow triggerer`; "Mark failed" is a PATCH through Airflow's public REST API.
+All three share a fresh metadata DB. The scenario runs on the suite's Airflow (3.3+: the triggerer
+calls the trigger's on_kill) and on Airflow 3.1 (no on_kill: the trigger tells a user's kill from
+a triggerer shutdown by the task's state), from the venv `make venv` builds for it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO
+from .test_kill_and_reattach import RUNNER, SIM, write_dag
+
+AIRFLOW_API = Path(__file__).with_name("airflow_api.py")
+AIRFLOWS = {
+    "suite-airflow": Path(sys.executable),
+    "airflow-3.1": REPO / ".venv-airflow-3.1" / "bin" / "python",
+}
+
+
+def airflow_env(home: Path, dags: Path, *, with_connection: bool) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("AIRFLOW")}
+    env.update(
+        AIRFLOW_HOME=str(home), AIRFLOW__CORE__DAGS_FOLDER=str(dags), AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC="1", AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT=str(free_port()),
+        PYTHONUNBUFFERED="1",
+    )
+    if with_connection:  # the worker has the cluster's connection; the triggerer does not
+        env["AIRFLOW_CONN_KUBERNETES_DEFAULT"] = os.environ["AIRFLOW_CONN_KUBERNETES_DEFAULT"]
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def trigger_log(home: Path) -> str:
+    """What the trigger wrote: the triggerer files it with the task instance's logs."""
+    return "".join(path.read_text(errors="replace") for path in sorted((home / "logs").rglob("*trigger*")))
+
+
+def task_state(python: Path, env: dict[str, str], dag_id: str) -> str:
+    out = subprocess.run([str(python), str(AIRFLOW_API), "state", dag_id, "train"], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout.split("TASK-STATE ")[-1].strip()
+
+
+@pytest.mark.parametrize("airflow", list(AIRFLOWS))
+def test_deferred_task_outlives_a_triggerer_restart_and_a_user_kill_deletes_everything(
+    cluster, operator_kubeconfig, tmp_path, airflow
+):
+    python = AIRFLOWS[airflow]
+    assert python.exists(), f"{python} is missing: `make venv` builds it"
+    home, dags = tmp_path / "airflow-home", tmp_path / "dags"
+    dags.mkdir()
+    worker_env = airflow_env(home, dags, with_connection=True)
+    triggerer_env = airflow_env(home, dags, with_connection=False)
+    subprocess.run([str(python), "-m", "airflow", "db", "migrate"], env=worker_env, check=True,
+                   capture_output=True, timeout=300)
+
+    script = dags / "train.py"
+    script.write_text("print('training')\n")
+    dag_id = "deferred_kill"
+    dag_file = write_dag(dags, dag_id, cluster.namespace, name="dkill", deferrable=True,
+                         training_script=str(script), annotations={SIM + "outcome": "run-forever"})
+    worker_log, triggerer_log = tmp_path / "worker.log", tmp_path / "triggerer.log"
+    logical_date = datetime.datetime.now(datetime.UTC).isoformat()
+    worker = subprocess.Popen([str(python), str(RUNNER), str(dag_file), dag_id, logical_date, "--external-triggerer"],
+                              env=worker_env, stdout=worker_log.open("ab"), stderr=subprocess.STDOUT)
+
+    def start_triggerer() -> subprocess.Popen:
+        return subprocess.Popen([str(python), "-m", "airflow", "triggerer"], env=triggerer_env,
+                                stdout=triggerer_log.open("ab"), stderr=subprocess.STDOUT)
+
+    def watches(count: int) -> None:
+        cluster.wait_for(f"the triggerer to run the trigger (start {count})",
+                         lambda: trigger_log(home).count("Waiting for Volcano Job") >= count, timeout=120)
+
+    triggerer = start_triggerer()
+    try:
+        job = cluster.wait_phase("dkill", {"Running"}, timeout=60)
+        watches(1)
+        assert task_state(python, worker_env, dag_id) == "deferred"
+
+        # A triggerer shutdown (a deploy, a restart) cancels the trigger: the training must go on.
+        triggerer.send_signal(signal.SIGTERM)
+        triggerer.wait(timeout=60)
+        assert cluster.job("dkill")["metadata"]["uid"] == job["metadata"]["uid"], (
+            "a triggerer shutdown must not delete the Job\n" + trigger_log(home)[-3000:])
+        assert task_state(python, worker_env, dag_id) == "deferred"
+
+        triggerer = start_triggerer()
+        watches(2)
+        marked = subprocess.run([str(python), str(AIRFLOW_API), "mark-failed", dag_id, "train"], env=worker_env,
+                                capture_output=True, text=True, timeout=120)
+        assert marked.returncode == 0, marked.stdout + marked.stderr
+
+        cluster.wait_for("the Job, its pods and its script ConfigMap to be deleted",
+                         lambda: cluster.job("dkill") is None and not cluster.pods("dkill")
+                         and "dkill-script" not in cluster.configmap_names(), timeout=90)
+        assert "Task killed: deleted Volcano Job" in trigger_log(home)
+        assert worker.wait(timeout=120) == 1, worker_log.read_text()[-3000:]  # the DAG run failed
+    finally:
+        for process in (worker, triggerer):
+            if process.poll() is None:
+                process.terminate()  # the triggerer then stops the log server it started
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
