@@ -48,6 +48,7 @@ class VolcanoJobSensor(BaseSensorOperator):
             return super().execute(context)
         from airflow_volcano.hooks.volcano import VolcanoHook
         from airflow_volcano.job_runner import JobRef
+        from airflow_volcano.status import job_state
         from airflow_volcano.triggers.job import VolcanoJobTrigger
 
         result = self.poke(context)
@@ -62,6 +63,8 @@ class VolcanoJobSensor(BaseSensorOperator):
         deadline = None
         if self.timeout is not None and context.get("ti") is not None and context["ti"].start_date is not None:
             deadline = context["ti"].start_date.timestamp() + float(self.timeout)
+        self.log.info("Deferring: the triggerer waits for Volcano Job %s/%s (%s)", ref.namespace, ref.name,
+                      job_state(job).phase)
         self.defer(
             trigger=VolcanoJobTrigger(ref.to_dict(), hook.trigger_connection(), startup_timeout=None,
                                       deadline=deadline, get_logs=False, on_kill_action="keep_job"),

@@ -38,6 +38,42 @@ def kubeconfig() -> Path:
 
 
 @pytest.fixture(scope="session")
+def real_node(kubeconfig: Path) -> dict[str, Any]:
+    """Operator arguments that run pods on the cluster's real node (real containers) with the local
+    training image, as `scripts/volcano-cluster real-node` prints them."""
+    result = subprocess.run([str(REPO / "scripts" / "volcano-cluster"), "real-node"], capture_output=True,
+                            text=True, check=True)
+    return json.loads(result.stdout)
+
+
+@dataclass
+class Containerd:
+    """The real node's container runtime, read with `ctr` as an operator of the node would."""
+
+    socket: Path
+
+    def running_containers(self, namespace: str) -> list[str]:
+        """Containers of pods in `namespace` whose process is still running."""
+        def ctr(*args: str) -> str:
+            return subprocess.run(["ctr", f"--address={self.socket}", "--namespace=k8s.io", *args],
+                                  capture_output=True, text=True, check=True).stdout
+
+        ours = set(ctr("containers", "list", "--quiet",
+                       f'labels."io.kubernetes.pod.namespace"=={namespace}').split())
+        running = []
+        for line in ctr("tasks", "list").splitlines()[1:]:
+            task, _pid, status = line.split()[:3]
+            if task in ours and status == "RUNNING":
+                running.append(task)
+        return running
+
+
+@pytest.fixture(scope="session")
+def containerd(kubeconfig: Path) -> Containerd:
+    return Containerd(kubeconfig.parent / "containerd" / "containerd.sock")
+
+
+@pytest.fixture(scope="session")
 def admin(kubeconfig: Path) -> client.ApiClient:
     return config.new_client_from_config(str(kubeconfig))
 
@@ -75,6 +111,11 @@ class Cluster:
     def pods(self, job_name: str | None = None) -> list[client.V1Pod]:
         selector = f"volcano.sh/job-name={job_name}" if job_name else None
         return self.core.list_namespaced_pod(self.namespace, label_selector=selector).items
+
+    def pod_log(self, pod: str) -> str:
+        # Undecoded: the client's own decoding turns non-ASCII logs into the repr of bytes.
+        response = self.core.read_namespaced_pod_log(pod, self.namespace, _preload_content=False)
+        return response.data.decode()
 
     def configmap_names(self) -> set[str]:
         return {cm.metadata.name for cm in self.core.list_namespaced_config_map(self.namespace).items}

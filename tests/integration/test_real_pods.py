@@ -1,0 +1,227 @@
+"""Real containers: the Jobs of these tests run on the cluster's real node (kubelet, containerd, runc,
+CNI bridge, CoreDNS) with the local training image (Debian's CPU PyTorch). Nothing here is
+simulated: the losses are computed, exit codes and OOM kills come from the kernel and the kubelet,
+DNS names come from the EndpointSlices of Volcano's headless Service.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+import signal
+import textwrap
+from pathlib import Path
+
+from airflow_volcano.operators.pytorch import VolcanoPyTorchJobOperator
+from airflow_volcano.sensors.job import VolcanoJobSensor
+
+from .test_kill_and_reattach import start_worker, write_dag
+
+REPO = Path(__file__).resolve().parents[2]
+SEED_SCRIPT = REPO / "dags" / "scripts" / "pytorch_demo.py"
+# Small requests so that a gang fits the 2-core node; no CPU limit, so torch is not throttled.
+SMALL = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "2Gi"}}
+EPOCH_LOSS = re.compile(r"Epoch \[(\d)/5\], Average Loss: (\d+\.\d+)")
+
+
+def real_operator(real_node: dict, namespace: str, name: str, **overrides) -> VolcanoPyTorchJobOperator:
+    kwargs = dict(task_id="train", name=name, namespace=namespace, worker_replicas=2,
+                  container_resources=SMALL, training_script=str(SEED_SCRIPT), startup_timeout=120,
+                  job_timeout=300, poll_interval=1, deferrable=False, **real_node)
+    kwargs.update(overrides)
+    return VolcanoPyTorchJobOperator(**kwargs)
+
+
+def script(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "train.py"
+    path.write_text(textwrap.dedent(body))
+    return str(path)
+
+
+def losses(log: str, pod: str) -> list[float]:
+    return [float(loss) for _epoch, loss in re.findall(rf"\[{pod}\] " + EPOCH_LOSS.pattern, log)]
+
+
+def test_seed_000_trains_across_three_real_pods(cluster, operator_kubeconfig, run_task, real_node):
+    run = run_task(lambda: real_operator(real_node, cluster.namespace, "seed", on_finish_action="keep_job"))
+
+    assert run.state == "success", run.log
+    # The master's own output, computed by three processes that formed one gloo group.
+    assert "[seed-master-0] [初始化] RANK=0, WORLD_SIZE=3" in run.log
+    assert "[seed-master-0] [初始化] MASTER_ADDR=seed-master-0.seed" in run.log
+    assert "[seed-master-0] [初始化完成] 成功初始化分布式进程组" in run.log
+    computed = losses(run.log, "seed-master-0")
+    assert len(computed) == 5, run.log
+    assert "[seed-master-0] [Rank 0] 进程组已销毁" in run.log
+    assert run.log.count("Epoch [5/5], Average Loss") == 1, "each log line once"
+    # DDP's all-reduce needs every rank: five losses mean the workers trained too. Once the master
+    # has finished, Volcano completes the Job and removes workers still shutting down, so only
+    # the workers still there are checked.
+    pods = {pod.metadata.name: pod for pod in cluster.pods("seed")}
+    assert "seed-master-0" in pods and pods["seed-master-0"].status.phase == "Succeeded"
+    for name, pod in pods.items():
+        assert pod.spec.node_name == "real-node"
+        # The script came from the ConfigMap the operator created, mounted into the pod.
+        assert any(v.config_map and v.config_map.name == "seed-script" for v in pod.spec.volumes)
+        if name.startswith("seed-worker-") and pod.status.phase == "Succeeded" and not pod.metadata.deletion_timestamp:
+            rank = int(name.rsplit("-", 1)[1]) + 1
+            assert f"[初始化] RANK={rank}, WORLD_SIZE=3" in cluster.pod_log(name)
+
+
+def test_seed_002_an_extra_task_does_not_join_the_world(cluster, operator_kubeconfig, run_task, real_node, tmp_path):
+    """With WORLD_SIZE counting the evaluator (the seed 002 bug), the gloo group would wait for a
+    fourth rank that never comes, and the Job would hang until job_timeout."""
+    evaluator_pod = {"nodeSelector": real_node["node_selector"], "tolerations": real_node["tolerations"],
+                     "restartPolicy": "Never", "containers": [{
+                         "name": "evaluator", "image": real_node["image"], "imagePullPolicy": "IfNotPresent",
+                         "command": ["python", "-c", "import os; print('evaluator sees', {k: os.environ.get(k) "
+                                     "for k in ('WORLD_SIZE', 'RANK', 'MASTER_ADDR')})"],
+                         "resources": SMALL}]}
+    template = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {},
+                "spec": {"minAvailable": 4, "tasks": [
+                    {"name": "master", "replicas": 1, "policies": [{"event": "TaskCompleted", "action": "CompleteJob"}],
+                     "template": {"spec": {"containers": [{"name": "master"}], "restartPolicy": "Never"}}},
+                    {"name": "worker", "replicas": 2,
+                     "template": {"spec": {"containers": [{"name": "worker"}], "restartPolicy": "Never"}}},
+                    {"name": "evaluator", "replicas": 1, "template": {"spec": evaluator_pod}},
+                ], "plugins": {"pytorch": ["--master=master", "--worker=worker", "--port=23456"], "svc": []}}}
+
+    run = run_task(lambda: real_operator(real_node, cluster.namespace, "extra", job_template=template,
+                                         worker_replicas=None, job_timeout=240, on_finish_action="keep_job"))
+
+    assert run.state == "success", run.log
+    assert "[extra-master-0] [初始化] RANK=0, WORLD_SIZE=3" in run.log
+    assert len(losses(run.log, "extra-master-0")) == 5, run.log
+    evaluator_log = cluster.pod_log("extra-evaluator-0")
+    assert "'WORLD_SIZE': '3'" in evaluator_log and "'RANK': None" in evaluator_log
+
+
+def test_a_python_exception_in_a_worker_fails_the_task_with_pod_exit_code_and_traceback(
+        cluster, operator_kubeconfig, run_task, real_node, tmp_path):
+    train = script(tmp_path, """
+        import os, time
+
+        def load_shard(rank):
+            raise ValueError(f"shard {rank} is corrupt: 17 rows have NaN labels")
+
+        if os.environ["RANK"] == "1":
+            load_shard(os.environ["RANK"])
+        time.sleep(600)
+    """)
+    run = run_task(lambda: real_operator(
+        real_node, cluster.namespace, "boom", training_script=train, worker_replicas=1, max_retry=1,
+        policies=[{"event": "PodFailed", "action": "AbortJob"}]))
+
+    assert run.state == "failed", run.log
+    assert "pod boom-worker-0 (task worker) Failed, container worker, exit code 1, reason Error" in run.log
+    assert "Last" in run.log and "log lines of boom-worker-0" in run.log
+    assert "| Traceback (most recent call last):" in run.log
+    assert "| ValueError: shard 1 is corrupt: 17 rows have NaN labels" in run.log
+
+
+def test_a_container_over_its_memory_limit_is_reported_as_oomkilled(
+        cluster, operator_kubeconfig, run_task, real_node, tmp_path):
+    train = script(tmp_path, """
+        chunks = []
+        while True:
+            chunks.append(b"x" * (16 << 20))  # written, so the pages count against the limit
+    """)
+    run = run_task(lambda: real_operator(
+        real_node, cluster.namespace, "hungry", training_script=train, worker_replicas=0, max_retry=1,
+        container_resources={"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "96Mi"}},
+        policies=[{"event": "PodFailed", "action": "AbortJob"}]))
+
+    assert run.state == "failed", run.log
+    assert "pod hungry-master-0 (task master) Failed, container master, exit code 137, reason OOMKilled" in run.log
+
+
+def test_an_image_missing_on_the_node_fails_at_once_with_the_kubelets_reason(
+        cluster, operator_kubeconfig, run_task, real_node):
+    run = run_task(lambda: real_operator(real_node | {"image": "localhost/airflow-volcano/absent:dev"},
+                                         cluster.namespace, "noimage", worker_replicas=1, startup_timeout=600))
+
+    assert run.state == "failed", run.log
+    assert "cannot start" in run.log and "localhost/airflow-volcano/absent:dev" in run.log
+    assert re.search(r"reason (ErrImagePull|ImagePullBackOff)", run.log), run.log
+    assert "did not start within startup_timeout" not in run.log, "an image pull error must not wait it out"
+    cluster.wait_for("the Job that cannot start to be deleted", lambda: cluster.job("noimage") is None)
+
+
+SLEEPER = """
+    import os, time
+    print(f"rank {os.environ['RANK']} started", flush=True)
+    time.sleep(3600)
+"""
+
+
+def test_job_timeout_stops_the_real_processes(cluster, operator_kubeconfig, run_task, real_node, containerd,
+                                              tmp_path):
+    train = script(tmp_path, SLEEPER)
+    run = run_task(lambda: real_operator(real_node, cluster.namespace, "forever", training_script=train,
+                                         worker_replicas=1, job_timeout=25))
+
+    assert run.state == "failed", run.log
+    assert "job_timeout of 25s passed" in run.log
+    assert "[forever-master-0] rank 0 started" in run.log
+    cluster.wait_for("no container of the Job left running in containerd",
+                     lambda: cluster.job("forever") is None and not containerd.running_containers(cluster.namespace),
+                     timeout=90)
+
+
+def test_killing_the_task_stops_the_real_processes(cluster, operator_kubeconfig, airflow_db, real_node, containerd,
+                                                    tmp_path):
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    dag_id = "real_kill"
+    train = script(tmp_path, SLEEPER)
+    dag_file = write_dag(tmp_path, dag_id, cluster.namespace, name="killme", training_script=train,
+                         container_resources=SMALL, **real_node)
+    worker = start_worker(dag_file, dag_id, datetime.datetime.now(datetime.UTC).isoformat(), tmp_path / "worker.log")
+    cluster.wait_for("both ranks to be running", lambda: len(containerd.running_containers(cluster.namespace)) >= 4
+                     and all(p.status.phase == "Running" for p in cluster.pods("killme")), timeout=120)
+
+    # What "Mark failed" in the UI does: the server's state changes, then the task gets SIGTERM.
+    with create_session() as session:
+        session.query(TaskInstance).filter_by(dag_id=dag_id, task_id="train").update({"state": "failed"})
+    worker.send_signal(signal.SIGTERM)
+    worker.wait(timeout=60)
+
+    cluster.wait_for("no container of the Job left running in containerd",
+                     lambda: cluster.job("killme") is None and not containerd.running_containers(cluster.namespace),
+                     timeout=90)
+
+
+def test_deferrable_mode_on_a_real_job(cluster, operator_kubeconfig, run_task, real_node):
+    run = run_task(lambda: real_operator(real_node, cluster.namespace, "dfr", worker_replicas=1, deferrable=True))
+
+    assert run.state == "success", run.log
+    assert "Deferring: the triggerer waits for Volcano Job" in run.log
+    assert "[dfr-master-0] [初始化] RANK=0, WORLD_SIZE=2" in run.log
+    assert len(losses(run.log, "dfr-master-0")) == 5, run.log
+    assert run.log.count("Epoch [5/5], Average Loss") == 1
+
+
+def test_sensor_on_real_jobs_submitted_outside_airflow(cluster, operator_kubeconfig, run_task, real_node):
+    pod = {"nodeSelector": real_node["node_selector"], "tolerations": real_node["tolerations"],
+           "restartPolicy": "Never", "containers": [{
+               "name": "master", "image": real_node["image"], "imagePullPolicy": "IfNotPresent",
+               "command": ["python", "-c", "import torch, time; time.sleep(8); "
+                           "print('outside job: torch', torch.__version__, 'sum', int(torch.arange(10).sum()))"]}]}
+
+    for mode in ("poke", "deferrable"):
+        name = f"outside-{mode}"
+        cluster.create_job({"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": name},
+                            "spec": {"schedulerName": "volcano", "minAvailable": 1, "tasks": [
+                                {"name": "master", "replicas": 1, "template": {"spec": pod},
+                                 "policies": [{"event": "TaskCompleted", "action": "CompleteJob"}]}]}})
+        run = run_task(lambda name=name, mode=mode: VolcanoJobSensor(
+            task_id="wait", job_name=name, namespace=cluster.namespace, poke_interval=1, timeout=180,
+            attach_log=True, deferrable=mode == "deferrable"))
+
+        assert run.state == "success", run.log
+        if mode == "deferrable":
+            assert f"Deferring: the triggerer waits for Volcano Job {cluster.namespace}/{name}" in run.log
+        assert "outside job: torch 2.6" in run.log and "sum 45" in run.log
+        assert run.xcom["return_value"]["phase"] == "Completed"
+        assert cluster.job(name)["status"]["state"]["phase"] == "Completed", "the sensor keeps Jobs not its own"
