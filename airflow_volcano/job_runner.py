@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_volcano.logs import Emit, LogCursor, LogFollower, emit_new_lines
 from airflow_volcano.manifest import CHECKED_LABEL
 from airflow_volcano.status import (
+    JobProgress,
     JobState,
     Outcome,
     failed_pods,
@@ -61,10 +62,16 @@ class JobRef:
     created_at: float | None = None  # epoch seconds (the Job's creationTimestamp)
     script_configmap: str | None = None
     owned: bool = True  # submitted by this task (the sensor watches Jobs that are not)
+    # The master's first container, read from the Job: a template may name it anything.
+    master_container: str | None = None
 
     @property
     def master_pod(self) -> str:
         return f"{self.name}-{self.master_task}-0"
+
+    @property
+    def log_container(self) -> str:
+        return self.master_container or self.master_task
 
     @classmethod
     def from_job(cls, job: dict, master_task: str, script_configmap: str | None = None) -> JobRef:
@@ -77,6 +84,7 @@ class JobRef:
             uid=metadata.get("uid"),
             created_at=_parse_time(created) if created else None,
             script_configmap=script_configmap,
+            master_container=first_container(job, master_task),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -105,6 +113,15 @@ class WaitResult:
     log_cursor: LogCursor = field(default_factory=LogCursor)
 
 
+def first_container(job: dict, task_name: str) -> str | None:
+    """The name of the first container of a task's pod template, if the Job has that task."""
+    for task in (job.get("spec") or {}).get("tasks") or []:
+        if task.get("name") == task_name:
+            containers = ((task.get("template") or {}).get("spec") or {}).get("containers") or []
+            return containers[0].get("name") if containers else None
+    return None
+
+
 def _parse_time(value: str) -> float:
     return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
 
@@ -115,7 +132,7 @@ def master_log_stream(hook: VolcanoHook, ref: JobRef) -> Callable[[int | None], 
         phase = ((pod or {}).get("status") or {}).get("phase")
         if phase not in ("Running", "Succeeded", "Failed"):
             raise LookupError(f"master pod {ref.master_pod} is not running yet ({phase or 'absent'})")
-        return hook.stream_pod_log(ref.master_pod, ref.namespace, container=ref.master_task,
+        return hook.stream_pod_log(ref.master_pod, ref.namespace, container=ref.log_container,
                                    since_seconds=since_seconds)
 
     return open_stream
@@ -124,7 +141,7 @@ def master_log_stream(hook: VolcanoHook, ref: JobRef) -> Callable[[int | None], 
 def read_remaining_log(hook: VolcanoHook, ref: JobRef, cursor: LogCursor, emit: Emit) -> int:
     """Show whatever the master log holds that the cursor has not shown; 0 if it cannot be read."""
     try:
-        text = hook.read_pod_log(ref.master_pod, ref.namespace, container=ref.master_task,
+        text = hook.read_pod_log(ref.master_pod, ref.namespace, container=ref.log_container,
                                  since_seconds=cursor.since_seconds())
     except Exception as error:  # noqa: BLE001 - a missing log must not hide the Job's result
         log.warning("Could not read the log of master pod %s/%s: %s", ref.namespace, ref.master_pod, error)
@@ -138,12 +155,14 @@ def wait_for_job(
     limits: WaitLimits,
     *,
     emit_log: Emit | None = None,
+    report: Emit | None = None,
     cursor: LogCursor | None = None,
     clock: Callable[[], float] = time.time,
 ) -> WaitResult:
     """Watch the Job until it finishes, a deadline passes, or a pod shows it cannot start.
 
-    Follows the master log into `emit_log` (if given) on a background thread while waiting.
+    Follows the master log into `emit_log` (if given) on a background thread while waiting, and
+    tells `report` (if given) each change of phase and the scheduler's reason while Pending.
     """
     cursor = cursor or LogCursor()
     follower = None
@@ -151,7 +170,7 @@ def wait_for_job(
         follower = LogFollower(master_log_stream(hook, ref), cursor, emit_log)
         follower.start()
     try:
-        result = _watch_until_done(hook, ref, limits, clock)
+        result = _watch_until_done(hook, ref, limits, clock, report or (lambda line: None))
     finally:
         if follower is not None:
             follower.stop()
@@ -201,13 +220,17 @@ def next_step(job: dict, limits: WaitLimits, elapsed: float, since_pod_check: fl
     return WaitStep(check_pods=check_pods, wait_seconds=max(1.0, wait))
 
 
-def _watch_until_done(hook: VolcanoHook, ref: JobRef, limits: WaitLimits, clock: Callable[[], float]) -> WaitResult:
+def _watch_until_done(hook: VolcanoHook, ref: JobRef, limits: WaitLimits, clock: Callable[[], float],
+                      report: Emit) -> WaitResult:
     started_at = ref.created_at or clock()
     job = hook.get_job(ref.name, ref.namespace)
     last_pod_check = float("-inf")
+    progress = JobProgress()
     while True:
         if job is None:
             raise VolcanoJobError(f"Volcano Job {ref.namespace}/{ref.name} was deleted while the task waited")
+        if (line := progress.observe(job)) is not None:
+            report(line)
         now = clock()
         step = next_step(job, limits, now - started_at, now - last_pod_check)
         if step.done is not None:
@@ -216,9 +239,11 @@ def _watch_until_done(hook: VolcanoHook, ref: JobRef, limits: WaitLimits, clock:
             last_pod_check = now
             pods = hook.list_job_pods(ref.name, ref.namespace)
             podgroup, events = None, []
-            if startup_timed_out(limits, now - started_at):
+            if startup_timed_out(limits, now - started_at) or job_state(job).phase == "Pending":
                 podgroup = hook.get_podgroup(job)
                 events = hook.list_events(ref.namespace, scheduling_subjects(podgroup, pods))
+                if (line := progress.scheduler_reason(job, unschedulable_message(podgroup, events))) is not None:
+                    report(line)
             problem = startup_problem(ref, pods, podgroup, limits, now - started_at, events)
             if problem is not None:
                 return WaitResult(state=job_state(job), job=job, problem=problem)
@@ -231,6 +256,8 @@ def _watch_until_done(hook: VolcanoHook, ref: JobRef, limits: WaitLimits, clock:
                                  timeout_seconds=round(wait))
         try:
             for job in changes:
+                if (line := progress.observe(job)) is not None:
+                    report(line)
                 now = clock()
                 update = next_step(job, limits, now - started_at, now - last_pod_check)
                 if update.done is not None or update.check_pods:

@@ -198,3 +198,50 @@ def failure_message(
         lines.append("Warning events:")
         lines.extend(f"  - {warning}" for warning in warnings)
     return "\n".join(lines)
+
+
+def _pod_counts(job: Mapping[str, Any]) -> tuple[int, int]:
+    """(pods running, pods the Job asks for)."""
+    status = job.get("status") or {}
+    tasks = (job.get("spec") or {}).get("tasks") or []
+    total = sum(int(task.get("replicas") or 0) for task in tasks if isinstance(task, Mapping))
+    return int(status.get("running") or 0), total
+
+
+def describe_progress(job: Mapping[str, Any]) -> str:
+    """One line on where a Job stands, as a person watching `kubectl get vcjob -w` would say it."""
+    state = job_state(job)
+    running, total = _pod_counts(job)
+    line = f"Volcano Job {state.namespace}/{state.name} is {state.phase}"
+    if state.phase in ("Pending", "Running"):
+        line += f": {running}/{total} pods running"
+    max_retry = (job.get("spec") or {}).get("maxRetry")
+    if state.phase == "Restarting" or state.retry_count:
+        line += f" ({state.retry_count} restart(s) so far" + (f", maxRetry {max_retry})" if max_retry else ")")
+    return line
+
+
+@dataclass
+class JobProgress:
+    """What a waiting loop tells the task log: one line per change of phase or restart count, and
+    the scheduler's reason while the Job is Pending, each only when it changes."""
+
+    _last: tuple[str, int] | None = None
+    _last_reason: str | None = None
+
+    def observe(self, job: Mapping[str, Any]) -> str | None:
+        state = job_state(job)
+        key = (state.phase, state.retry_count)
+        if key == self._last:
+            return None
+        self._last = key
+        if state.phase != "Pending":
+            self._last_reason = None
+        return describe_progress(job)
+
+    def scheduler_reason(self, job: Mapping[str, Any], reason: str | None) -> str | None:
+        state = job_state(job)
+        if state.phase != "Pending" or not reason or reason == self._last_reason:
+            return None
+        self._last_reason = reason
+        return f"Volcano Job {state.namespace}/{state.name} is Pending, the scheduler says: {reason}"

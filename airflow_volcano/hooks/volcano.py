@@ -26,6 +26,8 @@ from kubernetes_asyncio import watch as async_watch
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 from urllib3.exceptions import HTTPError as Urllib3HTTPError
 
+from airflow_volcano.exceptions import VolcanoApiError
+
 GROUP = "batch.volcano.sh"
 VERSION = "v1alpha1"
 PLURAL = "jobs"
@@ -102,16 +104,17 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
         return client.CustomObjectsApi(self.api_client)
 
     def call(self, what: str, fn: Callable[[], T]) -> T:
-        """Run one API call, retrying transient failures with backoff."""
+        """Run one API call, retrying transient failures with backoff; an API error that stays is
+        raised as VolcanoApiError (status, reason, the apiserver's message; never the headers)."""
         delays = backoff_delays(self.retries)
         while True:
             try:
                 return fn()
             except Exception as error:  # noqa: BLE001 - filtered just below
-                if not self.retriable(error):
-                    raise
-                delay = next(delays, None)
+                delay = next(delays, None) if self.retriable(error) else None
                 if delay is None:
+                    if isinstance(error, ApiException):
+                        raise VolcanoApiError.from_api_exception(what, error) from None
                     raise
                 delay = max(delay, retry_after(error) or 0)
                 self.log.warning("%s failed (%s); retrying in %.1fs", what, _short(error), delay)
@@ -152,7 +155,7 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
                 f"create Job {namespace}/{name}",
                 lambda: self.custom_objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body),
             )
-        except ApiException as error:
+        except VolcanoApiError as error:
             if error.status != 409:
                 raise
             existing = self.get_job(name, namespace)
@@ -166,7 +169,7 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
                 f"get Job {namespace}/{name}",
                 lambda: self.custom_objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name),
             )
-        except ApiException as error:
+        except VolcanoApiError as error:
             if error.status == 404:
                 return None
             raise
@@ -192,7 +195,7 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
                 ),
             )
             return True
-        except ApiException as error:
+        except VolcanoApiError as error:
             if error.status == 404:
                 return False
             raise
@@ -205,7 +208,7 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
                     GROUP, VERSION, namespace, PLURAL, name, {"metadata": {"labels": labels}}
                 ),
             )
-        except ApiException as error:
+        except VolcanoApiError as error:
             if error.status != 404:
                 raise
 
@@ -286,7 +289,7 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
             pod = self.call(
                 f"get pod {namespace}/{name}", lambda: self.core_v1_client.read_namespaced_pod(name, namespace)
             )
-        except ApiException as error:
+        except VolcanoApiError as error:
             if error.status == 404:
                 return None
             raise
@@ -355,7 +358,7 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
                 f"create ConfigMap {namespace}/{name}",
                 lambda: self.core_v1_client.create_namespaced_config_map(namespace, body),
             )
-        except ApiException as error:
+        except VolcanoApiError as error:
             if error.status != 409:
                 raise
             created = self.call(
@@ -387,7 +390,7 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
                 lambda: self.core_v1_client.delete_namespaced_config_map(name, namespace),
             )
             return True
-        except ApiException as error:
+        except VolcanoApiError as error:
             if error.status == 404:
                 return False
             raise
@@ -422,10 +425,10 @@ class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
                 async with self.get_conn() as api:
                     return await fn(api)
             except Exception as error:  # noqa: BLE001 - filtered just below
-                if not self.retriable(error):
-                    raise
-                delay = next(delays, None)
+                delay = next(delays, None) if self.retriable(error) else None
                 if delay is None:
+                    if isinstance(error, AsyncApiException):
+                        raise VolcanoApiError.from_api_exception(what, error) from None
                     raise
                 self.log.warning("%s failed (%s); retrying in %.1fs", what, _short(error), delay)
                 await asyncio.sleep(max(delay, retry_after(error) or 0))

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from airflow_volcano.compat import conf
+from airflow_volcano.exceptions import VolcanoApiError
 from airflow_volcano.manifest import (
     CHECKED_LABEL,
     JobManifests,
@@ -58,9 +59,12 @@ class VolcanoPyTorchJobOperator(BaseOperator):
         "image", "command", "args", "env", "name", "namespace", "worker_replicas", "container_resources",
         "master_resources", "worker_resources", "node_selector", "tolerations", "volumes", "volume_mounts",
         "service_account_name", "labels", "annotations", "volcano_queue", "priority_class_name", "min_available",
-        "training_script", "job_template", "full_job_spec", "job_manifest",
+        "training_script", "job_template", "full_job_spec", "kubernetes_conn_id", "job_manifest",
     )
-    template_ext: Sequence[str] = TEMPLATE_EXTENSIONS
+    # Empty: Airflow would read *every* templated string ending in .yaml/.json as a template file
+    # (so `args=["--config", "train.yaml"]` failed with TemplateNotFound). Only job_template is a
+    # file, and _job_template_text reads it.
+    template_ext: Sequence[str] = ()
     template_fields_renderers = {
         "job_template": "yaml", "full_job_spec": "json", "env": "json", "container_resources": "json",
         "job_manifest": "yaml",
@@ -140,11 +144,6 @@ class VolcanoPyTorchJobOperator(BaseOperator):
         self.extra_plugins = extra_plugins
         self.training_script = training_script
         self.job_template = job_template
-        # Where the template came from, for error messages (Jinja replaces the path by its content).
-        self.job_template_source = (
-            job_template if isinstance(job_template, str) and job_template.endswith(TEMPLATE_EXTENSIONS)
-            else "<string>"
-        )
         self.full_job_spec = full_job_spec
         self.kubernetes_conn_id = kubernetes_conn_id
         self.get_logs = get_logs
@@ -197,26 +196,50 @@ class VolcanoPyTorchJobOperator(BaseOperator):
             max_retry=self.max_retry, ttl_seconds_after_finished=self.ttl_seconds_after_finished,
             policies=self.policies, master_policies=self.master_policies, restart_policy=self.restart_policy,
             extra_plugins=self.extra_plugins, training_script=self._read_training_script(),
-            job_template=self._parsed_job_template(), full_job_spec=self.full_job_spec,
+            job_template=self._parsed_job_template(context), full_job_spec=self.full_job_spec,
         )
         return build_manifests(request, run_labels=labels, default_name=default_name)
+
+    def _local_path(self, value: str) -> Path:
+        """A local file named in an argument: absolute, or relative to the DAG file's folder."""
+        path = Path(value)
+        if path.is_absolute():
+            return path
+        base = Path(self.dag.fileloc).parent if self.has_dag() and self.dag.fileloc else Path.cwd()
+        candidates = [base / path]
+        if self.has_dag():
+            candidates += [Path(folder) / path for folder in self.dag.template_searchpath or []]
+        return next((candidate for candidate in candidates if candidate.exists()), candidates[0])
 
     def _read_training_script(self) -> TrainingScript | None:
         if not self.training_script:
             return None
-        path = Path(self.training_script)
-        if not path.is_absolute():
-            base = Path(self.dag.fileloc).parent if self.has_dag() and self.dag.fileloc else Path.cwd()
-            path = base / path
+        path = self._local_path(self.training_script)
         try:
             return TrainingScript(filename=path.name, content=path.read_text())
         except OSError as error:
             raise JobSpecError(f"training_script: cannot read {str(path)!r}: {error.strerror or error}") from error
 
-    def _parsed_job_template(self) -> dict | None:
+    def _job_template_text(self, context: Context | None) -> tuple[str, str]:
+        """The template's text and where it came from: a file (rendered with Jinja, as Airflow
+        renders template files) when job_template names one, else the string itself."""
+        value = str(self.job_template)
+        if not value.strip().endswith(TEMPLATE_EXTENSIONS) or "\n" in value.strip():
+            return value, "<string>"
+        path = self._local_path(value.strip())
+        try:
+            text = path.read_text()
+        except OSError as error:
+            raise JobSpecError(f"job_template: cannot read {str(path)!r}: {error.strerror or error}") from error
+        if context is not None:
+            text = self.render_template(text, context)
+        return text, str(path)
+
+    def _parsed_job_template(self, context: Context | None = None) -> dict | None:
         if self.job_template is None or isinstance(self.job_template, dict):
             return self.job_template
-        return load_job_template(self.job_template, source=self.job_template_source)
+        text, source = self._job_template_text(context)
+        return load_job_template(text, source=source)
 
     def dry_run(self) -> dict[str, Any]:  # type: ignore[override]
         """Print the manifests (ConfigMap and Job) as YAML and return them; touches no cluster."""
@@ -248,7 +271,7 @@ class VolcanoPyTorchJobOperator(BaseOperator):
             self._defer(hook, ref, context)
         limits = job_runner.WaitLimits(self.startup_timeout, self.job_timeout, self.poll_interval)
         emit = self._emit_master_log if self.get_logs else None
-        result = job_runner.wait_for_job(hook, ref, limits, emit_log=emit)
+        result = job_runner.wait_for_job(hook, ref, limits, emit_log=emit, report=self.log.info)
         return self._finalize(hook, ref, result, context)
 
     def _finalize(self, hook: VolcanoHook, ref: JobRef, result: Any, context: Context) -> dict[str, Any]:
@@ -347,8 +370,6 @@ class VolcanoPyTorchJobOperator(BaseOperator):
         return ref
 
     def _submit(self, hook: VolcanoHook, manifests: JobManifests, namespace: str, master: str) -> JobRef:
-        from kubernetes.client.rest import ApiException
-
         from airflow_volcano.job_runner import JobRef
 
         job = manifests.job
@@ -370,10 +391,13 @@ class VolcanoPyTorchJobOperator(BaseOperator):
             hook.create_configmap(namespace, configmap)
         try:
             created = hook.create_job(namespace, job)
-        except ApiException as error:
+        except VolcanoApiError as error:
             if configmap is not None:
                 hook.delete_configmap(configmap["metadata"]["name"], namespace)
-            raise JobSpecError(f"the cluster rejected Volcano Job {namespace}/{name}: {_api_message(error)}") from error
+            if error.status in (400, 422):  # the CRD schema or Volcano's admission webhook said no
+                raise JobSpecError(f"the cluster rejected Volcano Job {namespace}/{name}: "
+                                   f"{error.message or error.reason}") from None
+            raise
         ours = job["metadata"]["labels"].items()
         if not ours <= (created["metadata"].get("labels") or {}).items():
             # Someone else created a Job of this name between our check and our create.
@@ -444,12 +468,3 @@ def _stored_job(hook: VolcanoHook, state_store: Any) -> dict | None:
 def _same_identity(created: dict, job: dict) -> bool:
     theirs = identity_labels(created["metadata"].get("labels") or {})
     return bool(theirs) and theirs == identity_labels(job["metadata"]["labels"])
-
-
-def _api_message(error: Any) -> str:
-    import json
-
-    try:
-        return json.loads(error.body).get("message") or str(error.reason)
-    except (TypeError, ValueError, AttributeError):
-        return f"HTTP {error.status} {error.reason}"

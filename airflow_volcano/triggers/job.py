@@ -28,7 +28,7 @@ from airflow_volcano.job_runner import (
     task_state_key,
 )
 from airflow_volcano.logs import LogCursor, emit_new_lines
-from airflow_volcano.status import job_state
+from airflow_volcano.status import JobProgress, job_state, unschedulable_message
 
 LOG_FETCH_BYTES = 256 * 1024  # what one log read may hold in the triggerer's memory
 # Airflow 3.3+ calls a trigger's on_kill when a user kills its deferred task. Before that a
@@ -123,10 +123,13 @@ class VolcanoJobTrigger(BaseTrigger):
         started_at = ref.created_at or time.time()
         last_pod_check = float("-inf")
         drops = 0
+        progress = JobProgress()
         job = await hook.get_job(ref.name, ref.namespace)
         while True:
             if job is None:
                 return {"status": "error", "message": f"Volcano Job {ref.namespace}/{ref.name} was deleted"}
+            if (line := progress.observe(job)) is not None:
+                self.log.info("%s", line)
             now = time.time()
             step = next_step(job, limits, now - started_at, now - last_pod_check)
             if step.done is not None:
@@ -139,9 +142,11 @@ class VolcanoJobTrigger(BaseTrigger):
                 last_pod_check = now
                 pods = await hook.list_job_pods(ref.name, ref.namespace)
                 podgroup, events = None, []
-                if startup_timed_out(limits, now - started_at):
+                if startup_timed_out(limits, now - started_at) or job_state(job).phase == "Pending":
                     podgroup = await hook.get_podgroup(job)
                     events = await hook.list_events(ref.namespace, scheduling_subjects(podgroup, pods))
+                    if (line := progress.scheduler_reason(job, unschedulable_message(podgroup, events))) is not None:
+                        self.log.info("%s", line)
                 problem = startup_problem(ref, pods, podgroup, limits, now - started_at, events)
                 if problem is not None:
                     return {"status": "problem", "message": problem}
@@ -154,6 +159,8 @@ class VolcanoJobTrigger(BaseTrigger):
                                      timeout_seconds=max(1, round(wait)))
             async with contextlib.aclosing(changes):  # breaking out ends the watch request at once
                 async for job in changes:  # each change replaces the Job we hold
+                    if (line := progress.observe(job)) is not None:
+                        self.log.info("%s", line)
                     now = time.time()
                     update = next_step(job, limits, now - started_at, now - last_pod_check)
                     if update.done is not None or update.check_pods:
@@ -176,7 +183,7 @@ class VolcanoJobTrigger(BaseTrigger):
     async def _copy_new_log_lines(self, hook: Any, ref: JobRef, cursor: LogCursor) -> None:
         """Incremental fetch: only what is newer than the cursor, at most LOG_FETCH_BYTES per read."""
         try:
-            text = await hook.read_pod_log(ref.master_pod, ref.namespace, container=ref.master_task,
+            text = await hook.read_pod_log(ref.master_pod, ref.namespace, container=ref.log_container,
                                            since_seconds=cursor.since_seconds(), limit_bytes=LOG_FETCH_BYTES)
         except Exception:  # noqa: BLE001 - master not started yet, or no log: try again later
             return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 import time
 from pathlib import Path
 
@@ -118,6 +119,10 @@ def test_unschedulable_gpu_request_fails_within_startup_timeout(cluster, operato
     assert run.state == "failed", run.log
     assert "did not start within startup_timeout (8s)" in run.log
     assert "nvidia.com/gpu" in run.log
+    # While it waited, the task log said why, each reason once.
+    said = f"Volcano Job {cluster.namespace}/greedy is Pending, the scheduler says:"
+    reasons = [line.split(said, 1)[1].split(" [airflow")[0] for line in run.log.splitlines() if said in line]
+    assert reasons and len(set(reasons)) == len(reasons), reasons
     assert time.monotonic() - started < 60
     cluster.wait_for("the unstartable Job to be deleted", lambda: cluster.job("greedy") is None)
 
@@ -161,3 +166,68 @@ def test_webhook_rejects_what_our_validation_catches_first(cluster, operator_kub
     assert run.state == "failed"
     assert "duplicate" in run.log.lower() and "master" in run.log
     assert cluster.job("dup") is None and "dup-script" not in cluster.configmap_names()
+
+
+def test_strings_ending_in_yaml_or_json_are_values_and_only_job_template_is_a_file(
+        cluster, operator_kubeconfig, run_task, tmp_path):
+    """apache/airflow#16922: every templated string ending in .yaml/.json used to be read as a
+    template file, so `args=["--config", "conf/train.yaml"]` failed with TemplateNotFound."""
+    template = tmp_path / "templates" / "job.yaml"  # given by absolute path, rendered with Jinja
+    template.parent.mkdir()
+    template.write_text(textwrap.dedent("""
+        apiVersion: batch.volcano.sh/v1alpha1
+        kind: Job
+        metadata: {}
+        spec:
+          tasks:
+          - name: master
+            replicas: 1
+            template:
+              metadata: {annotations: {team: "{{ dag.dag_id }}"}}
+              spec: {containers: [{name: master, image: img}]}
+          - name: worker
+            replicas: 1
+            template:
+              spec: {containers: [{name: worker, image: img}]}
+    """))
+    cluster.write_log("cfg-master-0", ["ok"])
+
+    run = run_task(lambda: seed_operator(
+        cluster.namespace, "cfg", job_template=str(template), worker_replicas=None, training_script=None,
+        command=["python", "train.py"], args=["--config", "conf/train.yaml", "--ds", "ds_config.json"],
+        env={"CFG": "x.json", "HYDRA": "conf/{{ task.task_id }}.yml"}, on_finish_action="keep_job",
+    ), dag_id="templating_dag")
+
+    assert run.state == "success", run.log
+    master = cluster.job("cfg")["spec"]["tasks"][0]["template"]
+    container = master["spec"]["containers"][0]
+    assert container["args"] == ["--config", "conf/train.yaml", "--ds", "ds_config.json"]
+    assert {e["name"]: e["value"] for e in container["env"]} == {"CFG": "x.json", "HYDRA": "conf/train.yml"}
+    assert master["metadata"]["annotations"]["team"] == "templating_dag"
+
+
+def test_master_log_is_read_from_the_container_the_job_names(cluster, operator_kubeconfig, run_task):
+    """A template whose container is not named after its task (here `pytorch`) still gets its log."""
+    template = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {}, "spec": {"tasks": [
+        {"name": "master", "replicas": 1, "template": {"spec": {"containers": [{"name": "pytorch", "image": "img"}]}}},
+        {"name": "worker", "replicas": 1, "template": {"spec": {"containers": [{"name": "pytorch", "image": "img"}]}}},
+    ]}}
+    cluster.write_log("named-master-0", ["loss 0.42 from the pytorch container"], container="pytorch")
+
+    run = run_task(lambda: seed_operator(cluster.namespace, "named", job_template=template, worker_replicas=None,
+                                         annotations={SIM + "run-for": "3s"}))
+
+    assert run.state == "success", run.log
+    assert "[named-master-0] loss 0.42 from the pytorch container" in run.log
+    assert run.xcom["return_value"]["log_lines"] == 1
+
+
+def test_a_namespace_the_connection_may_not_use_fails_in_clear_sentences(cluster, operator_kubeconfig, run_task):
+    # The ServiceAccount's Role (deploy/rbac.yaml) is in the test namespace only.
+    run = run_task(lambda: seed_operator("default", "elsewhere"))
+
+    assert run.state == "failed", run.log
+    assert "failed: HTTP 403 Forbidden" in run.log
+    assert f'User "system:serviceaccount:{cluster.namespace}:airflow-volcano" cannot' in run.log
+    assert 'in the namespace "default"' in run.log and "deploy/rbac.yaml" in run.log
+    assert "HTTP response headers" not in run.log and "Audit-Id" not in run.log, "no header dump"

@@ -54,6 +54,9 @@ def test_seed_000_trains_across_three_real_pods(cluster, operator_kubeconfig, ru
     assert len(computed) == 5, run.log
     assert "[seed-master-0] [Rank 0] 进程组已销毁" in run.log
     assert run.log.count("Epoch [5/5], Average Loss") == 1, "each log line once"
+    # Progress in the task log: each phase once.
+    assert run.log.count(f"Volcano Job {cluster.namespace}/seed is Running: 3/3 pods running") == 1
+    assert run.log.count(f"Volcano Job {cluster.namespace}/seed is Pending") <= 1
     # DDP's all-reduce needs every rank: five losses mean the workers trained too. Once the master
     # has finished, Volcano completes the Job and removes workers still shutting down, so only
     # the workers still there are checked.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from airflow_volcano.job_runner import JobRef, WaitLimits, next_step, startup_problem
-from airflow_volcano.status import Outcome, failure_message, job_state, unschedulable_message
+from airflow_volcano.status import JobProgress, Outcome, failure_message, job_state, unschedulable_message
 
 
 def job(phase: str | None, **status: int) -> dict:
@@ -89,3 +89,56 @@ def test_next_step_waits_long_on_a_running_job_and_short_while_pending():
 def test_next_step_times_out_past_job_timeout():
     step = next_step(job("Running", running=1), WaitLimits(job_timeout=30), elapsed=31, since_pod_check=0)
     assert step.done is not None and "job_timeout of 30s" in step.done.timed_out
+
+
+def _job(phase: str, running: int = 0, retries: int = 0) -> dict:
+    return {"metadata": {"name": "train", "namespace": "ml"},
+            "spec": {"maxRetry": 3, "tasks": [{"name": "master", "replicas": 1}, {"name": "worker", "replicas": 2}]},
+            "status": {"state": {"phase": phase}, "running": running, "retryCount": retries}}
+
+
+def test_progress_says_each_phase_change_once():
+    progress = JobProgress()
+    seen = [progress.observe(job) for job in (
+        _job("Pending"), _job("Pending", running=1), _job("Running", running=3), _job("Running", running=3),
+        _job("Restarting", retries=1), _job("Pending", retries=1), _job("Running", 3, retries=1),
+        _job("Completing", 3, retries=1), _job("Completed", retries=1),
+    )]
+    assert seen == [
+        "Volcano Job ml/train is Pending: 0/3 pods running",
+        None,
+        "Volcano Job ml/train is Running: 3/3 pods running",
+        None,
+        "Volcano Job ml/train is Restarting (1 restart(s) so far, maxRetry 3)",
+        "Volcano Job ml/train is Pending: 0/3 pods running (1 restart(s) so far, maxRetry 3)",
+        "Volcano Job ml/train is Running: 3/3 pods running (1 restart(s) so far, maxRetry 3)",
+        "Volcano Job ml/train is Completing (1 restart(s) so far, maxRetry 3)",
+        "Volcano Job ml/train is Completed (1 restart(s) so far, maxRetry 3)",
+    ]
+
+
+def test_progress_gives_the_schedulers_reason_while_pending_once_per_reason():
+    progress = JobProgress()
+    pending = _job("Pending")
+    progress.observe(pending)
+    assert progress.scheduler_reason(pending, None) is None
+    assert progress.scheduler_reason(pending, "3/3 tasks in gang unschedulable: Insufficient cpu") == (
+        "Volcano Job ml/train is Pending, the scheduler says: 3/3 tasks in gang unschedulable: Insufficient cpu")
+    assert progress.scheduler_reason(pending, "3/3 tasks in gang unschedulable: Insufficient cpu") is None
+    assert progress.scheduler_reason(_job("Running", 3), "stale reason") is None
+
+
+def test_api_errors_read_as_sentences_without_headers():
+    from types import SimpleNamespace
+
+    from airflow_volcano.exceptions import VolcanoApiError
+
+    forbidden = SimpleNamespace(status=403, reason="Forbidden", headers={"Audit-Id": "x"}, body=(
+        '{"kind":"Status","message":"jobs.batch.volcano.sh is forbidden: User \\"u\\" cannot list resource '
+        '\\"jobs\\" in API group \\"batch.volcano.sh\\" in the namespace \\"ml\\"","code":403}'))
+    text = str(VolcanoApiError.from_api_exception("list Jobs in ml", forbidden))
+    assert text.startswith('list Jobs in ml failed: HTTP 403 Forbidden: jobs.batch.volcano.sh is forbidden: User "u"')
+    assert "deploy/rbac.yaml" in text and "Audit-Id" not in text
+    unreadable = SimpleNamespace(status=500, reason="Internal Server Error", body=b"<html>oops</html>")
+    assert str(VolcanoApiError.from_api_exception("get Job ml/x", unreadable)) == (
+        "get Job ml/x failed: HTTP 500 Internal Server Error")

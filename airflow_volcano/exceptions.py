@@ -1,0 +1,44 @@
+"""The provider's own exceptions: the hooks translate the Kubernetes clients' errors into these,
+so operators, sensors and triggers never import `kubernetes` and users read one or two clear
+sentences instead of an HTTP header dump."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class VolcanoApiError(RuntimeError):
+    """A Kubernetes API call failed for good (not a transient error, or retries ran out).
+
+    :param what: the call, as a person would say it ("create Job ml/train").
+    :param status: the HTTP status (0 when no answer came).
+    :param reason: the HTTP reason phrase.
+    :param message: the apiserver's own message (the `message` of its Status body), if any.
+    """
+
+    def __init__(self, what: str, status: int, reason: str, message: str | None = None) -> None:
+        self.what, self.status, self.reason, self.message = what, status, reason, message
+        super().__init__(self.describe())
+
+    @classmethod
+    def from_api_exception(cls, what: str, error: Any) -> VolcanoApiError:
+        """From either client's ApiException (kubernetes or kubernetes_asyncio): status, reason,
+        and the message of the JSON body; never the headers."""
+        message = None
+        try:
+            message = json.loads(error.body).get("message")
+        except (TypeError, ValueError, AttributeError):
+            pass
+        return cls(what, int(getattr(error, "status", 0) or 0), str(getattr(error, "reason", "") or ""), message)
+
+    def describe(self) -> str:
+        text = f"{self.what} failed: HTTP {self.status} {self.reason}".rstrip()
+        if self.message:
+            text += f": {self.message}"
+        if self.status == 403:
+            text += (". The Airflow connection's identity lacks this permission: grant it "
+                     "(deploy/rbac.yaml lists every permission the provider needs)")
+        elif self.status == 401:
+            text += ". The Airflow connection's credentials were refused: check its kubeconfig or token"
+        return text
