@@ -1,0 +1,66 @@
+"""Links from the task in the Airflow UI to the Job, the master's log and TensorBoard.
+
+Each URL comes from a template in the provider's config (`[volcano] job_url_template`, ...) or in
+the connection's extras (same names; the connection wins), filled with the Job's values:
+`{namespace}`, `{name}`, `{uid}`, `{pod}` (the master pod) and `{container}`. The operator stores
+the URL in XCom when it submits or reattaches, where the UI reads it, so rendering a link never
+calls the cluster. No template, no link.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from airflow.sdk import BaseOperatorLink
+
+if TYPE_CHECKING:
+    from airflow.models.taskinstancekey import TaskInstanceKey
+    from airflow.sdk import BaseOperator
+
+log = logging.getLogger(__name__)
+
+
+class _VolcanoLink(BaseOperatorLink):
+    """The URL is in XCom under `xcom_key`, where Airflow's UI reads it (Airflow 3 serializes a
+    link as its name and XCom key); get_link reads the same value from a running task."""
+
+    template_option: ClassVar[str]
+
+    def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
+        from airflow.sdk.execution_time.xcom import XCom
+
+        return XCom.get_value(ti_key=ti_key, key=self.xcom_key) or ""
+
+
+class VolcanoJobLink(_VolcanoLink):
+    """The Job in a dashboard (Volcano's dashboard, or any that takes namespace and name)."""
+
+    name = "Volcano Job"
+    template_option = "job_url_template"
+
+
+class MasterLogLink(_VolcanoLink):
+    """The master pod's log in a log viewer (Kubernetes Dashboard, Grafana/Loki, ...)."""
+
+    name = "Master pod log"
+    template_option = "pod_log_url_template"
+
+
+LINKS: tuple[_VolcanoLink, ...] = (VolcanoJobLink(), MasterLogLink())
+
+
+def link_urls(templates: dict[str, str | None], values: dict[str, Any]) -> dict[str, str]:
+    """Each link's URL (by XCom key) from its template; a template naming an unknown field is
+    skipped with a warning that names the option and the field."""
+    urls = {}
+    for link in LINKS:
+        template = templates.get(link.template_option)
+        if not template:
+            continue
+        try:
+            urls[link.xcom_key] = template.format(**values)
+        except (KeyError, IndexError, ValueError) as error:
+            log.warning("[volcano] %s %r cannot be filled (%s); known fields: %s", link.template_option, template,
+                        error, ", ".join(sorted(values)))
+    return urls
