@@ -25,6 +25,7 @@ from airflow_volcano.status import (
     failure_message,
     image_pull_problem,
     job_state,
+    termination_result,
     unschedulable_message,
 )
 
@@ -345,6 +346,17 @@ def explain_failure(hook: VolcanoHook, ref: JobRef, result: WaitResult) -> str:
                            log_tail=log_tail, log_pod=log_pod, headline=headline)
 
 
+def master_result(hook: VolcanoHook, ref: JobRef) -> Any:
+    """The master's termination message (JSON if it parses): how a training script hands metrics
+    or a model URI to the next task. Read before cleanup deletes the pod."""
+    try:
+        return termination_result(hook.get_pod(ref.master_pod, ref.namespace), ref.log_container)
+    except Exception as error:  # noqa: BLE001 - a missing result must not hide a finished Job
+        log.warning("Could not read the termination message of master pod %s/%s: %s", ref.namespace,
+                    ref.master_pod, error)
+        return None
+
+
 def cleanup(hook: VolcanoHook, ref: JobRef, *, succeeded: bool, action: OnFinishAction) -> bool:
     """Apply `on_finish_action`; returns whether the Job was deleted."""
     delete = action is OnFinishAction.DELETE_JOB or (action is OnFinishAction.DELETE_SUCCEEDED_JOB and succeeded)
@@ -386,6 +398,7 @@ def finalize(
         "master_pod": ref.master_pod,
         "retry_count": result.state.retry_count,
         "log_lines": result.log_cursor.lines_shown,
+        "result": master_result(hook, ref) if succeeded else None,
     }
     if succeeded:
         cleanup(hook, ref, succeeded=True, action=on_finish_action)

@@ -7,6 +7,7 @@ a failure is explained from the pods' container statuses, the PodGroup and the E
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -154,6 +155,8 @@ def unschedulable_message(
     for event in events:
         if event.get("reason") in ("Unschedulable", "FailedScheduling") and event.get("message"):
             messages[event["message"]] = None
+    # "pod group is ready, 3 Binding" is Volcano saying the gang fits and is being bound: not a reason.
+    messages = {message: None for message in messages if "pod group is ready" not in message}
     specific = [message for message in messages if GENERIC_GANG_MESSAGE not in message]
     chosen = specific or list(messages)
     return "; ".join(chosen[-3:]) if chosen else None
@@ -245,3 +248,20 @@ class JobProgress:
             return None
         self._last_reason = reason
         return f"Volcano Job {state.namespace}/{state.name} is Pending, the scheduler says: {reason}"
+
+
+def termination_result(pod: Mapping[str, Any] | None, container: str) -> Any:
+    """What the container left in its termination message (`/dev/termination-log`, at most 4 KiB,
+    read by the kubelet): the parsed JSON if it is JSON, else the text; None if it left nothing."""
+    for status in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
+        if status.get("name") != container:
+            continue
+        terminated = (status.get("state") or {}).get("terminated") or {}
+        message = terminated.get("message")
+        if not message:
+            return None
+        try:
+            return json.loads(message)
+        except ValueError:
+            return message.strip()
+    return None
