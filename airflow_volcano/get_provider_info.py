@@ -21,5 +21,29 @@ def get_provider_info() -> dict[str, Any]:
         "sensors": [{"integration-name": integration, "python-modules": ["airflow_volcano.sensors.job"]}],
         "hooks": [{"integration-name": integration, "python-modules": ["airflow_volcano.hooks.volcano"]}],
         "triggers": [{"integration-name": integration, "python-modules": ["airflow_volcano.triggers.job"]}],
+        "extra-links": ["airflow_volcano.links.VolcanoJobLink", "airflow_volcano.links.MasterLogLink"],
+        "config": {
+            "volcano": {
+                "description": "Links from a task in the Airflow UI to its Volcano Job. A connection's extras "
+                               "may set the same options; the connection wins.",
+                "options": {
+                    "job_url_template": {
+                        "description": "URL of a Job in a dashboard, filled with {namespace}, {name}, {uid}, "
+                                       "{pod} (the master pod) and {container}. Empty: no link.",
+                        "version_added": "0.2.0", "type": "string",
+                        "example": "https://volcano.example.com/job/{namespace}/{name}", "default": "",
+                    },
+                    "pod_log_url_template": {
+                        "description": "URL of the master pod's log, filled with the same fields. Empty: no link.",
+                        "version_added": "0.2.0", "type": "string",
+                        "example": "https://k8s.example.com/#/log/{namespace}/{pod}/pod?container={container}",
+                        "default": "",
+                    },
+                },
+            }
+        },
+        "task-decorators": [
+            {"name": "volcano_pytorch", "class-name": "airflow_volcano.decorators.volcano_pytorch.volcano_pytorch_task"}
+        ],
         # The `kubernetes` connection type is the cncf-kubernetes provider's: reused, not redefined.
     }

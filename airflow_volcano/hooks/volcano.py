@@ -120,6 +120,13 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
                 self.log.warning("%s failed (%s); retrying in %.1fs", what, _short(error), delay)
                 time.sleep(delay)
 
+    def connection_extra(self, name: str) -> Any:
+        """One field of the connection's extras (None if absent, or if there is no connection)."""
+        try:
+            return self._get_field(name)
+        except Exception:  # noqa: BLE001 - no connection (in-cluster defaults): no extras
+            return None
+
     def trigger_connection(self) -> dict[str, Any]:
         """This hook's connection, resolved here on the worker, for the triggerer: kubeconfig as a
         dict (it holds credentials: Airflow stores trigger arguments encrypted; never log it)."""

@@ -13,10 +13,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import yaml
 from airflow.sdk import BaseOperator
 
 from airflow_volcano.compat import conf
 from airflow_volcano.exceptions import VolcanoApiError
+from airflow_volcano.links import LINKS, link_urls
 from airflow_volcano.manifest import (
     CHECKED_LABEL,
     JobManifests,
@@ -52,14 +54,17 @@ class VolcanoPyTorchJobOperator(BaseOperator):
     One master task (rank 0) and `worker_replicas` worker tasks; Volcano injects MASTER_ADDR,
     MASTER_PORT, WORLD_SIZE and RANK. The master pod's log is streamed into the task log. See the
     README for every argument; the manifest that will be submitted is shown as the rendered
-    template `job_manifest` in the UI and by `dry_run()`.
+    templates `job_manifest` and `script_manifest` in the UI and by `dry_run()`.
     """
 
+    # The two manifests first, so the UI shows the Job before anything else; they are filled in
+    # once the other fields are rendered (see _do_render_template_fields).
     template_fields: Sequence[str] = (
+        "job_manifest", "script_manifest",
         "image", "command", "args", "env", "name", "namespace", "worker_replicas", "container_resources",
         "master_resources", "worker_resources", "node_selector", "tolerations", "volumes", "volume_mounts",
         "service_account_name", "labels", "annotations", "volcano_queue", "priority_class_name", "min_available",
-        "training_script", "job_template", "full_job_spec", "kubernetes_conn_id", "job_manifest",
+        "training_script", "job_template", "full_job_spec", "kubernetes_conn_id",
     )
     # Empty: Airflow would read *every* templated string ending in .yaml/.json as a template file
     # (so `args=["--config", "train.yaml"]` failed with TemplateNotFound). Only job_template is a
@@ -67,9 +72,10 @@ class VolcanoPyTorchJobOperator(BaseOperator):
     template_ext: Sequence[str] = ()
     template_fields_renderers = {
         "job_template": "yaml", "full_job_spec": "json", "env": "json", "container_resources": "json",
-        "job_manifest": "yaml",
+        "job_manifest": "yaml", "script_manifest": "yaml",
     }
     ui_color = "#f37021"
+    operator_extra_links = LINKS
 
     def __init__(
         self,
@@ -153,17 +159,28 @@ class VolcanoPyTorchJobOperator(BaseOperator):
         self.if_job_exists = _choice("if_job_exists", if_job_exists, IF_JOB_EXISTS)
         self.deferrable = deferrable
         self.poll_interval = poll_interval
-        self.job_manifest = ""  # filled when templates are rendered: what the UI shows is what is submitted
+        # Filled when templates are rendered: what the UI shows is what is submitted. The Job and
+        # the script's ConfigMap are separate fields, so a long script cannot push the Job past
+        # Airflow's rendered-field size limit.
+        self.job_manifest = ""
+        self.script_manifest = ""
         self._manifests: JobManifests | None = None
         self._job_ref: JobRef | None = None
         self._ti: Any = None
 
     # -- building (pure apart from reading the local script/template files) --------------------------
 
-    def render_template_fields(self, context: Context, jinja_env: Any = None) -> None:
-        super().render_template_fields(context, jinja_env)
-        self._manifests = self.build_manifests(context)
-        self.job_manifest = self._manifests.to_yaml()
+    def _do_render_template_fields(self, parent: Any, template_fields: Any, context: Context, jinja_env: Any,
+                                   seen_oids: set[int]) -> None:
+        # Overridden here rather than render_template_fields: a mapped task's unmapped copy is
+        # rendered through this method only, and must show its manifests too.
+        super()._do_render_template_fields(parent, template_fields, context, jinja_env, seen_oids)
+        if parent is self:
+            self._manifests = self.build_manifests(context)
+            self.job_manifest = yaml.safe_dump(self._manifests.job, sort_keys=False, allow_unicode=True)
+            configmap = self._manifests.configmap
+            self.script_manifest = (yaml.safe_dump(configmap, sort_keys=False, allow_unicode=True)
+                                    if configmap else "")
 
     def build_manifests(self, context: Context | None = None) -> JobManifests:
         """The ConfigMap and Job this task submits; raises JobSpecError before any API call."""
@@ -267,12 +284,22 @@ class VolcanoPyTorchJobOperator(BaseOperator):
         self._ti = ti
         for key, value in (("job_name", ref.name), ("namespace", ref.namespace), ("master_pod", ref.master_pod)):
             ti.xcom_push(key=key, value=value)
+        self._push_links(hook, ref, ti)
         if self.deferrable:
             self._defer(hook, ref, context)
         limits = job_runner.WaitLimits(self.startup_timeout, self.job_timeout, self.poll_interval)
         emit = self._emit_master_log if self.get_logs else None
         result = job_runner.wait_for_job(hook, ref, limits, emit_log=emit, report=self.log.info)
         return self._finalize(hook, ref, result, context)
+
+    def _push_links(self, hook: VolcanoHook, ref: JobRef, ti: Any) -> None:
+        """Store the UI links' URLs (see airflow_volcano.links) for this Job."""
+        templates = {link.template_option: hook.connection_extra(link.template_option)
+                     or conf.get("volcano", link.template_option, fallback="") for link in LINKS}
+        values = {"namespace": ref.namespace, "name": ref.name, "uid": ref.uid or "", "pod": ref.master_pod,
+                  "container": ref.log_container}
+        for key, url in link_urls(templates, values).items():
+            ti.xcom_push(key=key, value=url)
 
     def _finalize(self, hook: VolcanoHook, ref: JobRef, result: Any, context: Context) -> dict[str, Any]:
         from airflow_volcano import job_runner
