@@ -65,6 +65,15 @@ class JobSpecError(ValueError):
     """A bad argument or template, found before anything is submitted."""
 
 
+# Request fields whose operator argument has another name (BaseOperator owns `resources` and
+# `queue`): errors name the argument the user wrote.
+ARGUMENT_NAMES = {"resources": "container_resources", "queue": "volcano_queue"}
+
+
+def _argument(field: str) -> str:
+    return ARGUMENT_NAMES.get(field, field)
+
+
 @dataclass(frozen=True)
 class TrainingScript:
     """A local training script already read by the caller."""
@@ -267,7 +276,7 @@ def _normalize(req: PyTorchJobRequest) -> PyTorchJobRequest:
                   "priority_class_name", "queue", "scheduler_name"):
         value = getattr(req, field)
         if value is not None and (not isinstance(value, str) or not value.strip()):
-            raise JobSpecError(f"{field} must be a non-empty string, got {value!r}")
+            raise JobSpecError(f"{_argument(field)} must be a non-empty string, got {value!r}")
     for field in ("namespace", "master_task_name", "worker_task_name"):
         value = getattr(req, field)
         if value is not None and (not DNS_LABEL.match(value) or len(value) > 63):
@@ -285,8 +294,11 @@ def _normalize(req: PyTorchJobRequest) -> PyTorchJobRequest:
         _check_type(field, getattr(req, field), dict)
     for plugin, plugin_args in (req.extra_plugins or {}).items():
         _check_type(f"extra_plugins[{plugin!r}]", plugin_args, list, str)
-    for key, value in (req.labels or {}).items():
-        _check_label("labels", str(key), str(value))
+    for parameter in ("labels", "node_selector"):
+        for key, value in (getattr(req, parameter) or {}).items():
+            _check_label(parameter, str(key), str(value))
+    for key in req.annotations or {}:
+        _check_key("annotations", str(key))
     _validate_policies("policies", req.policies)
     _validate_policies("master_policies", req.master_policies)
     if req.env is not None:
@@ -294,7 +306,7 @@ def _normalize(req: PyTorchJobRequest) -> PyTorchJobRequest:
     if req.training_script is not None:
         _check_script(req.training_script)
     for field in ("resources", "master_resources", "worker_resources"):
-        _resources(field, getattr(req, field))  # checked here, merged per role later
+        _resources(_argument(field), getattr(req, field))  # checked here, merged per role later
     return dataclasses.replace(req, **changes)
 
 
@@ -356,8 +368,8 @@ def _quantities(parameter: str, spec: Any) -> dict[str, str]:
             raise JobSpecError(f"{parameter}: unknown resource {key!r} (cpu, memory, ephemeral-storage, gpu, "
                                "hugepages-<size> or a domain-prefixed name such as nvidia.com/gpu)")
         quantity = str(value).strip() if isinstance(value, int | float | str) and not isinstance(value, bool) else ""
-        if not QUANTITY.match(quantity):
-            raise JobSpecError(f"{parameter}: {key!r} must be a quantity such as 2, 500m or 4Gi, got {value!r}")
+        if not QUANTITY.match(quantity) or quantity.startswith("-"):
+            raise JobSpecError(f"{parameter}: {key!r} must be a quantity >= 0 such as 2, 500m or 4Gi, got {value!r}")
         out[name] = quantity
     return out
 
@@ -480,7 +492,7 @@ def _apply_arguments(job: dict, req: PyTorchJobRequest) -> None:
         worker_task = _set_worker_replicas(job, worker_task, worker, req.worker_replicas)
     if req.master_policies is not None and master_task is not None:
         _set(master_task, "policies", req.master_policies)
-    shared = _resources("resources", req.resources)
+    shared = _resources(_argument("resources"), req.resources)
     for task, role in ((master_task, "master_resources"), (worker_task, "worker_resources")):
         if task is not None:
             _apply_pod_arguments(task, req, _merge_resources(shared, _resources(role, getattr(req, role))))
@@ -652,7 +664,7 @@ def validate_job(job: dict, *, origin: str = "job") -> None:
     for key, parameter in (("maxRetry", "max_retry"), ("ttlSecondsAfterFinished", "ttl_seconds_after_finished")):
         if spec.get(key) is not None:
             _integer(parameter, spec[key], allow_str=False)
-    for key, parameter in (("queue", "queue"), ("schedulerName", "scheduler_name"),
+    for key, parameter in (("queue", "volcano_queue"), ("schedulerName", "scheduler_name"),
                            ("priorityClassName", "priority_class_name")):
         if key in spec and (not isinstance(spec[key], str) or not spec[key]):
             raise JobSpecError(f"{parameter} must be a non-empty string, got {spec[key]!r}")
@@ -674,11 +686,17 @@ def _validate_name(job: dict) -> None:
                            f"<job>-<task>-<index> within {POD_NAME_MAX} characters (the pod hostname)")
 
 
-def _check_label(parameter: str, key: str, value: str) -> None:
+def _check_key(parameter: str, key: str) -> None:
+    """A label, annotation or node-selector key: an optional DNS-subdomain prefix and a name."""
     prefix, _, name = key.rpartition("/")
     if (prefix and (len(prefix) > 253 or not LABEL_PREFIX_PART.match(prefix))) or not LABEL_NAME.match(name) \
             or len(name) > 63:
-        raise JobSpecError(f"{parameter}: invalid label key {key!r}")
+        raise JobSpecError(f"{parameter}: invalid key {key!r} (an optional DNS prefix and '/', then <= 63 "
+                           "characters of [A-Za-z0-9._-], starting and ending alphanumeric)")
+
+
+def _check_label(parameter: str, key: str, value: str) -> None:
+    _check_key(parameter, key)
     if len(value) > 63 or not LABEL_VALUE.match(value):
         raise JobSpecError(f"{parameter}: invalid label value {value!r} for key {key!r} (<= 63 characters of "
                            "[A-Za-z0-9._-], starting and ending alphanumeric)")

@@ -305,12 +305,14 @@ def test_templated_numbers_as_strings_are_accepted():
     ({"command": "python train.py"}, "command must be a list, got 'python train.py'"),
     ({"tolerations": [["key"]]}, "tolerations must be a list of dict, got [['key']]"),
     ({"labels": {"team": "a b"}}, "labels: invalid label value 'a b' for key 'team'"),
-    ({"labels": {"bad key": "x"}}, "labels: invalid label key 'bad key'"),
+    ({"labels": {"bad key": "x"}}, "labels: invalid key 'bad key'"),
+    ({"node_selector": {"bad key": "x"}}, "node_selector: invalid key 'bad key'"),
     ({"extra_plugins": {"horovod": []}}, "extra_plugins: unknown Volcano plugin 'horovod'"),
     ({"extra_plugins": {"ssh": "yes"}}, "extra_plugins['ssh'] must be a list, got 'yes'"),
     ({"resources": {"gpus": 1}}, "resources: unknown resource 'gpus'"),
-    ({"worker_resources": {"memory": "lots"}}, "worker_resources: 'memory' must be a quantity such as 2, 500m or "
-                                               "4Gi, got 'lots'"),
+    ({"worker_resources": {"memory": "lots"}}, "worker_resources: 'memory' must be a quantity >= 0 such as 2, 500m "
+                                               "or 4Gi, got 'lots'"),
+    ({"resources": {"cpu": "-1"}}, "resources: 'cpu' must be a quantity >= 0"),
     ({"resources": {"cpu": 1, "limits": {"cpu": 2}}}, "resources: give either the shorthand"),
     ({"training_script": TrainingScript("my script.py", "")}, "training_script: file name 'my script.py'"),
     ({"training_script": TrainingScript("big.py", "#" * (1024 * 1024))}, "training_script 'big.py' is 1048582 "

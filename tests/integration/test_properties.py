@@ -1,0 +1,101 @@
+"""Bad input, everywhere: generated operator arguments either fail before any API call with an
+error naming a parameter, or build a Job that the real apiserver accepts in a server-side dry run
+(the CRD's schema and Volcano's admission webhook both judge it; nothing is created)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections import Counter
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kubernetes.client.rest import ApiException
+
+from airflow_volcano.manifest import JobSpecError
+from airflow_volcano.operators.pytorch import VolcanoPyTorchJobOperator
+
+OUTCOMES: Counter[str] = Counter()
+REPORT = Path(__file__).resolve().parents[2] / ".airflow-home" / "hypothesis-outcomes.json"
+
+# Mostly plausible values with the odd bad one: a property test of only garbage would prove little.
+names = st.one_of(st.from_regex(r"[a-z][a-z0-9-]{0,40}[a-z0-9]", fullmatch=True),
+                  st.text(min_size=0, max_size=70))
+quantities = st.one_of(st.sampled_from(["100m", "1", "2", "0.5", "512Mi", "2Gi", "1e3", "+1"]),
+                       st.text(max_size=6), st.integers(-3, 64), st.floats(allow_nan=True))
+resources = st.one_of(
+    st.none(),
+    st.fixed_dictionaries({}, optional={"cpu": quantities, "memory": quantities, "gpu": st.integers(-1, 8)}),
+    st.fixed_dictionaries({"requests": st.dictionaries(st.sampled_from(["cpu", "memory", "bogus"]), quantities,
+                                                        max_size=2)},
+                          optional={"limits": st.dictionaries(st.sampled_from(["cpu", "memory"]), quantities,
+                                                              max_size=2)}),
+    st.text(max_size=5),
+)
+label_keys = st.one_of(st.from_regex(r"([a-z0-9.]{1,20}/)?[A-Za-z0-9][-A-Za-z0-9_.]{0,20}", fullmatch=True),
+                       st.text(max_size=30))
+label_values = st.one_of(st.from_regex(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,30}[A-Za-z0-9])?", fullmatch=True),
+                         st.text(max_size=70))
+env_names = st.one_of(st.from_regex(r"[A-Z_][A-Z0-9_]{0,20}", fullmatch=True), st.text(max_size=10))
+policies = st.lists(st.fixed_dictionaries({"event": st.sampled_from(["PodFailed", "PodEvicted", "TaskCompleted",
+                                                                       "Unknown", "*"]),
+                                           "action": st.sampled_from(["RestartJob", "AbortJob", "CompleteJob",
+                                                                      "TerminateJob", "Explode"])}),
+                    max_size=3)
+
+arguments = st.fixed_dictionaries({}, optional={
+    "name": names,
+    "worker_replicas": st.one_of(st.integers(-2, 6), st.sampled_from(["2", "x", ""])),
+    "port": st.one_of(st.integers(-5, 70000), st.just("23456")),
+    "master_task_name": names,
+    "worker_task_name": names,
+    "container_resources": resources,
+    "master_resources": resources,
+    "env": st.one_of(st.dictionaries(env_names, st.text(max_size=20), max_size=3),
+                     st.lists(st.fixed_dictionaries({"name": env_names, "value": st.text(max_size=10)}), max_size=2)),
+    "labels": st.dictionaries(label_keys, label_values, max_size=3),
+    "annotations": st.dictionaries(label_keys, st.text(max_size=30), max_size=2),
+    "node_selector": st.dictionaries(label_keys, label_values, max_size=2),
+    "min_available": st.integers(-1, 8),
+    "max_retry": st.integers(-1, 5),
+    "restart_policy": st.sampled_from(["Never", "OnFailure", "Always", "Sometimes"]),
+    "policies": policies,
+    # (A queue that does not exist is the cluster's state, not bad input: the webhook's message
+    # reaches the task at submit time.)
+    "args": st.lists(st.text(max_size=15), max_size=3),
+})
+
+
+def test_generated_arguments_fail_early_naming_a_parameter_or_are_accepted(cluster, operator_kubeconfig):
+    parameters = set(inspect.signature(VolcanoPyTorchJobOperator.__init__).parameters) - {"self", "kwargs"}
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(arguments)
+    def check(kwargs: dict) -> None:
+        try:
+            operator = VolcanoPyTorchJobOperator(task_id="prop", image="img:1", namespace=cluster.namespace,
+                                                 **kwargs)
+            manifests = operator.build_manifests()
+        except JobSpecError as error:
+            named = [parameter for parameter in parameters if str(error).startswith(parameter)
+                     or f"{parameter}:" in str(error) or f"{parameter} " in str(error)
+                     or f"{parameter}[" in str(error) or f"{parameter}." in str(error)]
+            assert named, f"the error names no parameter: {error} (arguments {kwargs!r})"
+            OUTCOMES["rejected before submitting, naming the parameter"] += 1
+            return
+        job = manifests.job
+        try:
+            cluster.custom.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", cluster.namespace, "jobs",
+                                                           job, dry_run="All")
+        except ApiException as error:
+            raise AssertionError(f"our validation passed a Job the cluster refuses: {error.body} "
+                                 f"(arguments {kwargs!r})") from None
+        OUTCOMES["accepted by the apiserver's dry run (CRD schema + Volcano webhook)"] += 1
+
+    check()
+    REPORT.parent.mkdir(exist_ok=True)
+    REPORT.write_text(json.dumps(OUTCOMES, indent=2))
+    print(dict(OUTCOMES))
+    assert sum(OUTCOMES.values()) >= 200
+    assert len(OUTCOMES) == 2, f"both outcomes must occur: {dict(OUTCOMES)}"
