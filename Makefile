@@ -12,7 +12,7 @@ $(BIN)/uv:
 
 # Pinned by constraints.txt, so a fresh machine gets the versions the tests passed with.
 $(VENV)/.installed: pyproject.toml constraints.txt | $(BIN)/uv
-	$(BIN)/uv pip install -q --python $(BIN)/python -c constraints.txt -e '.[test]'
+	$(BIN)/uv pip install -q --python $(BIN)/python -c constraints.txt -e . --group test
 	touch $@
 
 # A second venv with the oldest supported Airflow (3.1): the triggerer tests run the same scenario
