@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import datetime
 import textwrap
 import time
 from pathlib import Path
+
+import yaml
 
 from airflow_volcano.operators.pytorch import VolcanoPyTorchJobOperator
 
@@ -231,3 +234,65 @@ def test_a_namespace_the_connection_may_not_use_fails_in_clear_sentences(cluster
     assert f'User "system:serviceaccount:{cluster.namespace}:airflow-volcano" cannot' in run.log
     assert 'in the namespace "default"' in run.log and "deploy/rbac.yaml" in run.log
     assert "HTTP response headers" not in run.log and "Audit-Id" not in run.log, "no header dump"
+
+
+def test_the_ui_shows_each_mapped_tasks_job_then_its_script(cluster, operator_kubeconfig, airflow_db):
+    """Rendered fields as the UI reads them (RenderedTaskInstanceFields): the Job and the script's
+    ConfigMap as separate fields, Job first, for every mapped task instance too."""
+    from airflow.models.renderedtifields import RenderedTaskInstanceFields
+    from airflow.sdk import DAG
+    from airflow.utils.session import create_session
+
+    from .dag_runner import run_dag
+
+    with DAG("mapped_manifests", schedule=None,
+             start_date=datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)) as dag:
+        VolcanoPyTorchJobOperator.partial(
+            task_id="train", namespace=cluster.namespace, image="img:1", training_script=str(SEED_SCRIPT),
+            annotations={SIM + "run-for": "1s"}, startup_timeout=60, poll_interval=1, deferrable=False,
+        ).expand(worker_replicas=[1, 2])
+    run = run_dag(dag)
+
+    with create_session() as session:
+        rows = session.query(RenderedTaskInstanceFields).filter_by(dag_id=dag.dag_id, run_id=run.run_id).all()
+        fields = {row.map_index: row.rendered_fields for row in rows}
+    assert set(fields) == {0, 1}
+    for map_index, workers in ((0, 1), (1, 2)):
+        rendered = fields[map_index]
+        assert list(rendered)[:2] == ["job_manifest", "script_manifest"]
+        job = yaml.safe_load(rendered["job_manifest"])
+        assert job["kind"] == "Job" and job["spec"]["tasks"][1]["replicas"] == workers
+        # The seed's script is longer than Airflow's rendered-field limit (4,096 characters): Airflow
+        # truncates that field alone, and the Job above stays whole.
+        assert "kind: ConfigMap" in rendered["script_manifest"]
+        assert "pytorch_demo.py: " in rendered["script_manifest"]
+
+
+def test_ui_links_to_the_job_and_the_master_log(cluster, operator_kubeconfig, run_task, monkeypatch):
+    """The links the UI shows, read the way Airflow's API server reads them: from the serialized
+    DAG (name and XCom key per link) and the XCom the task stored."""
+    import json
+    import os
+
+    from airflow.models.dagrun import DagRun
+    from airflow.models.serialized_dag import SerializedDagModel
+    from airflow.utils.session import create_session
+
+    monkeypatch.setenv("AIRFLOW__VOLCANO__JOB_URL_TEMPLATE", "https://volcano.example/job/{namespace}/{name}")
+    monkeypatch.setenv("AIRFLOW__VOLCANO__POD_LOG_URL_TEMPLATE", "https://config-loses.example/{pod}")
+    conn = json.loads(os.environ["AIRFLOW_CONN_KUBERNETES_DEFAULT"])
+    conn["extra"]["pod_log_url_template"] = "https://k8s.example/#/log/{namespace}/{pod}/pod?container={container}"
+    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(conn))
+    cluster.write_log("linked-master-0", ["ok"])
+
+    run = run_task(lambda: seed_operator(cluster.namespace, "linked"), dag_id="links_dag")
+
+    assert run.state == "success", run.log
+    task = SerializedDagModel.get_dag("links_dag").get_task("train")  # the DAG as the API server has it
+    with create_session() as session:
+        ti = session.query(DagRun).filter_by(dag_id="links_dag").one().get_task_instance("train", session=session)
+        links = {name: link.get_link(task, ti_key=ti.key) for name, link in task.operator_extra_link_dict.items()}
+    assert links == {
+        "Volcano Job": f"https://volcano.example/job/{cluster.namespace}/linked",
+        "Master pod log": f"https://k8s.example/#/log/{cluster.namespace}/linked-master-0/pod?container=master",
+    }

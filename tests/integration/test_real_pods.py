@@ -7,10 +7,13 @@ DNS names come from the EndpointSlices of Volcano's headless Service.
 from __future__ import annotations
 
 import datetime
+import importlib.util
 import re
 import signal
 import textwrap
 from pathlib import Path
+
+import pytest
 
 from airflow_volcano.operators.pytorch import VolcanoPyTorchJobOperator
 from airflow_volcano.sensors.job import VolcanoJobSensor
@@ -38,6 +41,33 @@ def script(tmp_path: Path, body: str) -> str:
     return str(path)
 
 
+def example_dag_on_the_real_node(filename: str, real_node: dict) -> object:
+    """An example DAG from dags/, its `train` task moved to the real node as `make demo` does
+    (local image, node selector and toleration, small requests), synced to the metadata DB."""
+    from .dag_runner import sync_to_db
+
+    spec = importlib.util.spec_from_file_location(f"example_{Path(filename).stem}", REPO / "dags" / filename)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    dag = module.dag
+    train = dag.get_task("train")
+    train.image, train.image_pull_policy = real_node["image"], real_node["image_pull_policy"]
+    train.node_selector, train.tolerations = real_node["node_selector"], real_node["tolerations"]
+    train.container_resources = SMALL
+    sync_to_db(dag)
+    return dag
+
+
+def return_value(dag: object, run: object, task_id: str) -> object:
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        row = session.query(XComModel).filter_by(dag_id=dag.dag_id, run_id=run.run_id, task_id=task_id,
+                                                 key="return_value").one()
+        return XComModel.deserialize_value(row)
+
+
 def losses(log: str, pod: str) -> list[float]:
     return [float(loss) for _epoch, loss in re.findall(rf"\[{pod}\] " + EPOCH_LOSS.pattern, log)]
 
@@ -56,7 +86,7 @@ def test_seed_000_trains_across_three_real_pods(cluster, operator_kubeconfig, ru
     assert run.log.count("Epoch [5/5], Average Loss") == 1, "each log line once"
     # Progress in the task log: each phase once.
     assert run.log.count(f"Volcano Job {cluster.namespace}/seed is Running: 3/3 pods running") == 1
-    assert run.log.count(f"Volcano Job {cluster.namespace}/seed is Pending") <= 1
+    assert run.log.count(f"Volcano Job {cluster.namespace}/seed is Pending:") <= 1
     # DDP's all-reduce needs every rank: five losses mean the workers trained too. Once the master
     # has finished, Volcano completes the Job and removes workers still shutting down, so only
     # the workers still there are checked.
@@ -228,3 +258,39 @@ def test_sensor_on_real_jobs_submitted_outside_airflow(cluster, operator_kubecon
         assert "outside job: torch 2.6" in run.log and "sum 45" in run.log
         assert run.xcom["return_value"]["phase"] == "Completed"
         assert cluster.job(name)["status"]["state"]["phase"] == "Completed", "the sensor keeps Jobs not its own"
+
+
+@pytest.mark.parametrize(("max_eval_loss", "ran", "skipped"), [
+    (1.0, "promote", "report_rejected"),
+    (0.0, "report_rejected", "promote"),
+])
+def test_the_masters_metrics_gate_promotion_in_the_example_dag(cluster, operator_kubeconfig, airflow_db, real_node,
+                                                               max_eval_loss, ran, skipped):
+    """dags/volcano_train_evaluate_promote.py: rank 0 writes its metrics to /dev/termination-log,
+    the operator returns them as `result`, and a branch promotes the model only if they are good."""
+    dag = example_dag_on_the_real_node("volcano_train_evaluate_promote.py", real_node)
+
+    run = dag.test(run_conf={"namespace": cluster.namespace, "max_eval_loss": max_eval_loss})
+
+    states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
+    assert (states["train"], states["quality_gate"], states[ran], states[skipped]) == (
+        "success", "success", "success", "skipped"), states
+    result = return_value(dag, run, "train")["result"]
+    assert result["world_size"] == 3 and result["model_uri"].startswith("s3://models/linear/")
+    assert 0 <= result["eval_loss"] < 1.0
+
+
+def test_taskflow_function_trains_on_every_rank_and_returns_rank_0s_value(cluster, operator_kubeconfig, airflow_db,
+                                                                           real_node):
+    """dags/volcano_taskflow_training.py: @task.volcano_pytorch with its argument from an upstream task."""
+    dag = example_dag_on_the_real_node("volcano_taskflow_training.py", real_node)
+
+    run = dag.test(run_conf={"namespace": cluster.namespace})
+
+    states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
+    assert states == {"hyperparameters": "success", "train": "success", "report": "success"}, states
+    result = return_value(dag, run, "train")["result"]
+    report = return_value(dag, run, "report")
+    assert (result["world_size"], result["rank_sum"]) == (3, 3), result
+    assert abs(result["weight"] - 3) < 0.5 and result["final_loss"] < 1.0, result
+    assert report.startswith("trained on 3 ranks: loss ")

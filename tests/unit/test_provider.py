@@ -35,12 +35,34 @@ def test_provider_info_lists_hook_operator_sensor_trigger_modules():
         __import__(module)
 
 
+def test_task_volcano_pytorch_is_registered_and_ships_the_function(capsys):
+    """Airflow finds the decorator through the provider's `task-decorators` entry."""
+    import datetime
+
+    from airflow.sdk import DAG, task
+
+    with DAG("decorated", schedule=None, start_date=datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)) as dag:
+        @task.volcano_pytorch(image="img:1", worker_replicas=1, namespace="ml")
+        def train(epochs: int, lr: float = 0.1) -> dict:
+            return {"epochs": epochs, "lr": lr}
+
+        train(3, lr=0.5)
+
+    manifests = dag.get_task("train").dry_run()
+    script = manifests["configmap"]["data"]["train.py"]
+    assert script.startswith("def train(epochs: int, lr: float = 0.1) -> dict:")
+    assert "@task" not in script and '{"args": [3], "kwargs": {"lr": 0.5}}' in script
+    assert manifests["job"]["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["command"] == [
+        "python", "/opt/airflow-volcano/script/train.py"]
+
+
 def test_example_dags_import_cleanly():
     from airflow.dag_processing.dagbag import DagBag
 
     bag = DagBag(dag_folder=str(REPO / "dags"))
     assert bag.import_errors == {}
-    expected = {"volcano_pytorch_seed_demo", "volcano_retraining_pipeline", "volcano_external_job_sensor"}
+    expected = {"volcano_pytorch_seed_demo", "volcano_retraining_pipeline", "volcano_external_job_sensor",
+                "volcano_train_evaluate_promote", "volcano_taskflow_training"}
     assert expected <= set(bag.dag_ids)
 
 

@@ -142,3 +142,25 @@ def test_api_errors_read_as_sentences_without_headers():
     unreadable = SimpleNamespace(status=500, reason="Internal Server Error", body=b"<html>oops</html>")
     assert str(VolcanoApiError.from_api_exception("get Job ml/x", unreadable)) == (
         "get Job ml/x failed: HTTP 500 Internal Server Error")
+
+
+def test_termination_message_is_the_result_json_if_it_parses():
+    from airflow_volcano.status import termination_result
+
+    def pod(message: str | None, container: str = "master") -> dict:
+        terminated = {"exitCode": 0} | ({"message": message} if message is not None else {})
+        return {"status": {"containerStatuses": [{"name": container, "state": {"terminated": terminated}}]}}
+
+    assert termination_result(pod('{"loss": 0.12, "model_uri": "s3://m/1"}'), "master") == {
+        "loss": 0.12, "model_uri": "s3://m/1"}
+    assert termination_result(pod("model at s3://m/1\n"), "master") == "model at s3://m/1"
+    assert termination_result(pod(None), "master") is None
+    assert termination_result(pod('{"loss": 1}', container="pytorch"), "master") is None
+    assert termination_result(None, "master") is None
+
+
+def test_a_gang_being_bound_is_not_a_reason_to_wait():
+    binding = {"status": {"conditions": [{"type": "Unschedulable", "status": "True",
+                                          "message": "0/3 tasks in gang unschedulable: pod group is ready, 3 Binding, "
+                                                     "3 minAvailable"}]}}
+    assert unschedulable_message(binding) is None
