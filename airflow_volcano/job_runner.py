@@ -330,10 +330,12 @@ def explain_failure(hook: VolcanoHook, ref: JobRef, result: WaitResult) -> str:
     except Exception as error:  # noqa: BLE001 - explain with what we have
         log.warning("Could not read pods/events of %s/%s: %s", ref.namespace, ref.name, error)
     problems = failed_pods(pods, ref.master_task)
+    # The failing container's log (any task's pod, any container name), else the master's.
     log_pod = problems[0].pod if problems else ref.master_pod
+    log_container = problems[0].container if problems else ref.log_container
     log_tail: list[str] = []
     try:
-        text = hook.read_pod_log(log_pod, ref.namespace, tail_lines=20)
+        text = hook.read_pod_log(log_pod, ref.namespace, container=log_container, tail_lines=20)
         log_tail = [line.partition(" ")[2] or line for line in text.splitlines()[-20:]]
     except Exception:  # noqa: BLE001 - no log is not worth hiding the real failure
         pass
