@@ -322,6 +322,9 @@ def _env_list(env: Any) -> list[dict]:
             raise JobSpecError(f"env: invalid environment variable {item!r} (names match [-._a-zA-Z][-._a-zA-Z0-9]*)")
         if "value" in item and not isinstance(item["value"], str):
             raise JobSpecError(f"env: the value of {item['name']!r} must be a string, got {item['value']!r}")
+    names = [item["name"] for item in items]
+    if duplicates := sorted({name for name in names if names.count(name) > 1}):
+        raise JobSpecError(f"env: each variable once; given more than once: {', '.join(map(repr, duplicates))}")
     return items
 
 

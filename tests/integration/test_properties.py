@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -70,7 +71,10 @@ arguments = st.fixed_dictionaries({}, optional={
 def test_generated_arguments_fail_early_naming_a_parameter_or_are_accepted(cluster, operator_kubeconfig):
     parameters = set(inspect.signature(VolcanoPyTorchJobOperator.__init__).parameters) - {"self", "kwargs"}
 
-    @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    # CI replays one fixed set of examples (a red run must mean a regression, not a new draw);
+    # elsewhere every run draws new ones, which is how the gaps listed in the README were found.
+    @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), database=None,
+              derandomize=os.environ.get("CI") == "true")
     @given(arguments)
     def check(kwargs: dict) -> None:
         try:

@@ -313,6 +313,8 @@ def test_templated_numbers_as_strings_are_accepted():
     ({"worker_resources": {"memory": "lots"}}, "worker_resources: 'memory' must be a quantity >= 0 such as 2, 500m "
                                                "or 4Gi, got 'lots'"),
     ({"resources": {"cpu": "-1"}}, "resources: 'cpu' must be a quantity >= 0"),
+    ({"env": [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]}, "env: each variable once; given more "
+                                                                         "than once: 'A'"),
     ({"resources": {"cpu": 1, "limits": {"cpu": 2}}}, "resources: give either the shorthand"),
     ({"training_script": TrainingScript("my script.py", "")}, "training_script: file name 'my script.py'"),
     ({"training_script": TrainingScript("big.py", "#" * (1024 * 1024))}, "training_script 'big.py' is 1048582 "
