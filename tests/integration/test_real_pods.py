@@ -230,6 +230,8 @@ def test_deferrable_mode_on_a_real_job(cluster, operator_kubeconfig, run_task, r
 
     assert run.state == "success", run.log
     assert "Deferring: the triggerer waits for Volcano Job" in run.log
+    # The trigger reports progress too, into the same task log.
+    assert run.log.count(f"Volcano Job {cluster.namespace}/dfr is Running: 2/2 pods running") == 1
     assert "[dfr-master-0] [初始化] RANK=0, WORLD_SIZE=2" in run.log
     assert len(losses(run.log, "dfr-master-0")) == 5, run.log
     assert run.log.count("Epoch [5/5], Average Loss") == 1
