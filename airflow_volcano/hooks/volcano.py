@@ -85,7 +85,12 @@ class ConnectionLossAware:
 
 
 class VolcanoHook(ConnectionLossAware, KubernetesHook):
-    """Create, find, watch and clean up Volcano Jobs and read what explains them."""
+    """Create, find, watch and clean up Volcano Jobs and read what explains them. Every API error
+    that stays after retries is raised as `VolcanoApiError`.
+
+    :param kubernetes_conn_id: the cncf-kubernetes `kubernetes` connection.
+    :param retries: how many times a transient failure (429, 5xx, a dropped connection) is retried.
+    """
 
     conn_name_attr = "kubernetes_conn_id"
     default_conn_name = "kubernetes_default"

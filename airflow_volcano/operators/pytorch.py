@@ -54,7 +54,57 @@ class VolcanoPyTorchJobOperator(BaseOperator):
     One master task (rank 0) and `worker_replicas` worker tasks; Volcano injects MASTER_ADDR,
     MASTER_PORT, WORLD_SIZE and RANK. The master pod's log is streamed into the task log. See the
     README for every argument; the manifest that will be submitted is shown as the rendered
-    templates `job_manifest` and `script_manifest` in the UI and by `dry_run()`.
+    templates `job_manifest` and `script_manifest` in the UI and by `dry_run()`. An explicit
+    argument overrides `job_template`, which overrides the built-in default.
+
+    :param image: container image of master and workers (required unless a template has one).
+    :param command: container command; `python <script>` when `training_script` is given.
+    :param args: container args. Strings ending in .yaml/.json here are values, not files.
+    :param env: environment: a dict, or a list of EnvVar dicts (`valueFrom` allowed).
+    :param name: Job name; default `<dag_id>-<task_id>-<6 hex>`, shortened to keep pod names <= 63.
+    :param namespace: default: the connection's namespace, else `default`.
+    :param worker_replicas: number of workers (>= 0); there is always exactly one master.
+    :param master_task_name: master task name (default `master`), passed to the plugin.
+    :param worker_task_name: worker task name (default `worker`), passed to the plugin.
+    :param port: the plugin's `--port` (MASTER_PORT), default 23456.
+    :param container_resources: `{"cpu": "4", "memory": "16Gi", "gpu": 1}` (requests = limits) or
+        `{"requests": {...}, "limits": {...}}`, for both roles.
+    :param master_resources: the same, merged over `container_resources` for the master.
+    :param worker_resources: the same, merged over `container_resources` for the workers.
+    :param node_selector: pod nodeSelector of both roles.
+    :param tolerations: pod tolerations of both roles.
+    :param volumes: pod volumes of both roles.
+    :param volume_mounts: container volumeMounts of both roles.
+    :param service_account_name: pod service account.
+    :param image_pull_policy: `Always`, `IfNotPresent` or `Never`.
+    :param image_pull_secrets: names of pull secrets.
+    :param labels: added to the Job and every pod.
+    :param annotations: added to the Job and every pod.
+    :param priority_class_name: pod and Job priority class.
+    :param volcano_queue: Volcano queue (default `default`).
+    :param scheduler_name: default `volcano`.
+    :param min_available: gang size; default all replicas.
+    :param max_retry: Volcano's retry budget (default 3, at least 1).
+    :param ttl_seconds_after_finished: Volcano garbage-collects the Job this long after it ends.
+    :param policies: Job lifecycle policies (default: PodFailed/PodEvicted -> RestartJob).
+    :param master_policies: master task policies (default: TaskCompleted -> CompleteJob).
+    :param restart_policy: pod restartPolicy (default `Never`).
+    :param extra_plugins: more Volcano plugins, e.g. `{"env": [], "ssh": []}`.
+    :param training_script: a local file (absolute or relative to the DAG file), shipped in a
+        ConfigMap owned by the Job and run with python.
+    :param job_template: a Job YAML/JSON file path (Jinja-rendered) or text: the escape hatch.
+    :param full_job_spec: a whole Job dict, used as is apart from name, namespace and labels.
+    :param kubernetes_conn_id: the cncf-kubernetes `kubernetes` connection.
+    :param get_logs: stream the master's log into the task log.
+    :param startup_timeout: seconds pods may stay unscheduled before the task fails with the
+        scheduler's reason; image pull errors fail at once.
+    :param job_timeout: client-side deadline in seconds; the Job is then deleted.
+    :param on_finish_action: `delete_job`, `delete_succeeded_job` (default) or `keep_job`.
+    :param on_kill_action: `delete_job` (default) or `keep_job`.
+    :param if_job_exists: an earlier try's Job of this task instance: `reattach` (default),
+        `fail` or `replace`.
+    :param deferrable: wait in the triggerer (default `[operators] default_deferrable`).
+    :param poll_interval: seconds between pod checks while the Job has not started.
     """
 
     # The two manifests first, so the UI shows the Job before anything else; they are filled in

@@ -17,7 +17,15 @@ class VolcanoJobSensor(BaseSensorOperator):
     """Succeeds when the Job reaches Completed; fails, with the operator's reason text, on Failed,
     Terminated or Aborted. A Job that does not exist yet is waited for (it may be submitted later).
     Never deletes the Job: it is not this task's. With `attach_log`, the master pod's log is
-    copied into the task log when the Job ends. Works in poke and reschedule mode."""
+    copied into the task log when the Job ends. Works in poke and reschedule mode, and deferrable.
+
+    :param job_name: the Volcano Job to wait for.
+    :param namespace: default: the connection's namespace, else `default`.
+    :param kubernetes_conn_id: the cncf-kubernetes `kubernetes` connection.
+    :param master_task_name: the Job's master task, whose pod's log `attach_log` copies.
+    :param attach_log: copy the master pod's log into the task log when the Job ends.
+    :param deferrable: wait in the triggerer (default `[operators] default_deferrable`).
+    """
 
     template_fields: Sequence[str] = ("job_name", "namespace")
     ui_color = "#f8c291"

@@ -48,6 +48,21 @@ async def _finish_despite_cancellation(work: Coroutine[Any, Any, None], limit: f
 
 
 class VolcanoJobTrigger(BaseTrigger):
+    """Waits in the triggerer for a Volcano Job to finish, fail to start, or pass a deadline, and
+    copies the master's new log lines into the task log meanwhile.
+
+    :param job: the Job's reference (`JobRef.to_dict()`).
+    :param connection: the connection resolved on the worker (`VolcanoHook.trigger_connection()`).
+    :param startup_timeout: seconds pods may stay unscheduled.
+    :param job_timeout: the Job's deadline in seconds from its creation.
+    :param deadline: the task's execution_timeout, as an epoch timestamp.
+    :param check_interval: seconds between pod checks while the Job has not started.
+    :param get_logs: copy the master's log into the task log.
+    :param log_interval: seconds between two log copies.
+    :param log_cursor: how far the log was shown already (`LogCursor.to_dict()`).
+    :param on_kill_action: what a kill of the deferred task does to the Job: `delete_job` or `keep_job`.
+    """
+
     def __init__(
         self,
         job: dict[str, Any],
