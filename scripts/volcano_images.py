@@ -2,7 +2,9 @@
 
 Two images, each described by a recipe under cluster/images/:
 - the pod sandbox ("pause"): one static binary compiled from pause.c;
-- the training image: a Debian root file system made with debootstrap plus the recipe's packages.
+- the training image: a Debian root file system made with debootstrap plus the recipe's packages,
+  and the few pure wheels Debian lacks (the recipe's "wheels"), installed by this machine's pip
+  (which reaches PyPI here; the chroot's own would not) without dependencies: Debian provides those.
 
 Each image is written once as a docker-archive tar (manifest.json, config, one layer) into the
 cache, named by a digest of its recipe (and BUILDER_VERSION), so it is rebuilt only when that changes;
@@ -17,6 +19,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
 import time
@@ -122,6 +125,11 @@ def build_training(out: Path, log: Callable[[str], None]) -> None:
         run("debootstrap", "--variant=minbase", recipe["suite"], str(work), mirror)
         log(f"    debootstrap {recipe['suite']}: {time.monotonic() - started:.0f}s")
         run("chroot", str(work), "apt-get", "install", "-y", "-q", "--no-install-recommends", *recipe["packages"])
+        if recipe.get("wheels"):
+            (python,) = {path.name for path in (work / "usr" / "lib").glob("python3.*") if path.name[8:].isdigit()}
+            run(sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--only-binary=:all:",
+                "--platform=manylinux2014_x86_64", f"--python-version={python[6:]}",
+                f"--target={work}/usr/local/lib/{python}/dist-packages", *recipe["wheels"])
         for command in recipe.get("run", []):
             run("chroot", str(work), "/bin/sh", "-ec", command)
         run("chroot", str(work), "apt-get", "clean")
