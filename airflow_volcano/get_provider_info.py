@@ -21,7 +21,8 @@ def get_provider_info() -> dict[str, Any]:
         "sensors": [{"integration-name": integration, "python-modules": ["airflow_volcano.sensors.job"]}],
         "hooks": [{"integration-name": integration, "python-modules": ["airflow_volcano.hooks.volcano"]}],
         "triggers": [{"integration-name": integration, "python-modules": ["airflow_volcano.triggers.job"]}],
-        "extra-links": ["airflow_volcano.links.VolcanoJobLink", "airflow_volcano.links.MasterLogLink"],
+        "extra-links": ["airflow_volcano.links.VolcanoJobLink", "airflow_volcano.links.MasterLogLink",
+                        "airflow_volcano.links.TensorBoardLink"],
         "config": {
             "volcano": {
                 "description": "Links from a task in the Airflow UI to its Volcano Job. A connection's extras "
@@ -37,6 +38,15 @@ def get_provider_info() -> dict[str, Any]:
                         "description": "URL of the master pod's log, filled with the same fields. Empty: no link.",
                         "version_added": "0.2.0", "type": "string",
                         "example": "https://k8s.example.com/#/log/{namespace}/{pod}/pod?container={container}",
+                        "default": "",
+                    },
+                    "tensorboard_url_template": {
+                        "description": "URL of the TensorBoard a Job runs (tensorboard=), filled with the same "
+                                       "fields plus {tensorboard_pod} and {tensorboard_port}. Empty: no link (the "
+                                       "task log still says how to port-forward to it).",
+                        "version_added": "0.2.0", "type": "string",
+                        "example": "https://k8s.example.com/api/v1/namespaces/{namespace}/pods/"
+                                   "{tensorboard_pod}:{tensorboard_port}/proxy/",
                         "default": "",
                     },
                 },

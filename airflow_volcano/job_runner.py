@@ -127,27 +127,40 @@ def _parse_time(value: str) -> float:
     return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
 
 
-def master_log_stream(hook: VolcanoHook, ref: JobRef) -> Callable[[int | None], Any]:
+@dataclass
+class PodLogCopy:
+    """One pod's log copied into the task log: where to read it, where it goes, how far it got."""
+
+    pod: str
+    container: str | None
+    emit: Emit
+    cursor: LogCursor = field(default_factory=LogCursor)
+
+
+def master_log_copy(ref: JobRef, emit: Emit, cursor: LogCursor | None = None) -> PodLogCopy:
+    return PodLogCopy(ref.master_pod, ref.log_container, emit, cursor or LogCursor())
+
+
+def pod_log_stream(hook: VolcanoHook, namespace: str, copy: PodLogCopy) -> Callable[[int | None], Any]:
     def open_stream(since_seconds: int | None) -> Any:
-        pod = hook.get_pod(ref.master_pod, ref.namespace)
+        pod = hook.get_pod(copy.pod, namespace)
         phase = ((pod or {}).get("status") or {}).get("phase")
         if phase not in ("Running", "Succeeded", "Failed"):
-            raise LookupError(f"master pod {ref.master_pod} is not running yet ({phase or 'absent'})")
-        return hook.stream_pod_log(ref.master_pod, ref.namespace, container=ref.log_container,
-                                   since_seconds=since_seconds)
+            raise LookupError(f"pod {copy.pod} is not running yet ({phase or 'absent'})")
+        return hook.stream_pod_log(copy.pod, namespace, container=copy.container, since_seconds=since_seconds)
 
     return open_stream
 
 
-def read_remaining_log(hook: VolcanoHook, ref: JobRef, cursor: LogCursor, emit: Emit) -> int:
-    """Show whatever the master log holds that the cursor has not shown; 0 if it cannot be read."""
+def read_remaining_log(hook: VolcanoHook, namespace: str, copy: PodLogCopy) -> int:
+    """Show whatever the pod's log holds that its cursor has not shown; 0 if it cannot be read."""
     try:
-        text = hook.read_pod_log(ref.master_pod, ref.namespace, container=ref.log_container,
-                                 since_seconds=cursor.since_seconds())
+        text = hook.read_pod_log(copy.pod, namespace, container=copy.container,
+                                 since_seconds=copy.cursor.since_seconds())
     except Exception as error:  # noqa: BLE001 - a missing log must not hide the Job's result
-        log.warning("Could not read the log of master pod %s/%s: %s", ref.namespace, ref.master_pod, error)
+        log.warning("Could not read the log of pod %s/%s: %s", namespace, copy.pod, error)
         return 0
-    return emit_new_lines(text.splitlines(), cursor, emit)
+    return emit_new_lines(text.splitlines(), copy.cursor, copy.emit)
 
 
 def wait_for_job(
@@ -155,29 +168,28 @@ def wait_for_job(
     ref: JobRef,
     limits: WaitLimits,
     *,
-    emit_log: Emit | None = None,
+    logs: list[PodLogCopy] = (),  # type: ignore[assignment]
     report: Emit | None = None,
-    cursor: LogCursor | None = None,
     clock: Callable[[], float] = time.time,
 ) -> WaitResult:
     """Watch the Job until it finishes, a deadline passes, or a pod shows it cannot start.
 
-    Follows the master log into `emit_log` (if given) on a background thread while waiting, and
-    tells `report` (if given) each change of phase and the scheduler's reason while Pending.
+    Follows each pod log of `logs` on a background thread while waiting (the master's first:
+    its cursor becomes the result's), and tells `report` (if given) each change of phase and the
+    scheduler's reason while Pending.
     """
-    cursor = cursor or LogCursor()
-    follower = None
-    if emit_log is not None:
-        follower = LogFollower(master_log_stream(hook, ref), cursor, emit_log)
+    followers = [LogFollower(pod_log_stream(hook, ref.namespace, copy), copy.cursor, copy.emit) for copy in logs]
+    for follower in followers:
         follower.start()
     try:
         result = _watch_until_done(hook, ref, limits, clock, report or (lambda line: None))
     finally:
-        if follower is not None:
+        for follower in followers:
             follower.stop()
-    if emit_log is not None:
-        read_remaining_log(hook, ref, cursor, emit_log)
-    result.log_cursor = cursor
+    for copy in logs:
+        read_remaining_log(hook, ref.namespace, copy)
+    if logs:
+        result.log_cursor = logs[0].cursor
     return result
 
 

@@ -2,7 +2,8 @@
 
 Each URL comes from a template in the provider's config (`[volcano] job_url_template`, ...) or in
 the connection's extras (same names; the connection wins), filled with the Job's values:
-`{namespace}`, `{name}`, `{uid}`, `{pod}` (the master pod) and `{container}`. The operator stores
+`{namespace}`, `{name}`, `{uid}`, `{pod}` (the master pod) and `{container}`, and for TensorBoard
+`{tensorboard_pod}` and `{tensorboard_port}` (no TensorBoard task, no link). The operator stores
 the URL in XCom when it submits or reattaches, where the UI reads it, so rendering a link never
 calls the cluster. No template, no link.
 """
@@ -26,6 +27,8 @@ class _VolcanoLink(BaseOperatorLink):
     link as its name and XCom key); get_link reads the same value from a running task."""
 
     template_option: ClassVar[str]
+    # A field the Job must have for the link to exist (TensorBoard's only if the Job runs one).
+    requires: ClassVar[str | None] = None
 
     def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
         from airflow.sdk.execution_time.xcom import XCom
@@ -47,7 +50,16 @@ class MasterLogLink(_VolcanoLink):
     template_option = "pod_log_url_template"
 
 
-LINKS: tuple[_VolcanoLink, ...] = (VolcanoJobLink(), MasterLogLink())
+class TensorBoardLink(_VolcanoLink):
+    """The TensorBoard the `tensorboard=` argument adds to the Job (an ingress, the apiserver's
+    pod proxy, or a port-forward's localhost address)."""
+
+    name = "TensorBoard"
+    template_option = "tensorboard_url_template"
+    requires = "tensorboard_pod"
+
+
+LINKS: tuple[_VolcanoLink, ...] = (VolcanoJobLink(), MasterLogLink(), TensorBoardLink())
 
 
 def link_urls(templates: dict[str, str | None], values: dict[str, Any]) -> dict[str, str]:
@@ -56,7 +68,7 @@ def link_urls(templates: dict[str, str | None], values: dict[str, Any]) -> dict[
     urls = {}
     for link in LINKS:
         template = templates.get(link.template_option)
-        if not template:
+        if not template or (link.requires and not values.get(link.requires)):
             continue
         try:
             urls[link.xcom_key] = template.format(**values)

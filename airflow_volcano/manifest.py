@@ -42,6 +42,10 @@ DEFAULT_JOB_POLICIES = [
     {"event": "PodFailed", "action": "RestartJob"},
 ]
 DEFAULT_RESTART_POLICY = "Never"
+# The TensorBoard task (seed 004): outside the gang and the ranks, restarted alone if it fails.
+TENSORBOARD_TASK = "tensorboard"
+TENSORBOARD_PORT = 6006
+TENSORBOARD_KEYS = {"logdir", "image", "port", "resources"}
 
 EVENTS = {"*", "PodFailed", "PodEvicted", "PodPending", "PodRunning", "Unknown", "TaskCompleted", "TaskFailed",
           "JobUpdated"}
@@ -118,6 +122,7 @@ class PyTorchJobRequest:
     master_policies: list[dict] | None = None
     restart_policy: str | None = None
     extra_plugins: dict[str, list[str]] | None = None
+    tensorboard: dict[str, Any] | None = None
     training_script: TrainingScript | None = None
     job_template: dict | None = None
     full_job_spec: dict | None = None
@@ -307,7 +312,29 @@ def _normalize(req: PyTorchJobRequest) -> PyTorchJobRequest:
         _check_script(req.training_script)
     for field in ("resources", "master_resources", "worker_resources"):
         _resources(_argument(field), getattr(req, field))  # checked here, merged per role later
+    if req.tensorboard is not None:
+        changes["tensorboard"] = _tensorboard_options(req.tensorboard)
     return dataclasses.replace(req, **changes)
+
+
+def _tensorboard_options(options: Any) -> dict[str, Any]:
+    _check_type("tensorboard", options, dict)
+    unknown = sorted(set(options) - TENSORBOARD_KEYS)
+    if unknown:
+        raise JobSpecError(f"tensorboard: unknown key(s) {', '.join(map(repr, unknown))} "
+                           f"(known: {', '.join(sorted(TENSORBOARD_KEYS))})")
+    logdir = options.get("logdir")
+    if not isinstance(logdir, str) or not logdir.startswith("/"):
+        raise JobSpecError(f"tensorboard: logdir must be an absolute path in the master's file system, got {logdir!r}")
+    checked = {"logdir": logdir.rstrip("/") or "/", "port": TENSORBOARD_PORT}
+    if options.get("port") is not None:
+        checked["port"] = _integer("tensorboard: port", options["port"], 1, 65535)
+    if options.get("image") is not None:
+        if not isinstance(options["image"], str) or not options["image"].strip():
+            raise JobSpecError(f"tensorboard: image must be a non-empty string, got {options['image']!r}")
+        checked["image"] = options["image"]
+    checked["resources"] = _resources("tensorboard: resources", options.get("resources"))
+    return checked
 
 
 def _env_list(env: Any) -> list[dict]:
@@ -414,6 +441,8 @@ def build_manifests(req: PyTorchJobRequest, *, run_labels: dict[str, str], defau
         metadata["name"] = _fit_default_name(default_name, job)
     if req.namespace:
         metadata["namespace"] = req.namespace
+    if req.tensorboard is not None:
+        _add_tensorboard(job, req)
     _apply_labels(job, req, run_labels)
     configmap = _apply_script(job, req, run_labels) if req.training_script else None
     validate_job(job, origin=origin)
@@ -610,6 +639,91 @@ def _apply_script(job: dict, req: PyTorchJobRequest, labels: dict[str, str]) -> 
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": {script.filename: script.content}}
 
 
+def _add_tensorboard(job: dict, req: PyTorchJobRequest) -> None:
+    """A one-pod TensorBoard task reading the master's log volume, outside the gang and the ranks:
+    the pytorch plugin counts only master and workers in WORLD_SIZE (Volcano >= 1.12)."""
+    options = req.tensorboard or {}
+    master_name, _ = _role_names(job, req)
+    master = _find_task(job, master_name)
+    if master is None:
+        raise JobSpecError(f"tensorboard: the job has no master task {master_name!r} whose volume to read")
+    if _find_task(job, TENSORBOARD_TASK) is not None:
+        raise JobSpecError(f"tensorboard: the job already has a task named {TENSORBOARD_TASK!r}")
+    pod = (master.get("template") or {}).get("spec") or {}
+    container = (pod.get("containers") or [{}])[0]
+    logdir = options["logdir"]
+    mounts = [mount for mount in container.get("volumeMounts") or []
+              if logdir == mount.get("mountPath", "").rstrip("/") or
+              logdir.startswith(mount.get("mountPath", "").rstrip("/") + "/")]
+    if not mounts:
+        paths = ", ".join(repr(mount.get("mountPath")) for mount in container.get("volumeMounts") or []) or "none"
+        raise JobSpecError(f"tensorboard: logdir {logdir!r} is not inside a volume mounted in the master (mounts: "
+                           f"{paths}); TensorBoard runs in a pod of its own and reads the event files from a shared "
+                           "volume: add one with volumes= and volume_mounts= (a PersistentVolumeClaim, NFS, or a "
+                           "hostPath on a single node)")
+    mount = max(mounts, key=lambda item: len(item.get("mountPath", "")))
+    volume = next((item for item in pod.get("volumes") or [] if item.get("name") == mount.get("name")), None)
+    if volume is None or "emptyDir" in volume:
+        kind = "an emptyDir, private to each pod" if volume else "not among the master's volumes"
+        raise JobSpecError(f"tensorboard: logdir {logdir!r} is on volume {mount.get('name')!r}, which is {kind}; "
+                           "TensorBoard needs a volume the master shares (a PersistentVolumeClaim, NFS, hostPath)")
+    port = options["port"]
+    tensorboard_container: dict[str, Any] = {
+        "name": TENSORBOARD_TASK,
+        "image": options.get("image") or container.get("image"),
+        "command": ["python", "-m", "tensorboard.main", f"--logdir={logdir}", "--bind_all", f"--port={port}"],
+        "ports": [{"name": TENSORBOARD_TASK, "containerPort": port}],
+        "volumeMounts": [{**copy.deepcopy(mount), "readOnly": True}],
+    }
+    if container.get("imagePullPolicy"):
+        tensorboard_container["imagePullPolicy"] = container["imagePullPolicy"]
+    if options.get("resources"):
+        tensorboard_container["resources"] = options["resources"]
+    tensorboard_pod: dict[str, Any] = {"containers": [tensorboard_container], "volumes": [copy.deepcopy(volume)],
+                                       "restartPolicy": "OnFailure"}  # the kubelet restarts it in place
+    for key in ("nodeSelector", "tolerations", "affinity", "imagePullSecrets", "serviceAccountName",
+                "priorityClassName"):
+        if pod.get(key):
+            tensorboard_pod[key] = copy.deepcopy(pod[key])
+    job["spec"]["tasks"].append({
+        "name": TENSORBOARD_TASK, "replicas": 1,
+        "minAvailable": 0,  # not part of the gang: training never waits for TensorBoard
+        # Task policies win over the Job's: a lost TensorBoard pod restarts alone, never the gang.
+        "policies": [{"events": ["PodEvicted", "PodFailed"], "action": "RestartTask"}],
+        "template": {"spec": tensorboard_pod},
+    })
+    # TensorBoard never exits, so the Job can only end when the master's completion ends it.
+    policies = master.setdefault("policies", [])
+    if not any(policy.get("action") == "CompleteJob" for policy in policies):
+        policies.append({"event": "TaskCompleted", "action": "CompleteJob"})
+
+
+def tensorboard_endpoint(job: dict) -> tuple[str, int] | None:
+    """The TensorBoard pod's name and port, if the Job has the task `tensorboard=` adds."""
+    task = _find_task(job, TENSORBOARD_TASK)
+    if task is None:
+        return None
+    containers = ((task.get("template") or {}).get("spec") or {}).get("containers") or [{}]
+    ports = [port.get("containerPort") for port in containers[0].get("ports") or []
+             if port.get("name") == TENSORBOARD_TASK]
+    return f"{job['metadata']['name']}-{TENSORBOARD_TASK}-0", int(ports[0] if ports else TENSORBOARD_PORT)
+
+
+def task_pods(job: dict, task_names: list[str], parameter: str) -> list[tuple[str, str | None]]:
+    """Every pod of the named tasks, with its first container: `<job>-<task>-<index>`, as
+    Volcano names them. A name the Job has no task for is an error naming `parameter`."""
+    tasks = {task.get("name"): task for task in (job.get("spec") or {}).get("tasks") or []}
+    pods = []
+    for name in task_names:
+        if name not in tasks:
+            raise JobSpecError(f"{parameter}: the job has no task {name!r} (tasks: {', '.join(map(str, tasks))})")
+        task = tasks[name]
+        containers = ((task.get("template") or {}).get("spec") or {}).get("containers") or [{}]
+        pods += [(f"{job['metadata']['name']}-{name}-{index}", containers[0].get("name"))
+                 for index in range(int(task.get("replicas") or 0))]
+    return pods
+
+
 # -- validation --------------------------------------------------------------------------------------
 
 
@@ -791,5 +905,5 @@ def _validate_plugins(spec: dict, seen: dict[str, int], tasks: list[dict], role_
         raise JobSpecError(f"the master task {master!r} must have exactly 1 replica, got {master_replicas} "
                            f"(spec.tasks[{seen[master]}].replicas): the pytorch plugin gives rank 0 to "
                            f"{master}-0 and the ranks break otherwise")
-    if worker not in seen and len(tasks) > 1:
+    if worker not in seen and len([name for name in seen if name != TENSORBOARD_TASK]) > 1:
         raise JobSpecError(f"{role_param[worker]} {worker!r}: the job has no such task (tasks: {', '.join(seen)})")

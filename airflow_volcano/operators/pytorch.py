@@ -32,13 +32,16 @@ from airflow_volcano.manifest import (
     max_job_name_length,
     run_labels,
     script_configmap_name,
+    task_pods,
+    tensorboard_endpoint,
 )
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_volcano.hooks.volcano import VolcanoHook
-    from airflow_volcano.job_runner import JobRef
+    from airflow_volcano.job_runner import JobRef, PodLogCopy
+    from airflow_volcano.logs import LogCursor
 
 TEMPLATE_EXTENSIONS = (".yaml", ".yml", ".json")
 ON_FINISH_ACTIONS = ("delete_job", "delete_succeeded_job", "keep_job")
@@ -90,12 +93,19 @@ class VolcanoPyTorchJobOperator(BaseOperator):
     :param master_policies: master task policies (default: TaskCompleted -> CompleteJob).
     :param restart_policy: pod restartPolicy (default `Never`).
     :param extra_plugins: more Volcano plugins, e.g. `{"env": [], "ssh": []}`.
+    :param tensorboard: `{"logdir": "/logs/tb"}` (and optionally `image`, `port` (6006), `resources`)
+        adds a one-pod `tensorboard` task serving the event files the training writes under
+        `logdir`, which must be on a volume the master mounts and shares (PVC, NFS, hostPath). It is
+        not a rank (WORLD_SIZE counts master and workers only) and not part of the gang.
     :param training_script: a local file (absolute or relative to the DAG file), shipped in a
         ConfigMap owned by the Job and run with python.
     :param job_template: a Job YAML/JSON file path (Jinja-rendered) or text: the escape hatch.
     :param full_job_spec: a whole Job dict, used as is apart from name, namespace and labels.
     :param kubernetes_conn_id: the cncf-kubernetes `kubernetes` connection.
     :param get_logs: stream the master's log into the task log.
+    :param log_tasks: names of more Volcano tasks (e.g. `["worker"]`) whose every pod's log is
+        copied into the task log, each line prefixed with its pod: followed live while the task
+        waits in a worker, read whole at the end when it was deferred.
     :param startup_timeout: seconds pods may stay unscheduled before the task fails with the
         scheduler's reason; image pull errors fail at once.
     :param job_timeout: client-side deadline in seconds; the Job is then deleted.
@@ -114,7 +124,7 @@ class VolcanoPyTorchJobOperator(BaseOperator):
         "image", "command", "args", "env", "name", "namespace", "worker_replicas", "container_resources",
         "master_resources", "worker_resources", "node_selector", "tolerations", "volumes", "volume_mounts",
         "service_account_name", "labels", "annotations", "volcano_queue", "priority_class_name", "min_available",
-        "training_script", "job_template", "full_job_spec", "kubernetes_conn_id",
+        "training_script", "job_template", "full_job_spec", "kubernetes_conn_id", "tensorboard", "log_tasks",
     )
     # Empty: Airflow would read *every* templated string ending in .yaml/.json as a template file
     # (so `args=["--config", "train.yaml"]` failed with TemplateNotFound). Only job_template is a
@@ -122,7 +132,7 @@ class VolcanoPyTorchJobOperator(BaseOperator):
     template_ext: Sequence[str] = ()
     template_fields_renderers = {
         "job_template": "yaml", "full_job_spec": "json", "env": "json", "container_resources": "json",
-        "job_manifest": "yaml", "script_manifest": "yaml",
+        "job_manifest": "yaml", "script_manifest": "yaml", "tensorboard": "json",
     }
     ui_color = "#f37021"
     operator_extra_links = LINKS
@@ -162,11 +172,13 @@ class VolcanoPyTorchJobOperator(BaseOperator):
         master_policies: list[dict] | None = None,
         restart_policy: str | None = None,
         extra_plugins: dict[str, list[str]] | None = None,
+        tensorboard: dict[str, Any] | None = None,
         training_script: str | None = None,
         job_template: str | dict | None = None,
         full_job_spec: dict | None = None,
         kubernetes_conn_id: str = "kubernetes_default",
         get_logs: bool = True,
+        log_tasks: list[str] | None = None,
         startup_timeout: float | None = 900,
         job_timeout: float | None = None,
         on_finish_action: str = "delete_succeeded_job",
@@ -198,11 +210,13 @@ class VolcanoPyTorchJobOperator(BaseOperator):
         self.ttl_seconds_after_finished = ttl_seconds_after_finished
         self.policies, self.master_policies, self.restart_policy = policies, master_policies, restart_policy
         self.extra_plugins = extra_plugins
+        self.tensorboard = tensorboard
         self.training_script = training_script
         self.job_template = job_template
         self.full_job_spec = full_job_spec
         self.kubernetes_conn_id = kubernetes_conn_id
         self.get_logs = get_logs
+        self.log_tasks = log_tasks
         self.startup_timeout, self.job_timeout = startup_timeout, job_timeout
         self.on_finish_action = _choice("on_finish_action", on_finish_action, ON_FINISH_ACTIONS)
         self.on_kill_action = _choice("on_kill_action", on_kill_action, ON_KILL_ACTIONS)
@@ -262,10 +276,22 @@ class VolcanoPyTorchJobOperator(BaseOperator):
             queue=self.volcano_queue, scheduler_name=self.scheduler_name, min_available=self.min_available,
             max_retry=self.max_retry, ttl_seconds_after_finished=self.ttl_seconds_after_finished,
             policies=self.policies, master_policies=self.master_policies, restart_policy=self.restart_policy,
-            extra_plugins=self.extra_plugins, training_script=self._read_training_script(),
-            job_template=self._parsed_job_template(context), full_job_spec=self.full_job_spec,
+            extra_plugins=self.extra_plugins, tensorboard=self.tensorboard,
+            training_script=self._read_training_script(), job_template=self._parsed_job_template(context),
+            full_job_spec=self.full_job_spec,
         )
-        return build_manifests(request, run_labels=labels, default_name=default_name)
+        manifests = build_manifests(request, run_labels=labels, default_name=default_name)
+        self._log_pods(manifests.job)  # a task name the Job does not have fails here, before submitting
+        return manifests
+
+    def _log_pods(self, job: dict) -> list[tuple[str, str | None]]:
+        """The pods (and containers) `log_tasks` copies into the task log; the master is get_logs'."""
+        if self.log_tasks is None:
+            return []
+        if not isinstance(self.log_tasks, list | tuple) or not all(isinstance(n, str) for n in self.log_tasks):
+            raise JobSpecError(f"log_tasks must be a list of Volcano task names, got {self.log_tasks!r}")
+        master = f"{job['metadata']['name']}-{self.master_task_name or 'master'}-0"
+        return [pod for pod in task_pods(job, list(self.log_tasks), "log_tasks") if pod[0] != master]
 
     def _local_path(self, value: str) -> Path:
         """A local file named in an argument: absolute, or relative to the DAG file's folder."""
@@ -334,20 +360,33 @@ class VolcanoPyTorchJobOperator(BaseOperator):
         self._ti = ti
         for key, value in (("job_name", ref.name), ("namespace", ref.namespace), ("master_pod", ref.master_pod)):
             ti.xcom_push(key=key, value=value)
-        self._push_links(hook, ref, ti)
+        self._push_links(hook, ref, manifests.job, ti)
         if self.deferrable:
             self._defer(hook, ref, context)
         limits = job_runner.WaitLimits(self.startup_timeout, self.job_timeout, self.poll_interval)
-        emit = self._emit_master_log if self.get_logs else None
-        result = job_runner.wait_for_job(hook, ref, limits, emit_log=emit, report=self.log.info)
+        result = job_runner.wait_for_job(hook, ref, limits, logs=self._log_copies(ref, manifests.job),
+                                         report=self.log.info)
         return self._finalize(hook, ref, result, context)
 
-    def _push_links(self, hook: VolcanoHook, ref: JobRef, ti: Any) -> None:
+    def _log_copies(self, ref: JobRef, job: dict, master_cursor: LogCursor | None = None) -> list[PodLogCopy]:
+        """The master's log (get_logs) first, then every pod of log_tasks, each prefixed with its pod."""
+        from airflow_volcano.job_runner import PodLogCopy, master_log_copy
+
+        copies = [master_log_copy(ref, self._emit_master_log, master_cursor)] if self.get_logs else []
+        for pod, container in self._log_pods(job):
+            copies.append(PodLogCopy(pod, container, lambda line, pod=pod: self.log.info("[%s] %s", pod, line)))
+        return copies
+
+    def _push_links(self, hook: VolcanoHook, ref: JobRef, job: dict, ti: Any) -> None:
         """Store the UI links' URLs (see airflow_volcano.links) for this Job."""
         templates = {link.template_option: hook.connection_extra(link.template_option)
                      or conf.get("volcano", link.template_option, fallback="") for link in LINKS}
         values = {"namespace": ref.namespace, "name": ref.name, "uid": ref.uid or "", "pod": ref.master_pod,
                   "container": ref.log_container}
+        if (endpoint := tensorboard_endpoint(job)) is not None:
+            values["tensorboard_pod"], values["tensorboard_port"] = endpoint
+            self.log.info("TensorBoard of this Job: kubectl port-forward -n %s pod/%s %d, then http://localhost:%d",
+                          ref.namespace, endpoint[0], endpoint[1], endpoint[1])
         for key, url in link_urls(templates, values).items():
             ti.xcom_push(key=key, value=url)
 
@@ -390,12 +429,13 @@ class VolcanoPyTorchJobOperator(BaseOperator):
                       event.get("phase") or event["status"])
         hook = self.hook
         cursor = LogCursor.from_dict(event.get("log_cursor"))
-        if self.get_logs:
-            job_runner.read_remaining_log(hook, ref, cursor, self._emit_master_log)
+        job = hook.get_job(ref.name, ref.namespace)
+        # The trigger copied the master's log; the other tasks' logs are read whole now.
+        for copy in self._log_copies(ref, job or {"metadata": {"name": ref.name}}, cursor):
+            job_runner.read_remaining_log(hook, ref.namespace, copy)
         if event["status"] == "error":
             raise job_runner.VolcanoJobError(f"Waiting for Volcano Job {ref.namespace}/{ref.name} failed: "
                                              f"{event.get('message')}")
-        job = hook.get_job(ref.name, ref.namespace)
         if job is None:
             raise job_runner.VolcanoJobError(f"Volcano Job {ref.namespace}/{ref.name} no longer exists")
         result = job_runner.WaitResult(

@@ -93,7 +93,6 @@ class VolcanoJobSensor(BaseSensorOperator):
     def poke(self, context: Context) -> PokeReturnValue | bool:
         from airflow_volcano import job_runner
         from airflow_volcano.hooks.volcano import VolcanoHook
-        from airflow_volcano.logs import LogCursor
         from airflow_volcano.status import job_state
 
         hook = VolcanoHook(kubernetes_conn_id=self.kubernetes_conn_id)
@@ -108,12 +107,10 @@ class VolcanoJobSensor(BaseSensorOperator):
             return False
         ref = job_runner.JobRef.from_job(job, self.master_task_name)
         ref.owned = False
-        cursor = LogCursor()
+        master_log = job_runner.master_log_copy(ref, lambda line: self.log.info("[%s] %s", ref.master_pod, line))
         if self.attach_log:
-            job_runner.read_remaining_log(
-                hook, ref, cursor, lambda line: self.log.info("[%s] %s", ref.master_pod, line)
-            )
-        result = job_runner.WaitResult(state=state, job=job, log_cursor=cursor)
+            job_runner.read_remaining_log(hook, namespace, master_log)
+        result = job_runner.WaitResult(state=state, job=job, log_cursor=master_log.cursor)
         try:
             summary = job_runner.finalize(hook, ref, result, on_finish_action=job_runner.OnFinishAction.KEEP_JOB)
         except job_runner.VolcanoJobError as error:

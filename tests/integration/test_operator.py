@@ -295,4 +295,5 @@ def test_ui_links_to_the_job_and_the_master_log(cluster, operator_kubeconfig, ru
     assert links == {
         "Volcano Job": f"https://volcano.example/job/{cluster.namespace}/linked",
         "Master pod log": f"https://k8s.example/#/log/{cluster.namespace}/linked-master-0/pod?container=master",
+        "TensorBoard": "",  # the Job runs no TensorBoard
     }

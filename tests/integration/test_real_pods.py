@@ -296,3 +296,74 @@ def test_taskflow_function_trains_on_every_rank_and_returns_rank_0s_value(cluste
     assert (result["world_size"], result["rank_sum"]) == (3, 3), result
     assert abs(result["weight"] - 3) < 0.5 and result["final_loss"] < 1.0, result
     assert report.startswith("trained on 3 ranks: loss ")
+
+
+TENSORBOARD_TRAINING = """
+    import json, os, time, urllib.request
+    import torch
+    import torch.distributed as dist
+    from torch.utils.tensorboard import SummaryWriter
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    total = torch.tensor([rank + 1.0])
+    dist.all_reduce(total)
+    print(f"rank {rank} of {world}: all_reduce {total.item():.0f}", flush=True)
+    seen = None
+    # Workers end here, before the master: Volcano keeps finished pods (and their logs) when the
+    # master's completion ends the Job, but removes running ones.
+    if rank == 0:
+        writer = SummaryWriter("/logs/tb")
+        for step in range(5):
+            writer.add_scalar("loss", 1.0 / (step + 1), step)
+        writer.close()
+        # TensorBoard runs in its own pod of this Job: ask it, by its DNS name, what it serves.
+        url = f"http://{os.environ['TB_HOST']}:6006/data/plugin/scalars/tags"
+        for _attempt in range(120):
+            try:
+                seen = json.load(urllib.request.urlopen(url, timeout=5))
+                if seen:
+                    break
+            except OSError as error:
+                print("TensorBoard not answering yet:", error, flush=True)
+            time.sleep(1)
+        print("TensorBoard serves", seen, flush=True)
+        with open("/dev/termination-log", "w") as out:
+            json.dump({"world_size": world, "tensorboard_tags": seen}, out)
+    dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["worker", "deferred"])
+def test_tensorboard_serves_the_masters_event_files_and_is_not_a_rank(cluster, operator_kubeconfig, run_task,
+                                                                      real_node, tmp_path, monkeypatch, deferrable):
+    """Seed 004's TensorBoard: a pod of the Job reading the volume the master writes, reached by
+    its DNS name; WORLD_SIZE stays 3; every worker's log is in the task log (log_tasks: followed
+    live in a worker, read at the end when deferred)."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    monkeypatch.setenv("AIRFLOW__VOLCANO__TENSORBOARD_URL_TEMPLATE",
+                       "https://k8s.example.com/api/v1/namespaces/{namespace}/pods/{tensorboard_pod}:"
+                       "{tensorboard_port}/proxy/")
+    name = "tb"
+    run = run_task(lambda: real_operator(
+        real_node, cluster.namespace, name, training_script=script(tmp_path, TENSORBOARD_TRAINING),
+        env={"TB_HOST": f"{name}-tensorboard-0.{name}"}, log_tasks=["worker"],
+        volumes=[{"name": "logs", "hostPath": {"path": str(logs), "type": "Directory"}}],
+        volume_mounts=[{"name": "logs", "mountPath": "/logs"}], tensorboard={"logdir": "/logs/tb"},
+        deferrable=deferrable))
+
+    assert run.state == "success", run.log
+    result = run.xcom["return_value"]["result"]
+    assert result["world_size"] == 3, "TensorBoard's pod is not a rank"
+    assert "loss" in result["tensorboard_tags"]["."], result
+    assert list((logs / "tb").glob("events.out.tfevents.*")), "the event files are on the shared volume"
+    # Every rank's log, each line under its pod: the master's and, with log_tasks, each worker's.
+    for rank, pod in enumerate([f"{name}-master-0", f"{name}-worker-0", f"{name}-worker-1"]):
+        assert run.log.count(f"[{pod}] rank {rank} of 3: all_reduce 6") == 1, run.log
+    assert "[tb-tensorboard-0]" not in run.log, "only the tasks named in log_tasks"
+    tensorboard_pod = f"{name}-tensorboard-0"
+    assert (f"TensorBoard of this Job: kubectl port-forward -n {cluster.namespace} pod/{tensorboard_pod} 6006"
+            in run.log)
+    assert run.xcom["_link_TensorBoardLink"] == (
+        f"https://k8s.example.com/api/v1/namespaces/{cluster.namespace}/pods/{tensorboard_pod}:6006/proxy/")

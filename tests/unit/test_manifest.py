@@ -24,6 +24,8 @@ from airflow_volcano.manifest import (
     sanitize_dns_label,
     sanitize_label_value,
     script_configmap_name,
+    task_pods,
+    tensorboard_endpoint,
     validate_job,
 )
 
@@ -502,3 +504,81 @@ def test_build_does_not_mutate_its_inputs():
     snapshot = copy.deepcopy(template)
     build_template(template, env=env, training_script=TrainingScript("t.py", ""))
     assert template == snapshot and env == [{"name": "A", "value": "1"}]
+
+
+# -- TensorBoard (seed 004) ------------------------------------------------------------------------------
+
+SHARED_LOGS = {"volumes": [{"name": "logs", "persistentVolumeClaim": {"claimName": "train-logs"}}],
+               "volume_mounts": [{"name": "logs", "mountPath": "/logs"}]}
+
+
+def test_tensorboard_adds_a_task_outside_the_gang_reading_the_masters_volume():
+    job = build(worker_replicas=2, node_selector={"pool": "gpu"}, tensorboard={"logdir": "/logs/tb/"},
+                **SHARED_LOGS).job
+
+    board = task(job, "tensorboard")
+    pod = board["template"]["spec"]
+    assert board["replicas"] == 1 and board["minAvailable"] == 0
+    assert job["spec"]["minAvailable"] == 3, "the gang is master + workers; training never waits for TensorBoard"
+    assert pod["restartPolicy"] == "OnFailure" and pod["nodeSelector"] == {"pool": "gpu"}
+    assert board["policies"] == [{"events": ["PodEvicted", "PodFailed"], "action": "RestartTask"}]
+    assert pod["volumes"] == [{"name": "logs", "persistentVolumeClaim": {"claimName": "train-logs"}}]
+    (tb,) = pod["containers"]
+    assert tb["image"] == "img:1" and tb["ports"] == [{"name": "tensorboard", "containerPort": 6006}]
+    assert tb["command"] == ["python", "-m", "tensorboard.main", "--logdir=/logs/tb", "--bind_all", "--port=6006"]
+    assert tb["volumeMounts"] == [{"name": "logs", "mountPath": "/logs", "readOnly": True}]
+    assert board["template"]["metadata"]["labels"][MANAGED_BY_LABEL] == "airflow-volcano"
+    assert job["spec"]["plugins"]["pytorch"][:2] == ["--master=master", "--worker=worker"], "not a rank"
+    validate_job(job)
+
+
+def test_tensorboard_options_image_port_resources_and_zero_workers():
+    job = build(worker_replicas=0, tensorboard={"logdir": "/logs", "image": "tb:2", "port": "7007",
+                                                "resources": {"cpu": "1"}}, **SHARED_LOGS).job
+    tb = container(job, "tensorboard")
+    assert [t["name"] for t in job["spec"]["tasks"]] == ["master", "tensorboard"]
+    assert (tb["image"], tb["ports"][0]["containerPort"], tb["command"][-1]) == ("tb:2", 7007, "--port=7007")
+    assert tb["resources"] == {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}
+
+
+def test_tensorboard_makes_the_masters_completion_end_the_job():
+    template = seed()
+    master = task(template, "master")
+    master["policies"] = [{"event": "TaskFailed", "action": "AbortJob"}]
+    master["template"]["spec"]["volumes"] = SHARED_LOGS["volumes"]
+    master["template"]["spec"]["containers"][0]["volumeMounts"] = SHARED_LOGS["volume_mounts"]
+    job = build_template(template, tensorboard={"logdir": "/logs"}).job
+    assert task(job, "master")["policies"] == [{"event": "TaskFailed", "action": "AbortJob"},
+                                               {"event": "TaskCompleted", "action": "CompleteJob"}]
+
+
+@pytest.mark.parametrize(("options", "extra", "expected"), [
+    ({"logdir": "logs"}, SHARED_LOGS, "tensorboard: logdir must be an absolute path"),
+    ({"logdir": "/logs", "colour": "red"}, SHARED_LOGS, "tensorboard: unknown key(s) 'colour'"),
+    ({"logdir": "/logs", "port": 0}, SHARED_LOGS, "tensorboard: port"),
+    ({"logdir": "/logs", "image": " "}, SHARED_LOGS, "tensorboard: image must be a non-empty string"),
+    ({"logdir": "/logs", "resources": {"cpu": "-1"}}, SHARED_LOGS, "tensorboard: resources"),
+    ({"logdir": "/elsewhere"}, SHARED_LOGS, "logdir '/elsewhere' is not inside a volume mounted in the master"),
+    ({"logdir": "/logsx"}, SHARED_LOGS, "logdir '/logsx' is not inside a volume mounted in the master"),
+    ({"logdir": "/logs"}, {"volumes": [{"name": "logs", "emptyDir": {}}],
+                           "volume_mounts": [{"name": "logs", "mountPath": "/logs"}]}, "an emptyDir"),
+    ("/logs", SHARED_LOGS, "tensorboard must be a dict"),
+])
+def test_bad_tensorboard_options_are_refused_naming_the_parameter(options, extra, expected):
+    assert expected in error_of(tensorboard=options, **extra)
+
+
+def test_tensorboard_refuses_a_template_that_already_has_a_tensorboard_task():
+    template = seed()
+    template["spec"]["tasks"].append(copy.deepcopy(task(template, "worker")) | {"name": "tensorboard"})
+    assert "already has a task named 'tensorboard'" in template_error(template, tensorboard={"logdir": "/x"})
+
+
+def test_task_pods_names_every_pod_of_the_named_tasks_and_refuses_unknown_ones():
+    job = build(worker_replicas=3, tensorboard={"logdir": "/logs"}, **SHARED_LOGS).job
+    name = job["metadata"]["name"]
+    assert task_pods(job, ["worker"], "log_tasks") == [(f"{name}-worker-{i}", "worker") for i in range(3)]
+    assert tensorboard_endpoint(job) == (f"{name}-tensorboard-0", 6006)
+    assert tensorboard_endpoint(build().job) is None
+    with pytest.raises(JobSpecError, match=r"log_tasks: the job has no task 'workers' \(tasks: master, worker, "):
+        task_pods(job, ["workers"], "log_tasks")

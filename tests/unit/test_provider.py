@@ -93,3 +93,21 @@ def test_operator_reports_a_missing_script_before_submitting():
     op = VolcanoPyTorchJobOperator(task_id="train", image="img:1", training_script="/nope/train.py")
     with pytest.raises(JobSpecError, match="training_script: cannot read '/nope/train.py'"):
         op.dry_run()
+
+
+def test_operator_refuses_log_tasks_the_job_does_not_have_before_submitting():
+    import pytest
+
+    from airflow_volcano.manifest import JobSpecError
+    from airflow_volcano.operators.pytorch import VolcanoPyTorchJobOperator
+
+    for log_tasks, expected in ((["workers"], "log_tasks: the job has no task 'workers' (tasks: master, worker)"),
+                                ("worker", "log_tasks must be a list of Volcano task names, got 'worker'")):
+        op = VolcanoPyTorchJobOperator(task_id="train", image="img:1", log_tasks=log_tasks)
+        with pytest.raises(JobSpecError) as error:
+            op.dry_run()
+        assert expected in str(error.value)
+    op = VolcanoPyTorchJobOperator(task_id="train", image="img:1", worker_replicas=2, log_tasks=["master", "worker"])
+    job = op.build_manifests().job
+    assert [pod for pod, _ in op._log_pods(job)] == [f"{job['metadata']['name']}-worker-{i}" for i in range(2)], \
+        "the master's log is get_logs': never copied twice"
