@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export AIRFLOW_HOME ?= $(CURDIR)/.airflow-home
 
-.PHONY: venv test unit lint demo cluster-up cluster-down clean
+.PHONY: venv test unit lint demo cluster-up cluster-down clean lowest-constraints
 
 $(BIN)/uv:
 	$(PYTHON) -m venv $(VENV)
@@ -15,16 +15,22 @@ $(VENV)/.installed: pyproject.toml constraints.txt | $(BIN)/uv
 	$(BIN)/uv pip install -q --python $(BIN)/python -c constraints.txt -e . --group test
 	touch $@
 
-# A second venv with the oldest supported Airflow (3.1): the triggerer tests run the same scenario
-# on it, because deferred-task kills work differently there (no trigger on_kill before 3.3).
-VENV_AIRFLOW_31 := .venv-airflow-3.1
-$(VENV_AIRFLOW_31)/.installed: pyproject.toml constraints-airflow-3.1.txt | $(BIN)/uv
-	$(BIN)/uv venv -q --allow-existing --python $(BIN)/python $(VENV_AIRFLOW_31)
-	$(BIN)/uv pip install -q --python $(VENV_AIRFLOW_31)/bin/python -c constraints-airflow-3.1.txt \
-		'apache-airflow==3.1.8' -e .
+# A second venv with the lowest resolution of pyproject's floors (Airflow 3.1.7, cncf-kubernetes
+# 10.25, kubernetes 36.0.1, urllib3 2.1, ...): the triggerer tests run the same scenario on it, so the
+# floors are tested, and so is Airflow before 3.3 (no trigger on_kill, no task state store).
+# constraints-lowest.txt is `make lowest-constraints`'s output.
+VENV_LOWEST := .venv-lowest
+$(VENV_LOWEST)/.installed: pyproject.toml constraints-lowest.txt | $(BIN)/uv
+	$(BIN)/uv venv -q --allow-existing --python $(BIN)/python $(VENV_LOWEST)
+	$(BIN)/uv pip install -q --python $(VENV_LOWEST)/bin/python -c constraints-lowest.txt -e .
 	touch $@
 
-venv: $(VENV)/.installed $(VENV_AIRFLOW_31)/.installed
+lowest-constraints: | $(BIN)/uv
+	$(BIN)/uv pip compile -q --resolution lowest-direct --python-version 3.11 --no-header pyproject.toml \
+		| sed '1i # The lowest resolution of pyproject.toml (uv --resolution lowest-direct): the floors, tested.' \
+		> constraints-lowest.txt
+
+venv: $(VENV)/.installed $(VENV_LOWEST)/.installed
 
 cluster-up:
 	scripts/volcano-cluster up
@@ -47,4 +53,4 @@ demo: venv cluster-up
 	$(BIN)/python scripts/demo.py
 
 clean: cluster-down
-	rm -rf $(VENV) $(VENV_AIRFLOW_31) $(AIRFLOW_HOME)
+	rm -rf $(VENV) $(VENV_LOWEST) $(AIRFLOW_HOME)

@@ -25,7 +25,8 @@ from .test_kill_and_reattach import RUNNER, SIM, write_dag
 AIRFLOW_API = Path(__file__).with_name("airflow_api.py")
 AIRFLOWS = {
     "suite-airflow": Path(sys.executable),
-    "airflow-3.1": REPO / ".venv-airflow-3.1" / "bin" / "python",
+    # pyproject's floors: Airflow 3.1.7 and the lowest of every direct dependency.
+    "lowest": REPO / ".venv-lowest" / "bin" / "python",
 }
 
 

@@ -111,3 +111,11 @@ def test_operator_refuses_log_tasks_the_job_does_not_have_before_submitting():
     job = op.build_manifests().job
     assert [pod for pod, _ in op._log_pods(job)] == [f"{job['metadata']['name']}-worker-{i}" for i in range(2)], \
         "the master's log is get_logs': never copied twice"
+
+
+def test_airflow_links_the_documentation_url_from_the_package_metadata():
+    """What the UI's provider list and /api/v2/providers show as the provider's documentation."""
+    out = subprocess.run([sys.executable, "-c", "from airflow.providers_manager import ProvidersManager; "
+                          "print(ProvidersManager().providers['airflow-volcano'].data['documentation-url'])"],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip().endswith("/airflow-volcano#readme")
