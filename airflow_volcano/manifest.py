@@ -12,7 +12,7 @@ import dataclasses
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,18 +34,20 @@ POD_NAME_MAX = 63  # the pod name is also its hostname (svc plugin), so a DNS la
 DEFAULT_MASTER, DEFAULT_WORKER, DEFAULT_PORT = "master", "worker", 23456
 DEFAULT_QUEUE, DEFAULT_SCHEDULER, DEFAULT_MAX_RETRY = "default", "volcano", 3
 DEFAULT_MASTER_POLICIES = [{"event": "TaskCompleted", "action": "CompleteJob"}]
-# DDP cannot lose a rank: a failed or evicted pod restarts the whole gang (within max_retry),
-# which is also why pods default to restartPolicy Never (a kubelet restart of one pod in place
-# would leave the others hanging at the rendezvous, and Volcano would never see the failure).
-DEFAULT_JOB_POLICIES = [
-    {"event": "PodEvicted", "action": "RestartJob"},
-    {"event": "PodFailed", "action": "RestartJob"},
-]
+# DDP cannot lose a rank: an evicted pod, or one killed by a signal (T9k's retryable exit codes:
+# SIGINT 130, SIGKILL/OOM 137, SIGUSR2 138, SIGTERM 143), restarts the whole gang within
+# max_retry; any other failure is a bug that a restart would only repeat, so it ends the Job at
+# once. Pods default to restartPolicy Never so that Volcano sees every failure (a kubelet restart
+# of one pod in place would leave the others hanging at the rendezvous).
+DEFAULT_RETRYABLE_EXIT_CODES = (130, 137, 138, 143)
+RESTART_SCOPES = {"job": "RestartJob", "task": "RestartTask"}
 DEFAULT_RESTART_POLICY = "Never"
 # The TensorBoard task (seed 004): outside the gang and the ranks, restarted alone if it fails.
 TENSORBOARD_TASK = "tensorboard"
 TENSORBOARD_PORT = 6006
 TENSORBOARD_KEYS = {"logdir", "image", "port", "resources"}
+LAUNCHERS = ("python", "torchrun")
+NPROC_NAMES = ("auto", "gpu", "cpu")  # torchrun's own values: one process per GPU / per CPU / per GPU else CPU
 
 EVENTS = {"*", "PodFailed", "PodEvicted", "PodPending", "PodRunning", "Unknown", "TaskCompleted", "TaskFailed",
           "JobUpdated"}
@@ -119,10 +121,16 @@ class PyTorchJobRequest:
     max_retry: int | str | None = None
     ttl_seconds_after_finished: int | str | None = None
     policies: list[dict] | None = None
+    retryable_exit_codes: list[int] | None = None
+    restart_scope: str | None = None
     master_policies: list[dict] | None = None
     restart_policy: str | None = None
     extra_plugins: dict[str, list[str]] | None = None
     tensorboard: dict[str, Any] | None = None
+    launcher: str | None = None
+    nproc_per_node: int | str | None = None
+    max_restarts: int | str | None = None
+    torchrun_options: list[str] | None = None
     training_script: TrainingScript | None = None
     job_template: dict | None = None
     full_job_spec: dict | None = None
@@ -272,6 +280,7 @@ def _normalize(req: PyTorchJobRequest) -> PyTorchJobRequest:
         "min_available": (1, None, " (Volcano's webhook turns 0 into all replicas)"),
         "max_retry": (1, None, " (Volcano's webhook turns 0 into 3)"),
         "ttl_seconds_after_finished": (0, None, ""),
+        "max_restarts": (0, None, ""),
     }
     changes: dict[str, Any] = {}
     for field, (minimum, maximum, why) in ints.items():
@@ -306,6 +315,18 @@ def _normalize(req: PyTorchJobRequest) -> PyTorchJobRequest:
         _check_key("annotations", str(key))
     _validate_policies("policies", req.policies)
     _validate_policies("master_policies", req.master_policies)
+    _choice("restart_scope", req.restart_scope, set(RESTART_SCOPES))
+    if req.retryable_exit_codes is not None or req.restart_scope is not None:
+        if req.policies is not None:
+            raise JobSpecError("policies cannot be combined with retryable_exit_codes/restart_scope, which build the "
+                               "Job's policies: give one or the other")
+        _check_type("retryable_exit_codes", req.retryable_exit_codes, list, int)
+        codes = [_integer("retryable_exit_codes", code, 1, 255) for code in req.retryable_exit_codes or []]
+        if len(set(codes)) != len(codes):
+            raise JobSpecError(f"retryable_exit_codes: duplicate exit code in {codes!r}")
+        scope = req.restart_scope or "job"
+        changes["policies"] = exit_code_policies(DEFAULT_RETRYABLE_EXIT_CODES if req.retryable_exit_codes is None
+                                                 else codes, scope)
     if req.env is not None:
         changes["env"] = _env_list(req.env)
     if req.training_script is not None:
@@ -314,7 +335,82 @@ def _normalize(req: PyTorchJobRequest) -> PyTorchJobRequest:
         _resources(_argument(field), getattr(req, field))  # checked here, merged per role later
     if req.tensorboard is not None:
         changes["tensorboard"] = _tensorboard_options(req.tensorboard)
+    changes.update(_launcher_options(req))
     return dataclasses.replace(req, **changes)
+
+
+def exit_code_policies(codes: Sequence[int], scope: str) -> list[dict]:
+    """Volcano policies: these exit codes restart the gang (or the pod's task), any other failure
+    ends the Job at once; an eviction restarts it. Volcano takes the first policy that matches,
+    so the exit codes come before PodFailed."""
+    restart = RESTART_SCOPES[scope]
+    return [*({"exitCode": code, "action": restart} for code in codes),
+            {"event": "PodEvicted", "action": restart}, {"event": "PodFailed", "action": "TerminateJob"}]
+
+
+def retryable_exit_codes(job: Mapping[str, Any]) -> list[int] | None:
+    """The exit codes a Job's policies restart; None if its policies do not end it on other failures."""
+    policies = (job.get("spec") or {}).get("policies") or []
+    terminates = any(policy.get("action") in ("TerminateJob", "AbortJob") and
+                     "PodFailed" in [policy.get("event"), *(policy.get("events") or [])] for policy in policies)
+    if not terminates:
+        return None
+    return sorted(policy["exitCode"] for policy in policies
+                  if policy.get("exitCode") is not None and str(policy.get("action", "")).startswith("Restart"))
+
+
+def _launcher_options(req: PyTorchJobRequest) -> dict[str, Any]:
+    _choice("launcher", req.launcher, set(LAUNCHERS))
+    _check_type("torchrun_options", req.torchrun_options, list, str)
+    torchrun_only = [field for field in ("nproc_per_node", "max_restarts", "torchrun_options")
+                     if getattr(req, field) is not None]
+    if req.launcher != "torchrun":
+        if torchrun_only:
+            raise JobSpecError(f"{', '.join(torchrun_only)}: only used with launcher='torchrun' "
+                               f"(launcher is {req.launcher or 'python'!r})")
+        return {}
+    if req.training_script is None:
+        raise JobSpecError("launcher='torchrun' runs training_script under torchrun: give training_script (or write "
+                           "the torchrun command yourself in command=)")
+    if req.command is not None:
+        raise JobSpecError("launcher='torchrun' builds the command: give args= for the script, not command=")
+    nproc = req.nproc_per_node
+    if nproc is None:
+        nproc = 1
+    elif not (isinstance(nproc, str) and nproc in NPROC_NAMES):
+        nproc = _integer("nproc_per_node", nproc, 1, None, f" (or one of {', '.join(NPROC_NAMES)})")
+    for option in req.torchrun_options or []:
+        if option.split("=", 1)[0].replace("-", "_") in TORCHRUN_MANAGED:
+            raise JobSpecError(f"torchrun_options: {option!r} is set by the operator from the Job (nodes, ranks, "
+                               "rendezvous); use nproc_per_node/max_restarts/min_available instead")
+    return {"nproc_per_node": nproc}
+
+
+# torchrun flags the operator derives from the Job; a user's copy would contradict Volcano's view.
+TORCHRUN_MANAGED = {"__nnodes", "__node_rank", "__master_addr", "__master_port", "__rdzv_backend", "__rdzv_endpoint",
+                    "__rdzv_id", "__nproc_per_node", "__max_restarts", "__standalone"}
+
+
+def torchrun_command(job: dict, req: PyTorchJobRequest, script_path: str) -> list[str]:
+    """torchrun in every master/worker pod: one agent per pod, `nproc_per_node` ranks each.
+
+    Volcano's pytorch plugin gives each pod MASTER_ADDR/MASTER_PORT and RANK (0 for the master,
+    index + 1 for workers): fixed-size Jobs use torchrun's static rendezvous at the master with
+    --node_rank=RANK; a Job whose minAvailable is below its pods is elastic (--nnodes=min:max,
+    c10d rendezvous at the master, node ranks assigned by torchrun). The kubelet expands $(VAR)."""
+    master, worker = _role_names(job, req)
+    pods = sum(int((_find_task(job, name) or {}).get("replicas") or 0) for name in (master, worker))
+    min_pods = job["spec"].get("minAvailable")
+    flags = [f"--nproc_per_node={req.nproc_per_node}"]
+    if isinstance(min_pods, int) and 0 < min_pods < pods:
+        flags += [f"--nnodes={min_pods}:{pods}", "--rdzv_backend=c10d", "--rdzv_endpoint=$(MASTER_ADDR):$(MASTER_PORT)",
+                  f"--rdzv_id={job['metadata']['name']}"]
+    else:
+        flags += [f"--nnodes={pods}", "--node_rank=$(RANK)", "--master_addr=$(MASTER_ADDR)",
+                  "--master_port=$(MASTER_PORT)"]
+    if req.max_restarts is not None:
+        flags.append(f"--max_restarts={req.max_restarts}")
+    return ["torchrun", *flags, *(req.torchrun_options or []), script_path]
 
 
 def _tensorboard_options(options: Any) -> dict[str, Any]:
@@ -474,7 +570,7 @@ def _default_job(req: PyTorchJobRequest) -> dict:
             "maxRetry": DEFAULT_MAX_RETRY,
             # svc listed explicitly: MASTER_ADDR needs it and only the webhook would add it otherwise.
             "plugins": {"pytorch": [f"--master={master}", f"--worker={worker}", f"--port={DEFAULT_PORT}"], "svc": []},
-            "policies": copy.deepcopy(DEFAULT_JOB_POLICIES),
+            "policies": exit_code_policies(DEFAULT_RETRYABLE_EXIT_CODES, "job"),
             "tasks": tasks,
         },
     }
@@ -629,7 +725,8 @@ def _apply_script(job: dict, req: PyTorchJobRequest, labels: dict[str, str]) -> 
         if not any(mount.get("name") == SCRIPT_VOLUME for mount in mounts):
             mounts.append({"name": SCRIPT_VOLUME, "mountPath": SCRIPT_MOUNT_PATH, "readOnly": True})
         if req.command is None:
-            container["command"] = ["python", f"{SCRIPT_MOUNT_PATH}/{script.filename}"]
+            path = f"{SCRIPT_MOUNT_PATH}/{script.filename}"
+            container["command"] = torchrun_command(job, req, path) if req.launcher == "torchrun" else ["python", path]
         env = container.setdefault("env", [])
         if not any(item.get("name") == "PYTHONUNBUFFERED" for item in env):
             env.append({"name": "PYTHONUNBUFFERED", "value": "1"})  # so the log streams as it is written

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from airflow_volcano.manifest import retryable_exit_codes
+
 SUCCEEDED_PHASES = frozenset({"Completed"})
 # Aborted is not terminal for Volcano (it can be resumed), but nothing resumes it on its own:
 # for a task waiting on the job it is an end.
@@ -38,6 +40,9 @@ class JobState:
     outcome: Outcome
     retry_count: int
     resource_version: str
+    max_retry: int | None = None
+    # The exit codes the Job's policies restart, when any other failure ends it (else None).
+    retryable_exit_codes: tuple[int, ...] | None = None
 
     @property
     def finished(self) -> bool:
@@ -63,6 +68,8 @@ def job_state(job: Mapping[str, Any]) -> JobState:
         outcome=outcome,
         retry_count=int(status.get("retryCount") or 0),
         resource_version=metadata.get("resourceVersion", ""),
+        max_retry=(job.get("spec") or {}).get("maxRetry"),
+        retryable_exit_codes=None if (codes := retryable_exit_codes(job)) is None else tuple(codes),
     )
 
 
@@ -189,10 +196,17 @@ def failure_message(
     lines = [headline or f"Volcano Job {state.namespace}/{state.name} ended in phase {state.phase}"]
     if state.retry_count:
         lines[0] += f" after {state.retry_count} restart(s)"
+        if state.phase == "Failed" and state.max_retry and state.retry_count >= state.max_retry:
+            lines[0] += f": the retry budget is exhausted (max_retry {state.max_retry})"
     problems = failed_pods(pods, master_task)
     if problems:
         lines.append("Failed pods:")
         lines.extend(f"  - {problem.describe()}" for problem in problems)
+    codes = state.retryable_exit_codes
+    fatal = [problem for problem in problems if codes is not None and problem.exit_code not in (None, *codes)]
+    if fatal:
+        lines.append(f"Exit code {fatal[0].exit_code} of pod {fatal[0].pod} is not one of retryable_exit_codes "
+                     f"({', '.join(map(str, codes or ())) or 'none'}): the Job was ended without a restart.")
     if log_tail:
         lines.append(f"Last {len(log_tail)} log lines of {log_pod or 'the failed pod'}:")
         lines.extend(f"  | {line}" for line in log_tail)

@@ -89,7 +89,11 @@ class VolcanoPyTorchJobOperator(BaseOperator):
     :param min_available: gang size; default all replicas.
     :param max_retry: Volcano's retry budget (default 3, at least 1).
     :param ttl_seconds_after_finished: Volcano garbage-collects the Job this long after it ends.
-    :param policies: Job lifecycle policies (default: PodFailed/PodEvicted -> RestartJob).
+    :param policies: Job lifecycle policies, replacing those `retryable_exit_codes` builds.
+    :param retryable_exit_codes: exit codes that restart (default T9k's 130, 137, 138, 143);
+        any other failure ends the Job at once, naming the pod and its code.
+    :param restart_scope: what a retryable exit or an eviction restarts: `job` (the gang, default)
+        or `task`.
     :param master_policies: master task policies (default: TaskCompleted -> CompleteJob).
     :param restart_policy: pod restartPolicy (default `Never`).
     :param extra_plugins: more Volcano plugins, e.g. `{"env": [], "ssh": []}`.
@@ -98,7 +102,14 @@ class VolcanoPyTorchJobOperator(BaseOperator):
         `logdir`, which must be on a volume the master mounts and shares (PVC, NFS, hostPath). It is
         not a rank (WORLD_SIZE counts master and workers only) and not part of the gang.
     :param training_script: a local file (absolute or relative to the DAG file), shipped in a
-        ConfigMap owned by the Job and run with python.
+        ConfigMap owned by the Job and run by `launcher` in every master and worker pod.
+    :param launcher: `python` (default: one process per pod, Volcano's RANK/WORLD_SIZE count pods)
+        or `torchrun` (one agent per pod starting `nproc_per_node` processes; torch's RANK and
+        WORLD_SIZE then count processes). Elastic when `min_available` is below master + workers.
+    :param nproc_per_node: torchrun's processes per pod: an int, or `auto`, `gpu`, `cpu` (default 1).
+    :param max_restarts: torchrun's restarts of a pod's process group before it fails the pod.
+    :param torchrun_options: more torchrun flags, e.g. `["--log_dir=/logs"]` (nodes, ranks and
+        rendezvous are the operator's).
     :param job_template: a Job YAML/JSON file path (Jinja-rendered) or text: the escape hatch.
     :param full_job_spec: a whole Job dict, used as is apart from name, namespace and labels.
     :param kubernetes_conn_id: the cncf-kubernetes `kubernetes` connection.
@@ -125,6 +136,7 @@ class VolcanoPyTorchJobOperator(BaseOperator):
         "master_resources", "worker_resources", "node_selector", "tolerations", "volumes", "volume_mounts",
         "service_account_name", "labels", "annotations", "volcano_queue", "priority_class_name", "min_available",
         "training_script", "job_template", "full_job_spec", "kubernetes_conn_id", "tensorboard", "log_tasks",
+        "nproc_per_node", "torchrun_options",
     )
     # Empty: Airflow would read *every* templated string ending in .yaml/.json as a template file
     # (so `args=["--config", "train.yaml"]` failed with TemplateNotFound). Only job_template is a
@@ -169,10 +181,16 @@ class VolcanoPyTorchJobOperator(BaseOperator):
         max_retry: int | None = None,
         ttl_seconds_after_finished: int | None = None,
         policies: list[dict] | None = None,
+        retryable_exit_codes: list[int] | None = None,
+        restart_scope: str | None = None,
         master_policies: list[dict] | None = None,
         restart_policy: str | None = None,
         extra_plugins: dict[str, list[str]] | None = None,
         tensorboard: dict[str, Any] | None = None,
+        launcher: str | None = None,
+        nproc_per_node: int | str | None = None,
+        max_restarts: int | None = None,
+        torchrun_options: list[str] | None = None,
         training_script: str | None = None,
         job_template: str | dict | None = None,
         full_job_spec: dict | None = None,
@@ -209,8 +227,11 @@ class VolcanoPyTorchJobOperator(BaseOperator):
         self.min_available, self.max_retry = min_available, max_retry
         self.ttl_seconds_after_finished = ttl_seconds_after_finished
         self.policies, self.master_policies, self.restart_policy = policies, master_policies, restart_policy
+        self.retryable_exit_codes, self.restart_scope = retryable_exit_codes, restart_scope
         self.extra_plugins = extra_plugins
         self.tensorboard = tensorboard
+        self.launcher, self.nproc_per_node = launcher, nproc_per_node
+        self.max_restarts, self.torchrun_options = max_restarts, torchrun_options
         self.training_script = training_script
         self.job_template = job_template
         self.full_job_spec = full_job_spec
@@ -275,8 +296,11 @@ class VolcanoPyTorchJobOperator(BaseOperator):
             labels=self.labels, annotations=self.annotations, priority_class_name=self.priority_class_name,
             queue=self.volcano_queue, scheduler_name=self.scheduler_name, min_available=self.min_available,
             max_retry=self.max_retry, ttl_seconds_after_finished=self.ttl_seconds_after_finished,
-            policies=self.policies, master_policies=self.master_policies, restart_policy=self.restart_policy,
-            extra_plugins=self.extra_plugins, tensorboard=self.tensorboard,
+            policies=self.policies, retryable_exit_codes=self.retryable_exit_codes,
+            restart_scope=self.restart_scope, master_policies=self.master_policies, restart_policy=self.restart_policy,
+            extra_plugins=self.extra_plugins, tensorboard=self.tensorboard, launcher=self.launcher,
+            nproc_per_node=self.nproc_per_node, max_restarts=self.max_restarts,
+            torchrun_options=self.torchrun_options,
             training_script=self._read_training_script(), job_template=self._parsed_job_template(context),
             full_job_spec=self.full_job_spec,
         )

@@ -52,20 +52,26 @@ class Containerd:
 
     socket: Path
 
-    def running_containers(self, namespace: str) -> list[str]:
-        """Containers of pods in `namespace` whose process is still running."""
-        def ctr(*args: str) -> str:
-            return subprocess.run(["ctr", f"--address={self.socket}", "--namespace=k8s.io", *args],
-                                  capture_output=True, text=True, check=True).stdout
+    def ctr(self, *args: str) -> str:
+        return subprocess.run(["ctr", f"--address={self.socket}", "--namespace=k8s.io", *args],
+                              capture_output=True, text=True, check=True).stdout
 
-        ours = set(ctr("containers", "list", "--quiet",
-                       f'labels."io.kubernetes.pod.namespace"=={namespace}').split())
+    def running_containers(self, namespace: str, pod: str | None = None) -> list[str]:
+        """Containers of pods in `namespace` (of one pod, if named) whose process is still running."""
+        filters = [f'labels."io.kubernetes.pod.namespace"=={namespace}']
+        if pod is not None:
+            filters.append(f'labels."io.kubernetes.pod.name"=={pod}')
+        ours = set(self.ctr("containers", "list", "--quiet", ",".join(filters)).split())
         running = []
-        for line in ctr("tasks", "list").splitlines()[1:]:
+        for line in self.ctr("tasks", "list").splitlines()[1:]:
             task, _pid, status = line.split()[:3]
             if task in ours and status == "RUNNING":
                 running.append(task)
         return running
+
+    def kill(self, container: str, signal: str = "SIGKILL") -> None:
+        """Signal a container's process from the node, as the OOM killer or a preemption would."""
+        self.ctr("tasks", "kill", "--signal", signal, container)
 
 
 @pytest.fixture(scope="session")

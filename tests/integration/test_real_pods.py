@@ -141,12 +141,15 @@ def test_a_python_exception_in_a_worker_fails_the_task_with_pod_exit_code_and_tr
             load_shard(os.environ["RANK"])
         time.sleep(600)
     """)
+    # Default policies: exit code 1 is not retryable, so the gang is not restarted.
     run = run_task(lambda: real_operator(
-        real_node, cluster.namespace, "boom", training_script=train, worker_replicas=1, max_retry=1,
-        policies=[{"event": "PodFailed", "action": "AbortJob"}]))
+        real_node, cluster.namespace, "boom", training_script=train, worker_replicas=1))
 
     assert run.state == "failed", run.log
+    assert f"Volcano Job {cluster.namespace}/boom ended in phase Terminated\n" in run.log, "no restart"
     assert "pod boom-worker-0 (task worker) Failed, container worker, exit code 1, reason Error" in run.log
+    assert ("Exit code 1 of pod boom-worker-0 is not one of retryable_exit_codes (130, 137, 138, 143): the Job was "
+            "ended without a restart.") in run.log
     assert "Last" in run.log and "log lines of boom-worker-0" in run.log
     assert "| Traceback (most recent call last):" in run.log
     assert "| ValueError: shard 1 is corrupt: 17 rows have NaN labels" in run.log
@@ -367,3 +370,102 @@ def test_tensorboard_serves_the_masters_event_files_and_is_not_a_rank(cluster, o
             in run.log)
     assert run.xcom["_link_TensorBoardLink"] == (
         f"https://k8s.example.com/api/v1/namespaces/{cluster.namespace}/pods/{tensorboard_pod}:6006/proxy/")
+
+
+def test_torchrun_trains_seed_000_as_six_ranks_on_three_pods(cluster, operator_kubeconfig, run_task, real_node):
+    """launcher="torchrun": one agent per pod, two processes each. torch's RANK/WORLD_SIZE count
+    processes (6), Volcano's count pods (3); node ranks follow Volcano's RANK."""
+    run = run_task(lambda: real_operator(real_node, cluster.namespace, "trun", launcher="torchrun", nproc_per_node=2,
+                                         log_tasks=["worker"]))
+
+    assert run.state == "success", run.log
+    for rank, pod in enumerate(["trun-master-0", "trun-master-0", "trun-worker-0", "trun-worker-0",
+                                "trun-worker-1", "trun-worker-1"]):
+        assert f"[{pod}] [初始化] RANK={rank}, WORLD_SIZE=6" in run.log, run.log
+    assert len(losses(run.log, "trun-master-0")) == 5, "rank 0 trained all five epochs with the five others"
+
+
+def test_elastic_torchrun_trains_with_the_pods_that_fit(cluster, operator_kubeconfig, run_task, real_node):
+    """min_available=2 of 3 pods with torchrun: Volcano starts the Job once 2 pods fit (the node has
+    2 CPUs, each pod requests 0.9), torchrun's c10d rendezvous forms a world of 2, and the
+    third pod, never scheduled, is removed when the master's completion ends the Job."""
+    fits_two = {"requests": {"cpu": "900m", "memory": "256Mi"}, "limits": {"memory": "2Gi"}}
+    run = run_task(lambda: real_operator(real_node, cluster.namespace, "elastic", launcher="torchrun",
+                                         min_available=2, container_resources=fits_two, log_tasks=["worker"],
+                                         torchrun_options=["--rdzv_conf=last_call_timeout=5"]))
+
+    assert run.state == "success", run.log
+    for rank in (0, 1):
+        assert re.search(rf"\[elastic-(master|worker)-\d\] \[初始化\] RANK={rank}, WORLD_SIZE=2 ", run.log), run.log
+    assert "WORLD_SIZE=3" not in run.log
+    assert run.log.count("Epoch [5/5], Average Loss") == 1, run.log
+    assert f"Volcano Job {cluster.namespace}/elastic is Running: 2/3 pods running" in run.log
+
+
+WAITS_TO_BE_KILLED = """
+    import os, pathlib, signal, sys, time
+    # PID 1 ignores SIGTERM unless it has a handler: without one a restart waits out the grace period.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if os.environ["RANK"] == "1":
+        marker = pathlib.Path("/state/attempts")
+        attempts = int(marker.read_text()) if marker.exists() else 0
+        marker.write_text(str(attempts + 1))
+        if attempts < int(os.environ["KILLS"]):
+            print("waiting to be killed", flush=True)
+            time.sleep(300)
+    import torch, torch.distributed as dist
+    dist.init_process_group("gloo")
+    total = torch.tensor([1.0])
+    dist.all_reduce(total)
+    print(f"rank {dist.get_rank()} all_reduce {total.item():.0f}", flush=True)
+    dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize(("kills", "max_retry"), [(1, 3), (9, 2)], ids=["restarted", "budget-exhausted"])
+def test_a_worker_killed_by_sigkill_restarts_the_gang_within_max_retry(
+        cluster, operator_kubeconfig, run_task, real_node, containerd, tmp_path, kills, max_retry):
+    """SIGKILL from the node (exit code 137, as an OOM kill or a preemption gives) is retryable: the
+    gang restarts and trains; when every attempt is killed, max_retry ends it and the task says so."""
+    import threading
+    import time
+
+    state = tmp_path / "state"
+    state.mkdir()
+    done = threading.Event()
+
+    def kill_each_attempt() -> None:
+        killed = 0
+        while not done.is_set() and killed < kills:
+            attempts = int((state / "attempts").read_text() or 0) if (state / "attempts").exists() else 0
+            running = containerd.running_containers(cluster.namespace, "kill9-worker-0")
+            if attempts > killed and running:
+                containerd.kill(running[0])
+                killed = attempts
+            time.sleep(0.5)
+
+    killer = threading.Thread(target=kill_each_attempt, daemon=True)
+    killer.start()
+    try:
+        run = run_task(lambda: real_operator(
+            real_node, cluster.namespace, "kill9", training_script=script(tmp_path, WAITS_TO_BE_KILLED),
+            worker_replicas=1, max_retry=max_retry, env={"KILLS": str(kills)},
+            volumes=[{"name": "state", "hostPath": {"path": str(state), "type": "Directory"}}],
+            volume_mounts=[{"name": "state", "mountPath": "/state"}]))
+    finally:
+        done.set()
+        killer.join(timeout=10)
+
+    assert "is Restarting (" in run.log, run.log
+    if kills < max_retry:
+        assert run.state == "success", run.log
+        assert run.xcom["return_value"]["retry_count"] == 1
+        assert "[kill9-master-0] rank 0 all_reduce 2" in run.log
+        assert (state / "attempts").read_text() == "2"
+    else:
+        assert run.state == "failed", run.log
+        # Volcano counts the restart that finds the budget spent: max_retry=2 is one real restart.
+        assert (f"Volcano Job {cluster.namespace}/kill9 ended in phase Failed after 2 restart(s): the retry budget is "
+                "exhausted (max_retry 2)") in run.log, run.log
+        assert (state / "attempts").read_text() == "2"
+        assert "  - pod kill9-worker-0 (task worker) Failed, container worker, exit code " in run.log

@@ -20,6 +20,7 @@ from airflow_volcano.manifest import (
     identity_labels,
     load_job_template,
     max_job_name_length,
+    retryable_exit_codes,
     run_labels,
     sanitize_dns_label,
     sanitize_label_value,
@@ -211,12 +212,17 @@ def _nulls_or_empties(value: object, path: str = "") -> list[str]:
     return []
 
 
-def test_defaults_gang_schedule_and_restart_the_whole_job_on_pod_failure():
+def test_defaults_gang_schedule_and_restart_the_whole_job_on_retryable_failures():
     job = build(worker_replicas=3, tolerations=[], volumes=None).job
     assert job["spec"]["minAvailable"] == 4
     assert job["spec"]["plugins"] == {"pytorch": ["--master=master", "--worker=worker", "--port=23456"], "svc": []}
-    assert job["spec"]["policies"] == [{"event": "PodEvicted", "action": "RestartJob"},
-                                       {"event": "PodFailed", "action": "RestartJob"}]
+    # T9k's retryable exit codes restart the gang; any other failure ends the Job at once.
+    assert job["spec"]["policies"] == [{"exitCode": 130, "action": "RestartJob"},
+                                       {"exitCode": 137, "action": "RestartJob"},
+                                       {"exitCode": 138, "action": "RestartJob"},
+                                       {"exitCode": 143, "action": "RestartJob"},
+                                       {"event": "PodEvicted", "action": "RestartJob"},
+                                       {"event": "PodFailed", "action": "TerminateJob"}]
     assert task(job, "master")["replicas"] == 1
     assert task(job, "master")["policies"] == [{"event": "TaskCompleted", "action": "CompleteJob"}]
     assert task(job, "master")["template"]["spec"]["restartPolicy"] == "Never"
@@ -582,3 +588,76 @@ def test_task_pods_names_every_pod_of_the_named_tasks_and_refuses_unknown_ones()
     assert tensorboard_endpoint(build().job) is None
     with pytest.raises(JobSpecError, match=r"log_tasks: the job has no task 'workers' \(tasks: master, worker, "):
         task_pods(job, ["workers"], "log_tasks")
+
+
+# -- launcher="torchrun" -----------------------------------------------------------------------------------
+
+SCRIPT = TrainingScript("train.py", "print('hi')\n")
+
+
+def test_torchrun_runs_one_agent_per_pod_with_volcanos_rank_as_node_rank():
+    job = build(worker_replicas=2, training_script=SCRIPT, launcher="torchrun", nproc_per_node="2",
+                max_restarts=1, torchrun_options=["--log_dir=/tmp/tr"], args=["--epochs", "3"]).job
+    expected = ["torchrun", "--nproc_per_node=2", "--nnodes=3", "--node_rank=$(RANK)",
+                "--master_addr=$(MASTER_ADDR)", "--master_port=$(MASTER_PORT)", "--max_restarts=1",
+                "--log_dir=/tmp/tr", f"{SCRIPT_MOUNT_PATH}/train.py"]
+    for role in ("master", "worker"):
+        assert container(job, role)["command"] == expected
+        assert container(job, role)["args"] == ["--epochs", "3"]
+
+
+def test_torchrun_is_elastic_when_min_available_is_below_the_pods():
+    job = build(worker_replicas=2, training_script=SCRIPT, launcher="torchrun", nproc_per_node="gpu",
+                min_available=2).job
+    name = job["metadata"]["name"]
+    assert container(job, "worker")["command"] == [
+        "torchrun", "--nproc_per_node=gpu", "--nnodes=2:3", "--rdzv_backend=c10d",
+        "--rdzv_endpoint=$(MASTER_ADDR):$(MASTER_PORT)", f"--rdzv_id={name}", f"{SCRIPT_MOUNT_PATH}/train.py"]
+
+
+@pytest.mark.parametrize(("kwargs", "expected"), [
+    ({"launcher": "mpirun", "training_script": SCRIPT}, "launcher must be one of python, torchrun; got 'mpirun'"),
+    ({"nproc_per_node": 2, "training_script": SCRIPT}, "nproc_per_node: only used with launcher='torchrun'"),
+    ({"launcher": "torchrun"}, "launcher='torchrun' runs training_script under torchrun"),
+    ({"launcher": "torchrun", "training_script": SCRIPT, "command": ["x"]}, "give args= for the script, not command="),
+    ({"launcher": "torchrun", "training_script": SCRIPT, "nproc_per_node": 0}, "nproc_per_node"),
+    ({"launcher": "torchrun", "training_script": SCRIPT, "nproc_per_node": "many"}, "nproc_per_node"),
+    ({"launcher": "torchrun", "training_script": SCRIPT, "max_restarts": -1}, "max_restarts"),
+    ({"launcher": "torchrun", "training_script": SCRIPT, "torchrun_options": ["--nnodes=9"]},
+     "torchrun_options: '--nnodes=9' is set by the operator"),
+    ({"launcher": "torchrun", "training_script": SCRIPT, "torchrun_options": "--log_dir=/x"},
+     "torchrun_options must be a list"),
+])
+def test_bad_launcher_arguments_are_refused_naming_the_parameter(kwargs, expected):
+    assert expected in error_of(**kwargs)
+
+
+# -- retryable_exit_codes ---------------------------------------------------------------------------------
+
+
+def test_retryable_exit_codes_restart_the_chosen_scope_and_end_the_job_on_others():
+    job = build(retryable_exit_codes=[137], restart_scope="task").job
+    assert job["spec"]["policies"] == [{"exitCode": 137, "action": "RestartTask"},
+                                       {"event": "PodEvicted", "action": "RestartTask"},
+                                       {"event": "PodFailed", "action": "TerminateJob"}]
+    assert retryable_exit_codes(job) == [137]
+    assert build(retryable_exit_codes=[]).job["spec"]["policies"] == [
+        {"event": "PodEvicted", "action": "RestartJob"}, {"event": "PodFailed", "action": "TerminateJob"}]
+    template = seed()
+    template["spec"]["policies"] = [{"event": "PodFailed", "action": "RestartJob"}]
+    assert retryable_exit_codes(build_template(template).job) is None, "a template's own policies stay"
+    assert retryable_exit_codes(build_template(template, retryable_exit_codes=[143]).job) == [143]
+
+
+@pytest.mark.parametrize(("kwargs", "expected"), [
+    ({"retryable_exit_codes": [0]}, "retryable_exit_codes"),
+    ({"retryable_exit_codes": [256]}, "retryable_exit_codes"),
+    ({"retryable_exit_codes": [137, 137]}, "retryable_exit_codes: duplicate exit code"),
+    ({"retryable_exit_codes": "137"}, "retryable_exit_codes must be a list"),
+    ({"retryable_exit_codes": [True]}, "retryable_exit_codes must be a list of int"),
+    ({"restart_scope": "pod"}, "restart_scope must be one of job, task; got 'pod'"),
+    ({"retryable_exit_codes": [137], "policies": [{"event": "PodFailed", "action": "AbortJob"}]},
+     "policies cannot be combined with retryable_exit_codes"),
+])
+def test_bad_retry_arguments_are_refused_naming_the_parameter(kwargs, expected):
+    assert expected in error_of(**kwargs)

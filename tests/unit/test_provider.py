@@ -119,3 +119,15 @@ def test_airflow_links_the_documentation_url_from_the_package_metadata():
                           "print(ProvidersManager().providers['airflow-volcano'].data['documentation-url'])"],
                          capture_output=True, text=True, check=True).stdout
     assert out.strip().endswith("/airflow-volcano#readme")
+
+
+def test_operator_passes_launcher_and_restart_arguments_to_the_manifest():
+    from airflow_volcano.operators.pytorch import VolcanoPyTorchJobOperator
+
+    op = VolcanoPyTorchJobOperator(task_id="train", image="img:1", retryable_exit_codes=[137], restart_scope="task",
+                                   training_script=str(REPO / "dags" / "scripts" / "pytorch_demo.py"),
+                                   launcher="torchrun", nproc_per_node=4, max_restarts=2)
+    job = op.build_manifests().job
+    assert job["spec"]["policies"][0] == {"exitCode": 137, "action": "RestartTask"}
+    command = job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["command"]
+    assert command[:2] == ["torchrun", "--nproc_per_node=4"] and "--max_restarts=2" in command

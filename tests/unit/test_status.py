@@ -164,3 +164,22 @@ def test_a_gang_being_bound_is_not_a_reason_to_wait():
                                           "message": "0/3 tasks in gang unschedulable: pod group is ready, 3 Binding, "
                                                      "3 minAvailable"}]}}
     assert unschedulable_message(binding) is None
+
+
+def test_failure_message_says_an_exit_code_was_not_retryable_and_when_the_budget_is_exhausted():
+    from airflow_volcano.manifest import exit_code_policies
+
+    terminated = job("Terminated")
+    terminated["spec"] = {"maxRetry": 3, "policies": exit_code_policies([137, 143], "job")}
+    text = failure_message(job_state(terminated), pods=[pod("train-worker-0", "worker", "Failed", exit_code=1,
+                                                            reason="Error")], master_task="master")
+    assert "ml/train ended in phase Terminated\n" in text + "\n"
+    assert ("Exit code 1 of pod train-worker-0 is not one of retryable_exit_codes (137, 143): the Job was ended "
+            "without a restart.") in text
+
+    exhausted = job("Failed", retryCount=3)
+    exhausted["spec"] = {"maxRetry": 3, "policies": exit_code_policies([137], "job")}
+    text = failure_message(job_state(exhausted), pods=[pod("train-worker-0", "worker", "Failed", exit_code=137,
+                                                           reason="Error")], master_task="master")
+    assert "ended in phase Failed after 3 restart(s): the retry budget is exhausted (max_retry 3)" in text
+    assert "not one of retryable_exit_codes" not in text
