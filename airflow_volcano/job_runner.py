@@ -282,6 +282,37 @@ def _watch_until_done(hook: VolcanoHook, ref: JobRef, limits: WaitLimits, clock:
             job = hook.get_job(ref.name, ref.namespace)  # the watch ended early: deleted, or gone wrong
 
 
+def wait_until_running(
+    hook: VolcanoHook,
+    ref: JobRef,
+    pods: list[str],
+    limits: WaitLimits,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Return once every named pod runs (debug mode); raise with the reason if one cannot start.
+
+    Polled, not watched: it lasts seconds, and pods, not the Job, say whether they run."""
+    started = clock()
+    while True:
+        found = hook.list_job_pods(ref.name, ref.namespace)
+        running = {pod["metadata"]["name"] for pod in found if (pod.get("status") or {}).get("phase") == "Running"}
+        if set(pods) <= running:
+            return
+        ended = [pod["metadata"]["name"] for pod in found
+                 if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")]
+        if ended:
+            raise VolcanoJobError(f"Volcano Job {ref.namespace}/{ref.name}: pod {ended[0]} ended before debugging "
+                                  "could start (its image has no /bin/sh?)")
+        job = hook.get_job(ref.name, ref.namespace)
+        podgroup = hook.get_podgroup(job) if job is not None else None
+        problem = startup_problem(ref, found, podgroup, limits, clock() - started)
+        if problem is not None:
+            raise VolcanoJobError(problem)
+        sleep(limits.check_interval)
+
+
 def _has_pending(job: dict) -> bool:
     status = job.get("status") or {}
     started = status.get("running") or status.get("succeeded") or status.get("failed")

@@ -46,6 +46,10 @@ DEFAULT_RESTART_POLICY = "Never"
 TENSORBOARD_TASK = "tensorboard"
 TENSORBOARD_PORT = 6006
 TENSORBOARD_KEYS = {"logdir", "image", "port", "resources"}
+# Debug mode (T9k): the pods come up as configured, but sleep instead of training; the shell loop
+# ends at once on SIGTERM, so deleting the Job does not wait out the grace period.
+DEBUG_COMMAND = ["/bin/sh", "-c", "echo 'airflow-volcano debug mode: sleeping instead of running the command'; "
+                 "trap 'exit 0' TERM; while :; do sleep 1; done"]
 LAUNCHERS = ("python", "torchrun")
 NPROC_NAMES = ("auto", "gpu", "cpu")  # torchrun's own values: one process per GPU / per CPU / per GPU else CPU
 
@@ -131,15 +135,22 @@ class PyTorchJobRequest:
     nproc_per_node: int | str | None = None
     max_restarts: int | str | None = None
     torchrun_options: list[str] | None = None
+    debug: bool | None = None
+    wait_for_master: bool | str | None = None
     training_script: TrainingScript | None = None
     job_template: dict | None = None
     full_job_spec: dict | None = None
+    # The generic operator: pod arguments and the script go to every task (not master/worker),
+    # and `main_task` names the task whose first pod's log is followed and whose result is read.
+    all_tasks: bool | None = None
+    main_task: str | None = None
 
 
 @dataclass
 class JobManifests:
     job: dict
     configmap: dict | None  # the training-script ConfigMap
+    main_task: str = DEFAULT_MASTER  # whose pod 0 is the Job's main pod (log, result, TensorBoard volume)
 
     def to_yaml(self) -> str:
         """ConfigMap first: it must exist before the pods that mount it."""
@@ -336,6 +347,10 @@ def _normalize(req: PyTorchJobRequest) -> PyTorchJobRequest:
     if req.tensorboard is not None:
         changes["tensorboard"] = _tensorboard_options(req.tensorboard)
     changes.update(_launcher_options(req))
+    if req.wait_for_master is not None and not isinstance(req.wait_for_master, bool) and (
+            not isinstance(req.wait_for_master, str) or not req.wait_for_master.strip()):
+        raise JobSpecError(f"wait_for_master must be True/False or the image of the init container (with sh and nc), "
+                           f"got {req.wait_for_master!r}")
     return dataclasses.replace(req, **changes)
 
 
@@ -514,9 +529,12 @@ def build_manifests(req: PyTorchJobRequest, *, run_labels: dict[str, str], defau
     """The Job (and ConfigMap) to submit; raises JobSpecError naming the bad parameter."""
     if req.job_template is not None and req.full_job_spec is not None:
         raise JobSpecError("job_template and full_job_spec cannot be combined: give one of them")
+    if req.all_tasks and req.job_template is None and req.full_job_spec is None:
+        raise JobSpecError("job_template or full_job_spec is required: VolcanoJobOperator runs the Job you describe "
+                           "(VolcanoPyTorchJobOperator builds one from arguments)")
     req = _normalize(req)
     if req.full_job_spec is not None:
-        allowed = {"name", "namespace", "labels", "annotations", "full_job_spec"}
+        allowed = {"name", "namespace", "labels", "annotations", "full_job_spec", "all_tasks", "main_task"}
         conflicting = [f.name for f in dataclasses.fields(req) if f.name not in allowed and
                        getattr(req, f.name) is not None]
         if conflicting:
@@ -537,12 +555,58 @@ def build_manifests(req: PyTorchJobRequest, *, run_labels: dict[str, str], defau
         metadata["name"] = _fit_default_name(default_name, job)
     if req.namespace:
         metadata["namespace"] = req.namespace
+    if req.wait_for_master:
+        _wait_for_master(job, req)
     if req.tensorboard is not None:
         _add_tensorboard(job, req)
     _apply_labels(job, req, run_labels)
     configmap = _apply_script(job, req, run_labels) if req.training_script else None
+    if req.debug:
+        _apply_debug(job)
     validate_job(job, origin=origin)
-    return JobManifests(job=job, configmap=configmap)
+    main = main_task(job, req)
+    names = [task.get("name") for task in job["spec"]["tasks"]]
+    if main not in names:
+        parameter = "main_task" if req.all_tasks else "master_task_name"
+        raise JobSpecError(f"{parameter} {main!r}: the job has no such task (tasks: {', '.join(map(str, names))})")
+    return JobManifests(job=job, configmap=configmap, main_task=main)
+
+
+def main_task(job: dict, req: PyTorchJobRequest) -> str:
+    """The task whose pod 0 is the Job's main pod: the PyTorch master, or for any Job `main_task`,
+    else the pytorch plugin's master if the Job has one, else its first task."""
+    if req.main_task:
+        return req.main_task
+    if not req.all_tasks:
+        return _role_names(job, req)[0]
+    names = [task.get("name") for task in job["spec"]["tasks"]]
+    master = _plugin_arg(job, "master")
+    return master if master in names else names[0]
+
+
+def _pod_tasks(job: dict, req: PyTorchJobRequest) -> list[dict]:
+    """The tasks pod arguments and the script go to: every task for any Job, else master and workers."""
+    if req.all_tasks:
+        return [task for task in job["spec"].get("tasks") or [] if isinstance(task, dict)]
+    return [task for name in _role_names(job, req) if (task := _find_task(job, name)) is not None]
+
+
+DEBUG_ANNOTATION = f"{LABEL_PREFIX}debug-command"
+
+
+def _apply_debug(job: dict) -> None:
+    """Every pod sleeps instead of running its command, which it keeps in an annotation (the
+    task log prints it, to be run by hand in `kubectl exec`); the rest of the pod is unchanged."""
+    for task in job["spec"]["tasks"]:
+        containers = ((task.get("template") or {}).get("spec") or {}).get("containers") or []
+        if not containers or task.get("name") == TENSORBOARD_TASK:
+            continue
+        container = containers[0]
+        original = [*(container.get("command") or []), *(container.get("args") or [])]
+        metadata = task.setdefault("template", {}).setdefault("metadata", {})
+        metadata.setdefault("annotations", {})[DEBUG_ANNOTATION] = json.dumps(original)
+        container["command"] = list(DEBUG_COMMAND)
+        container.pop("args", None)
 
 
 def _default_job(req: PyTorchJobRequest) -> dict:
@@ -613,7 +677,7 @@ def _apply_arguments(job: dict, req: PyTorchJobRequest) -> None:
         _set(spec, key, value)
     for plugin, plugin_args in (req.extra_plugins or {}).items():
         spec.setdefault("plugins", {})[plugin] = list(plugin_args)
-    if req.master_task_name or req.worker_task_name or req.port is not None:
+    if req.master_task_name or req.worker_task_name or req.port is not None or req.wait_for_master:
         _rewrite_pytorch_plugin(spec, master, worker, req.port)
     master_task, worker_task = _find_task(job, master), _find_task(job, worker)
     if req.worker_replicas is not None:
@@ -621,8 +685,11 @@ def _apply_arguments(job: dict, req: PyTorchJobRequest) -> None:
     if req.master_policies is not None and master_task is not None:
         _set(master_task, "policies", req.master_policies)
     shared = _resources(_argument("resources"), req.resources)
+    if req.all_tasks:
+        for task in _pod_tasks(job, req):
+            _apply_pod_arguments(task, req, shared)
     for task, role in ((master_task, "master_resources"), (worker_task, "worker_resources")):
-        if task is not None:
+        if task is not None and not req.all_tasks:
             _apply_pod_arguments(task, req, _merge_resources(shared, _resources(role, getattr(req, role))))
     if req.min_available is not None:
         spec["minAvailable"] = req.min_available
@@ -638,6 +705,20 @@ def _rewrite_pytorch_plugin(spec: dict, master: str, worker: str, port: int | No
         port = next((arg.split("=", 1)[1] for arg in current if arg.startswith("--port=")), DEFAULT_PORT)
     others = [arg for arg in current if not arg.startswith(("--master=", "--worker=", "--port="))]
     plugins["pytorch"] = [f"--master={master}", f"--worker={worker}", f"--port={port}", *others]
+
+
+WAIT_MASTER_FLAGS = ("--wait-master-enabled", "--wait-master-timeout=", "--wait-master-image=")
+
+
+def _wait_for_master(job: dict, req: PyTorchJobRequest) -> None:
+    """Volcano's own option (pytorch plugin, v1.14+): an init container in each worker waits until
+    the master accepts connections on MASTER_PORT (`nc -z`, for up to 300 s, then the pod fails).
+    Its image needs sh and nc: Volcano's default busybox, or the image named by wait_for_master."""
+    plugin = job["spec"]["plugins"]["pytorch"]
+    plugin[:] = [arg for arg in plugin if not arg.startswith(WAIT_MASTER_FLAGS)]
+    plugin += ["--wait-master-enabled", "--wait-master-timeout=300"]
+    if isinstance(req.wait_for_master, str):
+        plugin.append(f"--wait-master-image={req.wait_for_master}")
 
 
 def _set_worker_replicas(job: dict, worker_task: dict | None, worker: str, workers: int) -> dict | None:
@@ -709,10 +790,8 @@ def _apply_script(job: dict, req: PyTorchJobRequest, labels: dict[str, str]) -> 
     script = req.training_script
     assert script is not None
     name = script_configmap_name(job["metadata"]["name"])
-    for task_name in _role_names(job, req):
-        task = _find_task(job, task_name)
-        if task is None:
-            continue
+    for task in _pod_tasks(job, req):
+        task_name = task.get("name", "main")
         pod = task.setdefault("template", {}).setdefault("spec", {})
         volumes = pod.setdefault("volumes", [])
         if not any(volume.get("name") == SCRIPT_VOLUME for volume in volumes):
@@ -740,7 +819,7 @@ def _add_tensorboard(job: dict, req: PyTorchJobRequest) -> None:
     """A one-pod TensorBoard task reading the master's log volume, outside the gang and the ranks:
     the pytorch plugin counts only master and workers in WORLD_SIZE (Volcano >= 1.12)."""
     options = req.tensorboard or {}
-    master_name, _ = _role_names(job, req)
+    master_name = main_task(job, req)
     master = _find_task(job, master_name)
     if master is None:
         raise JobSpecError(f"tensorboard: the job has no master task {master_name!r} whose volume to read")

@@ -469,3 +469,90 @@ def test_a_worker_killed_by_sigkill_restarts_the_gang_within_max_retry(
                 "exhausted (max_retry 2)") in run.log, run.log
         assert (state / "attempts").read_text() == "2"
         assert "  - pod kill9-worker-0 (task worker) Failed, container worker, exit code " in run.log
+
+
+def test_debug_mode_keeps_the_pods_up_for_a_shell_then_deletes_the_job(cluster, operator_kubeconfig, run_task,
+                                                                         real_node, kubeconfig):
+    """T9k's debug mode: the same pods (env, script, ranks) come up sleeping; `kubectl exec` runs a
+    command in one; after debug_timeout the Job is deleted and the task succeeds."""
+    import subprocess
+    import threading
+
+    shell: dict[str, subprocess.CompletedProcess] = {}
+
+    def exec_in_the_master() -> None:
+        cluster.wait_for("the master pod to run", lambda: any(
+            pod.metadata.name == "dbg-master-0" and pod.status.phase == "Running" for pod in cluster.pods("dbg")),
+            timeout=120)
+        shell["master"] = subprocess.run(
+            ["kubectl", f"--kubeconfig={kubeconfig}", "exec", "-n", cluster.namespace, "dbg-master-0", "-c", "master",
+             "--", "python", "-c", "import os; print('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'], "
+             "os.path.isfile('/opt/airflow-volcano/script/pytorch_demo.py'))"], capture_output=True, text=True,
+            timeout=60)
+
+    helper = threading.Thread(target=exec_in_the_master, daemon=True)
+    helper.start()
+    run = run_task(lambda: real_operator(real_node, cluster.namespace, "dbg", debug=True, debug_timeout=20))
+    helper.join(timeout=60)
+
+    assert run.state == "success", run.log
+    assert shell["master"].stdout.strip() == "rank 0 of 3 True", shell["master"]
+    assert "Debug mode: 3 pod(s) of Volcano Job" in run.log
+    assert (f"kubectl exec -it -n {cluster.namespace} dbg-worker-1 -c worker -- bash   # then: python "
+            "/opt/airflow-volcano/script/pytorch_demo.py") in run.log
+    assert "Epoch [1/5]" not in run.log, "nothing trained"
+    assert cluster.job("dbg") is None, "the Job is deleted when the debug session ends"
+
+
+def test_the_torchrun_example_dag_trains_six_ranks_with_tensorboard_and_waiting_workers(
+        cluster, operator_kubeconfig, airflow_db, real_node, tmp_path, capfd):
+    """dags/volcano_torchrun_training.py as written, on the real node: a hostPath for its
+    PersistentVolumeClaim, the local image for Volcano's wait-for-master init container."""
+    dag = example_dag_on_the_real_node("volcano_torchrun_training.py", real_node)
+    train = dag.get_task("train")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    train.volumes = [{"name": "logs", "hostPath": {"path": str(logs), "type": "Directory"}}]
+    train.wait_for_master = real_node["image"]  # Volcano's default, busybox, is not on this offline node
+    train.env = {**train.env, "STEPS": "20"}
+    train.on_finish_action = "keep_job"  # to look at the pods afterwards
+    capfd.readouterr()
+
+    run = dag.test(run_conf={"namespace": cluster.namespace})
+
+    log = "".join(capfd.readouterr())
+    assert str(run.get_task_instance("train").state) == "success", log
+    result = return_value(dag, run, "train")["result"]
+    assert result["world_size"] == 6 and result["loss"] < 1.0, result
+    for rank in range(6):
+        assert re.search(rf"\] rank {rank} of 6 \(local rank {rank % 2}, pod ", log), log
+    assert list(logs.glob("tb/*/events.out.tfevents.*")), "rank 0's TensorBoard events on the shared volume"
+    # Workers still shutting down when the master's completion ends the Job are removed by Volcano;
+    # those that finished first are kept and show their init container.
+    workers = [pod for pod in cluster.pods() if "-worker-" in pod.metadata.name]
+    assert workers, "no finished worker pod left to look at"
+    for pod in workers:
+        (init,) = pod.status.init_container_statuses
+        assert (init.name, init.state.terminated.exit_code) == ("wait-for-master", 0)
+        assert "Master node is ready!" in cluster.core.read_namespaced_pod_log(
+            pod.metadata.name, cluster.namespace, container="wait-for-master")
+
+
+def test_the_generic_job_example_runs_a_template_of_its_own_shape(cluster, operator_kubeconfig, airflow_db,
+                                                                    real_node, capfd):
+    """dags/volcano_generic_job.py: VolcanoJobOperator with a Job that is not PyTorch (a report
+    task and three shard tasks, env + svc plugins): the shards find their index, the report pod
+    reaches each by DNS, its termination message is the result, every shard's log is copied."""
+    dag = example_dag_on_the_real_node("volcano_generic_job.py", real_node)
+    capfd.readouterr()
+
+    run = dag.test(run_conf={"namespace": cluster.namespace})
+
+    log = "".join(capfd.readouterr())
+    states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
+    assert states == {"train": "success", "report_accuracy": "success"}, log
+    assert return_value(dag, run, "train")["result"] == {"accuracy": 0.857, "rows": 1000, "shards": 3}
+    assert return_value(dag, run, "report_accuracy") == 0.857
+    for index, correct, rows in ((0, 286, 334), (1, 285, 333), (2, 286, 333)):
+        assert re.search(rf"\[[a-z0-9-]+-shard-{index}\] shard {index}: {correct}/{rows} correct", log), log
+    assert re.search(r"\[[a-z0-9-]+-report-0\] accuracy over 3 shards: 857/1000 = 0\.8570", log), log

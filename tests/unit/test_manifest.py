@@ -661,3 +661,68 @@ def test_retryable_exit_codes_restart_the_chosen_scope_and_end_the_job_on_others
 ])
 def test_bad_retry_arguments_are_refused_naming_the_parameter(kwargs, expected):
     assert expected in error_of(**kwargs)
+
+
+# -- debug mode ------------------------------------------------------------------------------------------
+
+
+def test_debug_mode_keeps_the_pods_and_replaces_only_their_command():
+    import json
+
+    from airflow_volcano.manifest import DEBUG_ANNOTATION, DEBUG_COMMAND
+
+    normal = build(worker_replicas=2, training_script=SCRIPT, args=["--lr", "0.1"]).job
+    job = build(worker_replicas=2, training_script=SCRIPT, args=["--lr", "0.1"], debug=True).job
+    for role in ("master", "worker"):
+        mine, theirs = container(job, role), container(normal, role)
+        assert mine["command"] == DEBUG_COMMAND and "args" not in mine
+        assert {k: v for k, v in mine.items() if k not in ("command", "args")} == \
+            {k: v for k, v in theirs.items() if k not in ("command", "args")}, "same image, env, mounts, resources"
+        annotation = task(job, role)["template"]["metadata"]["annotations"][DEBUG_ANNOTATION]
+        assert json.loads(annotation) == ["python", f"{SCRIPT_MOUNT_PATH}/train.py", "--lr", "0.1"]
+    assert job["spec"]["minAvailable"] == normal["spec"]["minAvailable"]
+
+
+def test_wait_for_master_uses_volcanos_own_plugin_option():
+    job = build(wait_for_master="localhost/img:dev", port=29500).job
+    assert job["spec"]["plugins"]["pytorch"] == ["--master=master", "--worker=worker", "--port=29500",
+                                                 "--wait-master-enabled", "--wait-master-timeout=300",
+                                                 "--wait-master-image=localhost/img:dev"]
+    assert build(wait_for_master=True).job["spec"]["plugins"]["pytorch"][3:] == [
+        "--wait-master-enabled", "--wait-master-timeout=300"]
+    assert "--wait-master-enabled" not in build().job["spec"]["plugins"]["pytorch"]
+    assert "wait_for_master must be True/False or the image" in error_of(wait_for_master=" ")
+
+
+# -- any Volcano Job (VolcanoJobOperator) --------------------------------------------------------------
+
+def mpi_like_template() -> dict:
+    def task(name: str, replicas: int) -> dict:
+        return {"name": name, "replicas": replicas,
+                "template": {"spec": {"containers": [{"name": name, "image": "old:1"}], "restartPolicy": "Never"}}}
+    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {},
+            "spec": {"minAvailable": 3, "plugins": {"ssh": [], "svc": []},
+                     "tasks": [task("launcher", 1), task("runner", 2)]}}
+
+
+def test_any_job_gets_the_pod_arguments_in_every_task_and_keeps_its_own_shape():
+    manifests = build_template(mpi_like_template(), all_tasks=True, image="new:2", env={"A": "1"},
+                               node_selector={"pool": "cpu"}, training_script=SCRIPT)
+    job = manifests.job
+    assert manifests.main_task == "launcher", "no pytorch plugin: the first task"
+    assert job["spec"]["plugins"] == {"ssh": [], "svc": []} and job["spec"]["minAvailable"] == 3
+    for name in ("launcher", "runner"):
+        pod = task(job, name)["template"]["spec"]
+        assert pod["nodeSelector"] == {"pool": "cpu"}
+        assert container(job, name)["image"] == "new:2"
+        assert container(job, name)["command"] == ["python", f"{SCRIPT_MOUNT_PATH}/train.py"]
+        assert {"name": "A", "value": "1"} in container(job, name)["env"]
+    assert build_template(mpi_like_template(), all_tasks=True, main_task="runner").main_task == "runner"
+    assert build_template(seed(), all_tasks=True).main_task == "master", "the pytorch plugin's master"
+
+
+def test_any_job_needs_a_template_and_an_existing_main_task():
+    with pytest.raises(JobSpecError, match="job_template or full_job_spec is required"):
+        build_manifests(PyTorchJobRequest(all_tasks=True, image="x"), run_labels=LABELS, default_name="a-b-c")
+    assert "main_task 'chief': the job has no such task (tasks: launcher, runner)" in template_error(
+        mpi_like_template(), all_tasks=True, main_task="chief")

@@ -29,7 +29,8 @@ def test_provider_info_lists_hook_operator_sensor_trigger_modules():
     info = get_provider_info()
     modules = {m for kind in ("operators", "sensors", "hooks", "triggers") for entry in info[kind]
                for m in entry["python-modules"]}
-    assert modules == {"airflow_volcano.operators.pytorch", "airflow_volcano.sensors.job",
+    assert modules == {"airflow_volcano.operators.job", "airflow_volcano.operators.pytorch",
+                       "airflow_volcano.sensors.job",
                        "airflow_volcano.hooks.volcano", "airflow_volcano.triggers.job"}
     for module in modules:
         __import__(module)
@@ -108,9 +109,10 @@ def test_operator_refuses_log_tasks_the_job_does_not_have_before_submitting():
             op.dry_run()
         assert expected in str(error.value)
     op = VolcanoPyTorchJobOperator(task_id="train", image="img:1", worker_replicas=2, log_tasks=["master", "worker"])
-    job = op.build_manifests().job
-    assert [pod for pod, _ in op._log_pods(job)] == [f"{job['metadata']['name']}-worker-{i}" for i in range(2)], \
-        "the master's log is get_logs': never copied twice"
+    manifests = op.build_manifests()
+    job = manifests.job
+    workers = [f"{job['metadata']['name']}-worker-{i}" for i in range(2)]
+    assert [pod for pod, _ in op._log_pods(job, manifests.main_task)] == workers, "the master's is get_logs'"
 
 
 def test_airflow_links_the_documentation_url_from_the_package_metadata():

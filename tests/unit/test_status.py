@@ -183,3 +183,4 @@ def test_failure_message_says_an_exit_code_was_not_retryable_and_when_the_budget
                                                            reason="Error")], master_task="master")
     assert "ended in phase Failed after 3 restart(s): the retry budget is exhausted (max_retry 3)" in text
     assert "not one of retryable_exit_codes" not in text
+

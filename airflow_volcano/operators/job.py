@@ -1,0 +1,626 @@
+"""VolcanoJobOperator: one DAG task runs any Volcano Job, from a template or a whole spec.
+
+VolcanoPyTorchJobOperator (operators/pytorch.py) is this operator with arguments that build a
+PyTorch Job; everything else (submit, reattach, wait, logs, results, cleanup, kill, deferral,
+debug mode) is here, once.
+
+The operator only orchestrates: the manifest comes from `airflow_volcano.manifest` (pure), every
+cluster call goes through `VolcanoHook`, and waiting and finalizing are `airflow_volcano.job_runner`'s,
+shared with the sensor and the deferred path. The kubernetes client is imported lazily so that
+parsing a DAG stays cheap.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+from airflow.sdk import BaseOperator
+
+from airflow_volcano.compat import conf
+from airflow_volcano.exceptions import VolcanoApiError
+from airflow_volcano.links import LINKS, link_urls
+from airflow_volcano.manifest import (
+    CHECKED_LABEL,
+    DEBUG_ANNOTATION,
+    TENSORBOARD_TASK,
+    JobManifests,
+    JobSpecError,
+    PyTorchJobRequest,
+    TrainingScript,
+    build_manifests,
+    default_job_name,
+    identity_labels,
+    load_job_template,
+    max_job_name_length,
+    run_labels,
+    script_configmap_name,
+    task_pods,
+    tensorboard_endpoint,
+)
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_volcano.hooks.volcano import VolcanoHook
+    from airflow_volcano.job_runner import JobRef, PodLogCopy
+    from airflow_volcano.logs import LogCursor
+
+TEMPLATE_EXTENSIONS = (".yaml", ".yml", ".json")
+ON_FINISH_ACTIONS = ("delete_job", "delete_succeeded_job", "keep_job")
+ON_KILL_ACTIONS = ("delete_job", "keep_job")
+IF_JOB_EXISTS = ("reattach", "fail", "replace")
+# The task state store key (Airflow 3.3+) under which a try records the Job it submitted.
+STATE_STORE_KEY = "volcano_job"
+
+
+class VolcanoJobOperator(BaseOperator):
+    """Submit any Volcano Job (tasks, plugins and policies of your own choosing), wait for it,
+    stream its main pod's log, explain its failure, clean up; reattach instead of duplicating.
+
+    The Job comes from `job_template` (a file or text, Jinja-rendered) or `full_job_spec`; the
+    arguments below override the template's fields in every task's pods. `main_task` names the
+    task whose pod 0 is followed (log, result, TensorBoard's volume): default the pytorch plugin's
+    master if the Job has one, else its first task. The manifest that will be submitted is shown
+    as the rendered templates `job_manifest` and `script_manifest` and by `dry_run()`.
+
+    :param main_task: the task whose pod 0 is the Job's main pod (see above).
+    :param image: container image of the pods (required unless the template has one).
+    :param command: container command; `python <script>` when `training_script` is given.
+    :param args: container args. Strings ending in .yaml/.json here are values, not files.
+    :param env: environment: a dict, or a list of EnvVar dicts (`valueFrom` allowed).
+    :param name: Job name; default `<dag_id>-<task_id>-<6 hex>`, shortened to keep pod names <= 63.
+    :param namespace: default: the connection's namespace, else `default`.
+    :param container_resources: `{"cpu": "4", "memory": "16Gi", "gpu": 1}` (requests = limits) or
+        `{"requests": {...}, "limits": {...}}`.
+    :param node_selector: pod nodeSelector.
+    :param tolerations: pod tolerations.
+    :param volumes: pod volumes.
+    :param volume_mounts: volumeMounts of each pod's first container.
+    :param service_account_name: pod service account.
+    :param image_pull_policy: `Always`, `IfNotPresent` or `Never`.
+    :param image_pull_secrets: names of pull secrets.
+    :param labels: added to the Job and every pod.
+    :param annotations: added to the Job and every pod.
+    :param priority_class_name: pod and Job priority class.
+    :param volcano_queue: Volcano queue (default `default`).
+    :param scheduler_name: default `volcano`.
+    :param min_available: gang size; default the template's (all replicas for PyTorch).
+    :param max_retry: Volcano's retry budget (default 3, at least 1).
+    :param ttl_seconds_after_finished: Volcano garbage-collects the Job this long after it ends.
+    :param policies: Job lifecycle policies, replacing those `retryable_exit_codes` builds.
+    :param retryable_exit_codes: exit codes that restart (default T9k's 130, 137, 138, 143);
+        any other failure ends the Job at once, naming the pod and its code.
+    :param restart_scope: what a retryable exit or an eviction restarts: `job` (the gang, default)
+        or `task`.
+    :param restart_policy: pod restartPolicy (default `Never`).
+    :param extra_plugins: more Volcano plugins, e.g. `{"env": [], "ssh": []}`.
+    :param tensorboard: `{"logdir": "/logs/tb"}` (and optionally `image`, `port` (6006), `resources`)
+        adds a one-pod `tensorboard` task serving the event files the training writes under
+        `logdir`, which must be on a volume the master mounts and shares (PVC, NFS, hostPath). It is
+        not a rank (WORLD_SIZE counts master and workers only) and not part of the gang.
+    :param training_script: a local file (absolute or relative to the DAG file), shipped in a
+        ConfigMap owned by the Job and run with python in every pod.
+    :param job_template: a Job YAML/JSON file path (Jinja-rendered) or text: the escape hatch.
+    :param full_job_spec: a whole Job dict, used as is apart from name, namespace and labels.
+    :param kubernetes_conn_id: the cncf-kubernetes `kubernetes` connection.
+    :param get_logs: stream the master's log into the task log.
+    :param log_tasks: names of more Volcano tasks (e.g. `["worker"]`) whose every pod's log is
+        copied into the task log, each line prefixed with its pod: followed live while the task
+        waits in a worker, read whole at the end when it was deferred.
+    :param startup_timeout: seconds pods may stay unscheduled before the task fails with the
+        scheduler's reason; image pull errors fail at once.
+    :param job_timeout: client-side deadline in seconds; the Job is then deleted.
+    :param on_finish_action: `delete_job`, `delete_succeeded_job` (default) or `keep_job`.
+    :param on_kill_action: `delete_job` (default) or `keep_job`.
+    :param if_job_exists: an earlier try's Job of this task instance: `reattach` (default),
+        `fail` or `replace`.
+    :param debug: T9k's debug mode: the pods come up as configured but sleep instead of running
+        their command; the task log says how to open a shell in each (`kubectl exec`); the Job is
+        deleted after `debug_timeout` or when the task is marked success/failed. Waits in the worker.
+    :param debug_timeout: seconds the debug pods stay up (default 3600).
+    :param deferrable: wait in the triggerer (default `[operators] default_deferrable`).
+    :param poll_interval: seconds between pod checks while the Job has not started.
+    """
+
+    # The two manifests first, so the UI shows the Job before anything else; they are filled in
+    # once the other fields are rendered (see _do_render_template_fields).
+    template_fields: Sequence[str] = (
+        "job_manifest", "script_manifest",
+        "image", "command", "args", "env", "name", "namespace", "container_resources", "node_selector",
+        "tolerations", "volumes", "volume_mounts", "service_account_name", "labels", "annotations", "volcano_queue",
+        "priority_class_name", "min_available", "training_script", "job_template", "full_job_spec",
+        "kubernetes_conn_id", "tensorboard", "log_tasks", "main_task",
+    )
+    # Empty: Airflow would read *every* templated string ending in .yaml/.json as a template file
+    # (so `args=["--config", "train.yaml"]` failed with TemplateNotFound). Only job_template is a
+    # file, and _job_template_text reads it.
+    template_ext: Sequence[str] = ()
+    template_fields_renderers = {
+        "job_template": "yaml", "full_job_spec": "json", "env": "json", "container_resources": "json",
+        "job_manifest": "yaml", "script_manifest": "yaml", "tensorboard": "json",
+    }
+    ui_color = "#f37021"
+    operator_extra_links = LINKS
+
+    def __init__(
+        self,
+        *,
+        image: str | None = None,
+        command: list[str] | None = None,
+        args: list[str] | None = None,
+        env: dict[str, str] | list[dict] | None = None,
+        name: str | None = None,
+        namespace: str | None = None,
+        main_task: str | None = None,
+        container_resources: dict | None = None,
+        node_selector: dict[str, str] | None = None,
+        tolerations: list[dict] | None = None,
+        volumes: list[dict] | None = None,
+        volume_mounts: list[dict] | None = None,
+        service_account_name: str | None = None,
+        image_pull_policy: str | None = None,
+        image_pull_secrets: list[str] | None = None,
+        labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None,
+        priority_class_name: str | None = None,
+        volcano_queue: str | None = None,
+        scheduler_name: str | None = None,
+        min_available: int | None = None,
+        max_retry: int | None = None,
+        ttl_seconds_after_finished: int | None = None,
+        policies: list[dict] | None = None,
+        retryable_exit_codes: list[int] | None = None,
+        restart_scope: str | None = None,
+        restart_policy: str | None = None,
+        extra_plugins: dict[str, list[str]] | None = None,
+        tensorboard: dict[str, Any] | None = None,
+        debug: bool = False,
+        debug_timeout: float = 3600,
+        training_script: str | None = None,
+        job_template: str | dict | None = None,
+        full_job_spec: dict | None = None,
+        kubernetes_conn_id: str = "kubernetes_default",
+        get_logs: bool = True,
+        log_tasks: list[str] | None = None,
+        startup_timeout: float | None = 900,
+        job_timeout: float | None = None,
+        on_finish_action: str = "delete_succeeded_job",
+        on_kill_action: str = "delete_job",
+        if_job_exists: str = "reattach",
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        poll_interval: float = 5.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.image, self.command, self.args, self.env = image, command, args, env
+        self.name, self.namespace, self.main_task = name, namespace, main_task
+        # Not `resources`: BaseOperator owns that name (Airflow's executor resources), as in KubernetesPodOperator.
+        self.container_resources = container_resources
+        self.node_selector, self.tolerations = node_selector, tolerations
+        self.volumes, self.volume_mounts = volumes, volume_mounts
+        self.service_account_name, self.image_pull_policy = service_account_name, image_pull_policy
+        self.image_pull_secrets = image_pull_secrets
+        self.labels, self.annotations = labels, annotations
+        # Not `queue`: BaseOperator owns that name (the executor queue the task runs on).
+        self.priority_class_name, self.volcano_queue, self.scheduler_name = (
+            priority_class_name, volcano_queue, scheduler_name
+        )
+        self.min_available, self.max_retry = min_available, max_retry
+        self.ttl_seconds_after_finished = ttl_seconds_after_finished
+        self.policies, self.restart_policy = policies, restart_policy
+        self.retryable_exit_codes, self.restart_scope = retryable_exit_codes, restart_scope
+        self.extra_plugins = extra_plugins
+        self.tensorboard = tensorboard
+        self.debug, self.debug_timeout = debug, debug_timeout
+        self.training_script = training_script
+        self.job_template = job_template
+        self.full_job_spec = full_job_spec
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.get_logs = get_logs
+        self.log_tasks = log_tasks
+        self.startup_timeout, self.job_timeout = startup_timeout, job_timeout
+        self.on_finish_action = _choice("on_finish_action", on_finish_action, ON_FINISH_ACTIONS)
+        self.on_kill_action = _choice("on_kill_action", on_kill_action, ON_KILL_ACTIONS)
+        self.if_job_exists = _choice("if_job_exists", if_job_exists, IF_JOB_EXISTS)
+        self.deferrable = deferrable
+        self.poll_interval = poll_interval
+        # Filled when templates are rendered: what the UI shows is what is submitted. The Job and
+        # the script's ConfigMap are separate fields, so a long script cannot push the Job past
+        # Airflow's rendered-field size limit.
+        self.job_manifest = ""
+        self.script_manifest = ""
+        self._manifests: JobManifests | None = None
+        self._job_ref: JobRef | None = None
+        self._ti: Any = None
+
+    # -- building (pure apart from reading the local script/template files) --------------------------
+
+    def _do_render_template_fields(self, parent: Any, template_fields: Any, context: Context, jinja_env: Any,
+                                   seen_oids: set[int]) -> None:
+        # Overridden here rather than render_template_fields: a mapped task's unmapped copy is
+        # rendered through this method only, and must show its manifests too.
+        super()._do_render_template_fields(parent, template_fields, context, jinja_env, seen_oids)
+        if parent is self:
+            self._manifests = self.build_manifests(context)
+            self.job_manifest = yaml.safe_dump(self._manifests.job, sort_keys=False, allow_unicode=True)
+            configmap = self._manifests.configmap
+            self.script_manifest = (yaml.safe_dump(configmap, sort_keys=False, allow_unicode=True)
+                                    if configmap else "")
+
+    def build_manifests(self, context: Context | None = None) -> JobManifests:
+        """The ConfigMap and Job this task submits; raises JobSpecError before any API call."""
+        ti = context.get("ti") if context else None
+        dag_id = self.dag_id if self.has_dag() else "no-dag"
+        labels = run_labels(
+            dag_id=dag_id,
+            task_id=self.task_id,
+            run_id=str(context.get("run_id")) if context and context.get("run_id") else "manual",
+            try_number=int(getattr(ti, "try_number", 1) or 1),
+            map_index=int(getattr(ti, "map_index", -1) if getattr(ti, "map_index", None) is not None else -1),
+        )
+        # Sized for the common task names; a template's longer ones shorten it (manifest._fit_default_name).
+        default_name = default_job_name(dag_id, self.task_id, suffix=secrets.token_hex(3),
+                                        max_len=self._default_name_limit())
+        request = self._job_request(context)
+        if self.debug and (isinstance(self.debug_timeout, bool) or not isinstance(self.debug_timeout, int | float)
+                           or self.debug_timeout <= 0):
+            raise JobSpecError(f"debug_timeout must be a number of seconds > 0, got {self.debug_timeout!r}")
+        manifests = build_manifests(request, run_labels=labels, default_name=default_name)
+        self._log_pods(manifests.job, manifests.main_task)  # an unknown task name fails here, before submitting
+        return manifests
+
+    def _default_name_limit(self) -> int:
+        return max_job_name_length(["master", "worker"], max_index=9)
+
+    def _job_request(self, context: Context | None) -> PyTorchJobRequest:
+        """The arguments as the manifest builder takes them; a specialisation adds its own."""
+        return PyTorchJobRequest(
+            name=self.name, namespace=self.namespace, image=self.image, command=self.command, args=self.args,
+            env=self.env, resources=self.container_resources, node_selector=self.node_selector,
+            tolerations=self.tolerations, volumes=self.volumes, volume_mounts=self.volume_mounts,
+            service_account_name=self.service_account_name, image_pull_policy=self.image_pull_policy,
+            image_pull_secrets=self.image_pull_secrets, labels=self.labels, annotations=self.annotations,
+            priority_class_name=self.priority_class_name, queue=self.volcano_queue, scheduler_name=self.scheduler_name,
+            min_available=self.min_available, max_retry=self.max_retry,
+            ttl_seconds_after_finished=self.ttl_seconds_after_finished, policies=self.policies,
+            retryable_exit_codes=self.retryable_exit_codes, restart_scope=self.restart_scope,
+            restart_policy=self.restart_policy, extra_plugins=self.extra_plugins, tensorboard=self.tensorboard,
+            debug=bool(self.debug) or None, training_script=self._read_training_script(),
+            job_template=self._parsed_job_template(context), full_job_spec=self.full_job_spec,
+            all_tasks=True, main_task=self.main_task,
+        )
+
+    def _log_pods(self, job: dict, main: str) -> list[tuple[str, str | None]]:
+        """The pods (and containers) `log_tasks` copies into the task log; the main pod is get_logs'."""
+        if self.log_tasks is None:
+            return []
+        if not isinstance(self.log_tasks, list | tuple) or not all(isinstance(n, str) for n in self.log_tasks):
+            raise JobSpecError(f"log_tasks must be a list of Volcano task names, got {self.log_tasks!r}")
+        main_pod = f"{job['metadata']['name']}-{main}-0"
+        return [pod for pod in task_pods(job, list(self.log_tasks), "log_tasks") if pod[0] != main_pod]
+
+    def _local_path(self, value: str) -> Path:
+        """A local file named in an argument: absolute, or relative to the DAG file's folder."""
+        path = Path(value)
+        if path.is_absolute():
+            return path
+        base = Path(self.dag.fileloc).parent if self.has_dag() and self.dag.fileloc else Path.cwd()
+        candidates = [base / path]
+        if self.has_dag():
+            candidates += [Path(folder) / path for folder in self.dag.template_searchpath or []]
+        return next((candidate for candidate in candidates if candidate.exists()), candidates[0])
+
+    def _read_training_script(self) -> TrainingScript | None:
+        if not self.training_script:
+            return None
+        path = self._local_path(self.training_script)
+        try:
+            return TrainingScript(filename=path.name, content=path.read_text())
+        except OSError as error:
+            raise JobSpecError(f"training_script: cannot read {str(path)!r}: {error.strerror or error}") from error
+
+    def _job_template_text(self, context: Context | None) -> tuple[str, str]:
+        """The template's text and where it came from: a file (rendered with Jinja, as Airflow
+        renders template files) when job_template names one, else the string itself."""
+        value = str(self.job_template)
+        if not value.strip().endswith(TEMPLATE_EXTENSIONS) or "\n" in value.strip():
+            return value, "<string>"
+        path = self._local_path(value.strip())
+        try:
+            text = path.read_text()
+        except OSError as error:
+            raise JobSpecError(f"job_template: cannot read {str(path)!r}: {error.strerror or error}") from error
+        if context is not None:
+            text = self.render_template(text, context)
+        return text, str(path)
+
+    def _parsed_job_template(self, context: Context | None = None) -> dict | None:
+        if self.job_template is None or isinstance(self.job_template, dict):
+            return self.job_template
+        text, source = self._job_template_text(context)
+        return load_job_template(text, source=source)
+
+    def dry_run(self) -> dict[str, Any]:  # type: ignore[override]
+        """Print the manifests (ConfigMap and Job) as YAML and return them; touches no cluster."""
+        manifests = self._manifests or self.build_manifests()
+        print(manifests.to_yaml())
+        return {"configmap": manifests.configmap, "job": manifests.job}
+
+    # -- running ------------------------------------------------------------------------------------
+
+    @property
+    def hook(self) -> VolcanoHook:
+        from airflow_volcano.hooks.volcano import VolcanoHook
+
+        return VolcanoHook(kubernetes_conn_id=self.kubernetes_conn_id)
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_volcano import job_runner
+
+        manifests = self._manifests or self.build_manifests(context)
+        hook = self.hook
+        namespace = manifests.job["metadata"].get("namespace") or hook.get_namespace() or "default"
+        ref = self._submit_or_reattach(hook, manifests, namespace, context.get("task_state_store"))
+        self._job_ref = ref
+        ti = context["ti"]
+        self._ti = ti
+        for key, value in (("job_name", ref.name), ("namespace", ref.namespace), ("master_pod", ref.master_pod)):
+            ti.xcom_push(key=key, value=value)
+        self._push_links(hook, ref, manifests.job, ti)
+        if self.debug:
+            return self._debug_session(hook, ref, manifests.job)
+        if self.deferrable:
+            self._defer(hook, ref, context)
+        limits = job_runner.WaitLimits(self.startup_timeout, self.job_timeout, self.poll_interval)
+        result = job_runner.wait_for_job(hook, ref, limits, logs=self._log_copies(ref, manifests.job),
+                                         report=self.log.info)
+        return self._finalize(hook, ref, result, context)
+
+    def _debug_session(self, hook: VolcanoHook, ref: JobRef, job: dict) -> dict[str, Any]:
+        """Debug mode: once every pod runs, say how to get a shell in each, keep them up for
+        debug_timeout (or until the task is ended from the UI: on_kill deletes the Job), then delete."""
+        import time
+
+        from airflow_volcano import job_runner
+
+        pods = task_pods(job, [task["name"] for task in job["spec"]["tasks"] if task["name"] != TENSORBOARD_TASK],
+                         "debug")
+        limits = job_runner.WaitLimits(self.startup_timeout, None, self.poll_interval)
+        try:
+            job_runner.wait_until_running(hook, ref, [name for name, _ in pods], limits)
+            commands = {task["name"]: json.loads(((task["template"].get("metadata") or {}).get("annotations") or {})
+                                                 .get(DEBUG_ANNOTATION, "[]")) for task in job["spec"]["tasks"]}
+            self.log.info("Debug mode: %d pod(s) of Volcano Job %s/%s are up and sleeping instead of training; for "
+                          "%.0fs (mark this task success or failed to end sooner). Open a shell in one with:",
+                          len(pods), ref.namespace, ref.name, self.debug_timeout)
+            for name, container in pods:
+                command = commands.get(name[len(ref.name) + 1:].rsplit("-", 1)[0]) or []
+                self.log.info("  kubectl exec -it -n %s %s -c %s -- bash   # then: %s", ref.namespace, name, container,
+                              shlex.join(command) if command else "the image's entrypoint")
+            deadline = time.monotonic() + float(self.debug_timeout)
+            while time.monotonic() < deadline:
+                if hook.get_job(ref.name, ref.namespace) is None:
+                    self.log.info("Volcano Job %s/%s was deleted: debug session over", ref.namespace, ref.name)
+                    break
+                time.sleep(min(self.poll_interval, max(0.0, deadline - time.monotonic())))
+        finally:
+            job_runner.delete_job_and_script(hook, ref)
+        return {"job_name": ref.name, "namespace": ref.namespace, "phase": "Debug", "master_pod": ref.master_pod,
+                "pods": [name for name, _ in pods]}
+
+    def _log_copies(self, ref: JobRef, job: dict, master_cursor: LogCursor | None = None) -> list[PodLogCopy]:
+        """The master's log (get_logs) first, then every pod of log_tasks, each prefixed with its pod."""
+        from airflow_volcano.job_runner import PodLogCopy, master_log_copy
+
+        copies = [master_log_copy(ref, self._emit_master_log, master_cursor)] if self.get_logs else []
+        for pod, container in self._log_pods(job, ref.master_task):
+            copies.append(PodLogCopy(pod, container, lambda line, pod=pod: self.log.info("[%s] %s", pod, line)))
+        return copies
+
+    def _push_links(self, hook: VolcanoHook, ref: JobRef, job: dict, ti: Any) -> None:
+        """Store the UI links' URLs (see airflow_volcano.links) for this Job."""
+        templates = {link.template_option: hook.connection_extra(link.template_option)
+                     or conf.get("volcano", link.template_option, fallback="") for link in LINKS}
+        values = {"namespace": ref.namespace, "name": ref.name, "uid": ref.uid or "", "pod": ref.master_pod,
+                  "container": ref.log_container}
+        if (endpoint := tensorboard_endpoint(job)) is not None:
+            values["tensorboard_pod"], values["tensorboard_port"] = endpoint
+            self.log.info("TensorBoard of this Job: kubectl port-forward -n %s pod/%s %d, then http://localhost:%d",
+                          ref.namespace, endpoint[0], endpoint[1], endpoint[1])
+        for key, url in link_urls(templates, values).items():
+            ti.xcom_push(key=key, value=url)
+
+    def _finalize(self, hook: VolcanoHook, ref: JobRef, result: Any, context: Context) -> dict[str, Any]:
+        from airflow_volcano import job_runner
+
+        ti = context["ti"]
+        return job_runner.finalize(
+            hook, ref, result,
+            on_finish_action=job_runner.OnFinishAction(self.on_finish_action),
+            push_xcom=lambda key, value: ti.xcom_push(key=key, value=value),
+        )
+
+    def _defer(self, hook: VolcanoHook, ref: JobRef, context: Context) -> None:
+        from airflow_volcano.triggers.job import VolcanoJobTrigger
+
+        deadline = None
+        if self.execution_timeout is not None and context.get("ti") is not None:
+            start = getattr(context["ti"], "start_date", None)
+            if start is not None:
+                deadline = (start + self.execution_timeout).timestamp()
+        trigger = VolcanoJobTrigger(
+            ref.to_dict(), hook.trigger_connection(), startup_timeout=self.startup_timeout,
+            job_timeout=self.job_timeout, deadline=deadline, check_interval=self.poll_interval,
+            get_logs=self.get_logs, on_kill_action=self.on_kill_action,
+        )
+        self.log.info("Deferring: the triggerer waits for Volcano Job %s/%s; this worker slot is free",
+                      ref.namespace, ref.name)
+        self.defer(trigger=trigger, method_name="execute_complete")
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        """Resume after the trigger fired: the same finalize as the synchronous path."""
+        from airflow_volcano import job_runner
+        from airflow_volcano.logs import LogCursor
+        from airflow_volcano.status import job_state
+
+        ref = job_runner.JobRef.from_dict(event["job"])
+        self._job_ref = ref
+        self.log.info("Resumed: the trigger reports Volcano Job %s/%s %s", ref.namespace, ref.name,
+                      event.get("phase") or event["status"])
+        hook = self.hook
+        cursor = LogCursor.from_dict(event.get("log_cursor"))
+        job = hook.get_job(ref.name, ref.namespace)
+        # The trigger copied the master's log; the other tasks' logs are read whole now.
+        for copy in self._log_copies(ref, job or {"metadata": {"name": ref.name}}, cursor):
+            job_runner.read_remaining_log(hook, ref.namespace, copy)
+        if event["status"] == "error":
+            raise job_runner.VolcanoJobError(f"Waiting for Volcano Job {ref.namespace}/{ref.name} failed: "
+                                             f"{event.get('message')}")
+        if job is None:
+            raise job_runner.VolcanoJobError(f"Volcano Job {ref.namespace}/{ref.name} no longer exists")
+        result = job_runner.WaitResult(
+            state=job_state(job), job=job, log_cursor=cursor,
+            timed_out=event.get("message") if event["status"] == "timeout" else None,
+            problem=event.get("message") if event["status"] == "problem" else None,
+        )
+        return self._finalize(hook, ref, result, context)
+
+    def _emit_master_log(self, line: str) -> None:
+        self.log.info("[%s] %s", self._job_ref.master_pod if self._job_ref else "master", line)
+
+    def _submit_or_reattach(self, hook: VolcanoHook, manifests: JobManifests, namespace: str,
+                            state_store: Any = None) -> JobRef:
+        from airflow_volcano.job_runner import JobRef, VolcanoJobError, delete_job_and_script
+        from airflow_volcano.status import job_state
+
+        job = manifests.job
+        job["metadata"]["namespace"] = namespace
+        master = manifests.main_task
+        # Airflow 3.3+ keeps what an earlier try stored; the labels cover older Airflow and a try
+        # that died between creating the Job and storing it.
+        stored = _stored_job(hook, state_store)
+        if stored is not None:
+            candidates, found_by = [stored], "the task state store"
+        else:
+            identity = identity_labels(job["metadata"]["labels"])
+            selector = ",".join(f"{key}={value}" for key, value in sorted(identity.items()))
+            candidates, found_by = hook.list_jobs(namespace, selector), "its labels"
+        for existing in candidates:
+            if (existing["metadata"].get("labels") or {}).get(CHECKED_LABEL) == "true":
+                continue  # an earlier try already reported this Job's result: history, not this try's
+            # Unchecked: submitted by a try that died before reporting; running or finished since.
+            ref = JobRef.from_job(existing, master, script_configmap_name(existing["metadata"]["name"]))
+            if self.if_job_exists == "reattach":
+                self.log.info("Reattaching to Volcano Job %s/%s submitted by an earlier try (%s; found by %s)",
+                              namespace, ref.name, job_state(existing).phase, found_by)
+                return ref
+            if self.if_job_exists == "fail":
+                raise VolcanoJobError(
+                    f"if_job_exists='fail': an earlier try of this task instance submitted Volcano Job "
+                    f"{namespace}/{ref.name} (phase {job_state(existing).phase}); it is left as it is"
+                )
+            self.log.info("Replacing Volcano Job %s/%s of an earlier try", namespace, ref.name)
+            delete_job_and_script(hook, ref)
+        ref = self._submit(hook, manifests, namespace, master)
+        if state_store is not None:
+            state_store.set(STATE_STORE_KEY, {"name": ref.name, "namespace": ref.namespace, "uid": ref.uid})
+        return ref
+
+    def _submit(self, hook: VolcanoHook, manifests: JobManifests, namespace: str, master: str) -> JobRef:
+        from airflow_volcano.job_runner import JobRef
+
+        job = manifests.job
+        name = job["metadata"]["name"]
+        existing = hook.get_job(name, namespace)
+        if existing is not None:
+            if not _same_identity(existing, job):
+                raise JobSpecError(
+                    f"name: a Volcano Job {namespace}/{name} already exists and was not submitted by this task; "
+                    "choose another name or delete it"
+                )
+            # The same name, finished by an earlier try (unfinished ones were reattached): make room.
+            self.log.info("Deleting finished Volcano Job %s/%s of an earlier try", namespace, name)
+            hook.delete_job(name, namespace)
+            hook.wait_job_deleted(name, namespace)
+        configmap = manifests.configmap
+        if configmap is not None:
+            configmap["metadata"]["namespace"] = namespace
+            hook.create_configmap(namespace, configmap)
+        try:
+            created = hook.create_job(namespace, job)
+        except VolcanoApiError as error:
+            if configmap is not None:
+                hook.delete_configmap(configmap["metadata"]["name"], namespace)
+            if error.status in (400, 422):  # the CRD schema or Volcano's admission webhook said no
+                raise JobSpecError(f"the cluster rejected Volcano Job {namespace}/{name}: "
+                                   f"{error.message or error.reason}") from None
+            raise
+        ours = job["metadata"]["labels"].items()
+        if not ours <= (created["metadata"].get("labels") or {}).items():
+            # Someone else created a Job of this name between our check and our create.
+            raise JobSpecError(f"name: a Volcano Job {namespace}/{name} was created by someone else meanwhile")
+        if configmap is not None:
+            hook.set_configmap_owner(configmap["metadata"]["name"], namespace, created)
+        ref = JobRef.from_job(created, master, configmap["metadata"]["name"] if configmap else None)
+        self.log.info("Submitted Volcano Job %s/%s (master pod %s)", namespace, name, ref.master_pod)
+        return ref
+
+    def on_kill(self) -> None:
+        """Delete the Job when a user kills the task; keep it when only the worker is going away.
+
+        Airflow sends SIGTERM both when a user marks the task failed/success or clears it and when
+        the worker shuts down (apache/airflow#39791). In the second case the task instance is still
+        `running` on the server and its retry will reattach to the Job, so deleting it would throw
+        the training away."""
+        ref = self._job_ref
+        if ref is None or self.on_kill_action == "keep_job":
+            return
+        if self._still_running_on_server():
+            self.log.info("Worker stopping while the task instance is still running: keeping Volcano Job %s/%s "
+                          "for the next try to reattach", ref.namespace, ref.name)
+            return
+        from airflow_volcano.job_runner import delete_job_and_script
+
+        self.log.info("Task killed: deleting Volcano Job %s/%s", ref.namespace, ref.name)
+        delete_job_and_script(self.hook, ref)
+
+    def _still_running_on_server(self) -> bool:
+        ti = self._ti
+        if ti is None:
+            return False
+        try:
+            states = ti.get_task_states(dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id],
+                                        map_index=ti.map_index)
+        except Exception as error:  # noqa: BLE001 - cannot tell: treat as a kill, so no Job is orphaned
+            self.log.warning("Could not read the task instance's state (%s); treating this as a kill", error)
+            return False
+        from airflow_volcano.job_runner import task_state_key
+
+        state = (states.get(ti.run_id) or {}).get(task_state_key(ti.task_id, ti.map_index))
+        return str(getattr(state, "value", state)) == "running"
+
+
+def _choice(parameter: str, value: str, allowed: Sequence[str]) -> str:
+    if value not in allowed:
+        raise JobSpecError(f"{parameter} must be one of {', '.join(allowed)}; got {value!r}")
+    return value
+
+
+def _stored_job(hook: VolcanoHook, state_store: Any) -> dict | None:
+    """The Job an earlier try of this task instance stored, if it still exists (same uid)."""
+    saved = state_store.get(STATE_STORE_KEY) if state_store is not None else None
+    if not isinstance(saved, dict) or not saved.get("name"):
+        return None
+    job = hook.get_job(saved["name"], saved["namespace"])
+    return job if job is not None and job["metadata"].get("uid") == saved.get("uid") else None
+
+
+def _same_identity(created: dict, job: dict) -> bool:
+    theirs = identity_labels(created["metadata"].get("labels") or {})
+    return bool(theirs) and theirs == identity_labels(job["metadata"]["labels"])
