@@ -466,28 +466,29 @@ class VolcanoJobOperator(BaseOperator):
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Resume after the trigger fired: the same finalize as the synchronous path."""
         from airflow_volcano import job_runner
+        from airflow_volcano.events import JobEvent, WaitOutcome
         from airflow_volcano.logs import LogCursor
         from airflow_volcano.status import job_state
 
-        ref = job_runner.JobRef.from_dict(event["job"])
+        ended = JobEvent.from_dict(event)
+        ref = job_runner.JobRef.from_dict(ended.job)
         self._job_ref = ref
-        self.log.info("Resumed: the trigger reports Volcano Job %s/%s %s", ref.namespace, ref.name,
-                      event.get("phase") or event["status"])
+        self.log.info("Resumed: the trigger reports Volcano Job %s/%s %s", ref.namespace, ref.name, ended.describe())
         hook = self.hook
-        cursor = LogCursor.from_dict(event.get("log_cursor"))
+        cursor = LogCursor.from_dict(ended.log_cursor)
         job = hook.get_job(ref.name, ref.namespace)
         # The trigger copied the master's log; the other tasks' logs are read whole now.
         for copy in self._log_copies(ref, job or {"metadata": {"name": ref.name}}, cursor):
             job_runner.read_remaining_log(hook, ref.namespace, copy)
-        if event["status"] == "error":
+        if ended.status is WaitOutcome.ERROR:
             raise job_runner.VolcanoJobError(f"Waiting for Volcano Job {ref.namespace}/{ref.name} failed: "
-                                             f"{event.get('message')}")
+                                             f"{ended.message}")
         if job is None:
             raise job_runner.VolcanoJobError(f"Volcano Job {ref.namespace}/{ref.name} no longer exists")
         result = job_runner.WaitResult(
             state=job_state(job), job=job, log_cursor=cursor,
-            timed_out=event.get("message") if event["status"] == "timeout" else None,
-            problem=event.get("message") if event["status"] == "problem" else None,
+            timed_out=ended.message if ended.status is WaitOutcome.TIMEOUT else None,
+            problem=ended.message if ended.status is WaitOutcome.PROBLEM else None,
         )
         return self._finalize(hook, ref, result, context)
 

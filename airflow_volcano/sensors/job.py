@@ -80,10 +80,13 @@ class VolcanoJobSensor(BaseSensorOperator):
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
-        if event["status"] == "timeout":
-            raise AirflowFailException(f"Sensor timed out waiting for Volcano Job {self.job_name}: {event['message']}")
-        if event["status"] == "error":
-            raise AirflowFailException(f"Waiting for Volcano Job {self.job_name} failed: {event.get('message')}")
+        from airflow_volcano.events import JobEvent, WaitOutcome
+
+        ended = JobEvent.from_dict(event)
+        if ended.status is WaitOutcome.TIMEOUT:
+            raise AirflowFailException(f"Sensor timed out waiting for Volcano Job {self.job_name}: {ended.message}")
+        if ended.status is WaitOutcome.ERROR:
+            raise AirflowFailException(f"Waiting for Volcano Job {self.job_name} failed: {ended.message}")
         result = self.poke(context)
         return result.xcom_value if isinstance(result, PokeReturnValue) else None
 

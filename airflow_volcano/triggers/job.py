@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import importlib
 import time
 from collections.abc import AsyncIterator, Coroutine
@@ -18,6 +19,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_volcano.events import JobEvent, WaitOutcome
 from airflow_volcano.job_runner import (
     JobRef,
     WaitLimits,
@@ -117,10 +119,10 @@ class VolcanoJobTrigger(BaseTrigger):
                 await _finish_despite_cancellation(self._kill_if_task_left_deferral(ref), ON_KILL_SECONDS)
             raise
         except Exception as error:  # noqa: BLE001 - reported to the worker, which fails the task
-            event = {"status": "error", "message": f"{type(error).__name__}: {error}"}
-        yield TriggerEvent({**event, "job": ref.to_dict(), "log_cursor": cursor.to_dict()})
+            event = JobEvent(WaitOutcome.ERROR, message=f"{type(error).__name__}: {error}")
+        yield TriggerEvent(dataclasses.replace(event, job=ref.to_dict(), log_cursor=cursor.to_dict()).to_dict())
 
-    async def _wait(self, ref: JobRef, cursor: LogCursor) -> dict[str, Any]:
+    async def _wait(self, ref: JobRef, cursor: LogCursor) -> JobEvent:
         hook = await self._hook()
         log_copier = asyncio.create_task(self._copy_logs_periodically(hook, ref, cursor)) if self.get_logs else None
         try:
@@ -130,7 +132,7 @@ class VolcanoJobTrigger(BaseTrigger):
                 log_copier.cancel()
                 await asyncio.gather(log_copier, return_exceptions=True)
 
-    async def _watch_until_done(self, hook: Any, ref: JobRef) -> dict[str, Any]:
+    async def _watch_until_done(self, hook: Any, ref: JobRef) -> JobEvent:
         """The worker's loop (job_runner._watch_until_done), on asyncio, plus the task's deadline."""
         from airflow_volcano.hooks.volcano import backoff_delays  # loaded by _hook() already
 
@@ -142,17 +144,17 @@ class VolcanoJobTrigger(BaseTrigger):
         job = await hook.get_job(ref.name, ref.namespace)
         while True:
             if job is None:
-                return {"status": "error", "message": f"Volcano Job {ref.namespace}/{ref.name} was deleted"}
+                return JobEvent(WaitOutcome.ERROR, message=f"Volcano Job {ref.namespace}/{ref.name} was deleted")
             if (line := progress.observe(job)) is not None:
                 self.log.info("%s", line)
             now = time.time()
             step = next_step(job, limits, now - started_at, now - last_pod_check)
             if step.done is not None:
                 if step.done.timed_out:
-                    return {"status": "timeout", "message": step.done.timed_out}
-                return {"status": "finished", "phase": step.done.state.phase}
+                    return JobEvent(WaitOutcome.TIMEOUT, message=step.done.timed_out)
+                return JobEvent(WaitOutcome.FINISHED, phase=step.done.state.phase)
             if self.deadline is not None and now >= self.deadline:
-                return {"status": "timeout", "message": "the task's execution_timeout passed"}
+                return JobEvent(WaitOutcome.TIMEOUT, message="the task's execution_timeout passed")
             if step.check_pods:
                 last_pod_check = now
                 pods = await hook.list_job_pods(ref.name, ref.namespace)
@@ -164,7 +166,7 @@ class VolcanoJobTrigger(BaseTrigger):
                         self.log.info("%s", line)
                 problem = startup_problem(ref, pods, podgroup, limits, now - started_at, events)
                 if problem is not None:
-                    return {"status": "problem", "message": problem}
+                    return JobEvent(WaitOutcome.PROBLEM, message=problem)
                 step = next_step(job, limits, now - started_at, 0.0)
             wait = step.wait_seconds
             if self.deadline is not None:

@@ -184,3 +184,14 @@ def test_failure_message_says_an_exit_code_was_not_retryable_and_when_the_budget
     assert "ended in phase Failed after 3 restart(s): the retry budget is exhausted (max_retry 3)" in text
     assert "not one of retryable_exit_codes" not in text
 
+
+
+def test_the_trigger_event_survives_its_dict_form_and_reads_an_older_one():
+    from airflow_volcano.events import JobEvent, WaitOutcome
+
+    event = JobEvent(WaitOutcome.TIMEOUT, message="job_timeout of 60s passed", job={"name": "train"},
+                     log_cursor={"lines_shown": 3})
+    payload = event.to_dict()
+    assert payload["status"] == "timeout" and JobEvent.from_dict(payload) == event
+    older = JobEvent.from_dict({"status": "finished", "phase": "Completed", "job": {"name": "train"}})
+    assert (older.status, older.describe(), older.log_cursor) == (WaitOutcome.FINISHED, "Completed", {})
