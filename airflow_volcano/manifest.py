@@ -59,16 +59,16 @@ ACTIONS = {"AbortJob", "RestartJob", "RestartTask", "RestartPod", "TerminateJob"
 PLUGINS = {"pytorch", "svc", "env", "ssh", "mpi", "tensorflow", "ray", "hcclrank"}
 RESTART_POLICIES = {"Always", "OnFailure", "Never"}
 PULL_POLICIES = {"Always", "IfNotPresent", "Never"}
-JOB_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-LABEL_PREFIX_PART = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
-ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
-CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+JOB_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?\Z")
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?\Z")
+LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z")
+LABEL_PREFIX_PART = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?\Z")
+ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*\Z")
+CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]+\Z")
 # Unprefixed container resources Kubernetes knows; anything else needs a domain (nvidia.com/gpu).
 STANDARD_RESOURCES = {"cpu", "memory", "ephemeral-storage"}
-QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|[KMGTPE]i|[numkMGTPE])?$")
+QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|[KMGTPE]i|[numkMGTPE])?\Z")
 
 
 class JobSpecError(ValueError):

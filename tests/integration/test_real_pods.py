@@ -515,10 +515,11 @@ def test_the_torchrun_example_dag_trains_six_ranks_with_tensorboard_and_waiting_
     train.volumes = [{"name": "logs", "hostPath": {"path": str(logs), "type": "Directory"}}]
     train.wait_for_master = real_node["image"]  # Volcano's default, busybox, is not on this offline node
     train.env = {**train.env, "STEPS": "20"}
-    train.on_finish_action = "keep_job"  # to look at the pods afterwards
+    seen = InitContainerWatch(cluster)
     capfd.readouterr()
 
     run = dag.test(run_conf={"namespace": cluster.namespace})
+    seen.stop()
 
     log = "".join(capfd.readouterr())
     assert str(run.get_task_instance("train").state) == "success", log
@@ -527,15 +528,44 @@ def test_the_torchrun_example_dag_trains_six_ranks_with_tensorboard_and_waiting_
     for rank in range(6):
         assert re.search(rf"\] rank {rank} of 6 \(local rank {rank % 2}, pod ", log), log
     assert list(logs.glob("tb/*/events.out.tfevents.*")), "rank 0's TensorBoard events on the shared volume"
-    # Workers still shutting down when the master's completion ends the Job are removed by Volcano;
-    # those that finished first are kept and show their init container.
-    workers = [pod for pod in cluster.pods() if "-worker-" in pod.metadata.name]
-    assert workers, "no finished worker pod left to look at"
-    for pod in workers:
-        (init,) = pod.status.init_container_statuses
-        assert (init.name, init.state.terminated.exit_code) == ("wait-for-master", 0)
-        assert "Master node is ready!" in cluster.core.read_namespaced_pod_log(
-            pod.metadata.name, cluster.namespace, container="wait-for-master")
+    # Each worker ran Volcano's wait-for-master init container, which let it start once the master answered.
+    assert set(seen.ready) == {"worker-0", "worker-1"}, seen.ready
+
+
+class InitContainerWatch:
+    """Follows the workers' wait-for-master init containers while the Job runs (Volcano removes
+    workers still shutting down when the master's completion ends it, so afterwards is too late)."""
+
+    def __init__(self, cluster) -> None:
+        import threading
+
+        self.cluster, self.ready = cluster, {}
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._follow, daemon=True)
+        self.thread.start()
+
+    def _follow(self) -> None:
+        while not self.done.is_set():
+            for pod in self.cluster.pods():
+                name = pod.metadata.name
+                role = name.rsplit("-", 2)[-2] + "-" + name.rsplit("-", 1)[-1]
+                statuses = pod.status.init_container_statuses or []
+                if not role.startswith("worker-") or role in self.ready or not statuses:
+                    continue
+                terminated = statuses[0].state.terminated
+                if statuses[0].name == "wait-for-master" and terminated is not None and terminated.exit_code == 0:
+                    try:
+                        text = self.cluster.core.read_namespaced_pod_log(name, self.cluster.namespace,
+                                                                         container="wait-for-master")
+                    except Exception:  # noqa: BLE001 - the pod went away between two reads: look again
+                        continue
+                    if "Master node is ready!" in text:
+                        self.ready[role] = text
+            self.done.wait(0.5)
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join(timeout=10)
 
 
 def test_the_generic_job_example_runs_a_template_of_its_own_shape(cluster, operator_kubeconfig, airflow_db,
@@ -556,3 +586,30 @@ def test_the_generic_job_example_runs_a_template_of_its_own_shape(cluster, opera
     for index, correct, rows in ((0, 286, 334), (1, 285, 333), (2, 286, 333)):
         assert re.search(rf"\[[a-z0-9-]+-shard-{index}\] shard {index}: {correct}/{rows} correct", log), log
     assert re.search(r"\[[a-z0-9-]+-report-0\] accuracy over 3 shards: 857/1000 = 0\.8570", log), log
+
+
+OUTLIVES_THE_MASTER = """
+    import os, signal, sys, time
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # PID 1: exit on Volcano's kill, not after 30 s
+    if os.environ["RANK"] == "0":
+        print("master: done", flush=True)
+        with open("/dev/termination-log", "w") as out:
+            out.write('{"ok": true}')
+    else:
+        print("worker: still busy", flush=True)
+        time.sleep(600)
+"""
+
+
+def test_success_follows_the_master_and_workers_still_running_are_stopped(cluster, operator_kubeconfig, run_task,
+                                                                           real_node, tmp_path, containerd):
+    """T9k: the Job succeeds when the master does, whatever workers still run (the master task's
+    TaskCompleted -> CompleteJob); Volcano stops those workers, so nothing keeps running."""
+    run = run_task(lambda: real_operator(real_node, cluster.namespace, "lead", training_script=script(
+        tmp_path, OUTLIVES_THE_MASTER), on_finish_action="keep_job", job_timeout=120))
+
+    assert run.state == "success", run.log
+    assert run.xcom["return_value"]["result"] == {"ok": True}
+    assert f"Volcano Job {cluster.namespace}/lead is Completed" in run.log
+    cluster.wait_for("the workers to stop", lambda: not containerd.running_containers(cluster.namespace), timeout=60)
+    assert cluster.job("lead") is not None, "keep_job: the Job stays, finished"

@@ -726,3 +726,11 @@ def test_any_job_needs_a_template_and_an_existing_main_task():
         build_manifests(PyTorchJobRequest(all_tasks=True, image="x"), run_labels=LABELS, default_name="a-b-c")
     assert "main_task 'chief': the job has no such task (tasks: launcher, runner)" in template_error(
         mpi_like_template(), all_tasks=True, main_task="chief")
+
+
+def test_a_trailing_newline_does_not_pass_for_a_valid_name_or_label():
+    """Python's `$` also matches before a final newline; the apiserver's patterns do not (found by
+    the property test: a label value "\\n" passed our check and the apiserver refused it)."""
+    assert "invalid label value '\\n'" in error_of(labels={"team": "\n"})
+    assert "is not a DNS label" in error_of(name="train\n")
+    assert "invalid environment variable" in error_of(env={"A\n": "1"})
