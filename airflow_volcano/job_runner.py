@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -168,7 +168,7 @@ def wait_for_job(
     ref: JobRef,
     limits: WaitLimits,
     *,
-    logs: list[PodLogCopy] = (),  # type: ignore[assignment]
+    logs: Sequence[PodLogCopy] = (),
     report: Emit | None = None,
     clock: Callable[[], float] = time.time,
 ) -> WaitResult:
