@@ -9,11 +9,16 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 
+def say(line: str) -> None:
+    """One write per line: the processes of a pod share its stdout, and print() writes the text and
+    the newline separately, so two ranks' lines could interleave."""
+    print(line + "\n", end="", flush=True)
+
+
 def main() -> None:
     dist.init_process_group("gloo")  # "nccl" on GPUs
     rank, world = dist.get_rank(), dist.get_world_size()
-    print(f"rank {rank} of {world} (local rank {os.environ.get('LOCAL_RANK')}, pod {os.environ.get('HOSTNAME')})",
-          flush=True)
+    say(f"rank {rank} of {world} (local rank {os.environ.get('LOCAL_RANK')}, pod {os.environ.get('HOSTNAME')})")
     torch.manual_seed(0)
     model = DistributedDataParallel(torch.nn.Linear(8, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
@@ -39,7 +44,7 @@ def main() -> None:
     dist.all_reduce(final)
     if rank == 0:
         mean = final.item() / world
-        print(f"final mean loss over {world} ranks: {mean:.4f}", flush=True)
+        say(f"final mean loss over {world} ranks: {mean:.4f}")
         with open("/dev/termination-log", "w") as out:
             json.dump({"loss": mean, "world_size": world}, out)
     dist.destroy_process_group()
