@@ -389,6 +389,7 @@ class VolcanoJobOperator(BaseOperator):
 
         from airflow_volcano import job_runner
 
+        job = {**job, "metadata": {**job["metadata"], "name": ref.name}}  # a reattached Job has its own name
         pods = task_pods(job, [task["name"] for task in job["spec"]["tasks"] if task["name"] != TENSORBOARD_TASK],
                          "debug")
         limits = job_runner.WaitLimits(self.startup_timeout, None, self.poll_interval)
