@@ -287,14 +287,11 @@ def wait_until_running(
     ref: JobRef,
     pods: list[str],
     limits: WaitLimits,
-    *,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
 ) -> None:
     """Return once every named pod runs (debug mode); raise with the reason if one cannot start.
 
     Polled, not watched: it lasts seconds, and pods, not the Job, say whether they run."""
-    started = clock()
+    started = time.monotonic()
     while True:
         found = hook.list_job_pods(ref.name, ref.namespace)
         running = {pod["metadata"]["name"] for pod in found if (pod.get("status") or {}).get("phase") == "Running"}
@@ -307,10 +304,10 @@ def wait_until_running(
                                   "could start (its image has no /bin/sh?)")
         job = hook.get_job(ref.name, ref.namespace)
         podgroup = hook.get_podgroup(job) if job is not None else None
-        problem = startup_problem(ref, found, podgroup, limits, clock() - started)
+        problem = startup_problem(ref, found, podgroup, limits, time.monotonic() - started)
         if problem is not None:
             raise VolcanoJobError(problem)
-        sleep(limits.check_interval)
+        time.sleep(limits.check_interval)
 
 
 def _has_pending(job: dict) -> bool:

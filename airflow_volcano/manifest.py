@@ -688,9 +688,10 @@ def _apply_arguments(job: dict, req: PyTorchJobRequest) -> None:
     if req.all_tasks:
         for task in _pod_tasks(job, req):
             _apply_pod_arguments(task, req, shared)
-    for task, role in ((master_task, "master_resources"), (worker_task, "worker_resources")):
-        if task is not None and not req.all_tasks:
-            _apply_pod_arguments(task, req, _merge_resources(shared, _resources(role, getattr(req, role))))
+    else:
+        for task, role in ((master_task, "master_resources"), (worker_task, "worker_resources")):
+            if task is not None:
+                _apply_pod_arguments(task, req, _merge_resources(shared, _resources(role, getattr(req, role))))
     if req.min_available is not None:
         spec["minAvailable"] = req.min_available
     elif req.job_template is None:
