@@ -17,8 +17,9 @@ def get_provider_info() -> dict[str, Any]:
         "integrations": [
             {"integration-name": integration, "external-doc-url": "https://volcano.sh/", "tags": ["software"]}
         ],
-        "operators": [{"integration-name": integration, "python-modules": ["airflow_volcano.operators.job",
-                                                                          "airflow_volcano.operators.pytorch"]}],
+        "operators": [{"integration-name": integration, "python-modules": [
+            "airflow_volcano.operators.job", "airflow_volcano.operators.master_worker",
+            "airflow_volcano.operators.pytorch", "airflow_volcano.operators.deepspeed"]}],
         "sensors": [{"integration-name": integration, "python-modules": ["airflow_volcano.sensors.job"]}],
         "hooks": [{"integration-name": integration, "python-modules": ["airflow_volcano.hooks.volcano"]}],
         "triggers": [{"integration-name": integration, "python-modules": ["airflow_volcano.triggers.job"]}],

@@ -18,6 +18,9 @@ from typing import Any
 
 import yaml
 
+from airflow_volcano import hostfile_launch
+from airflow_volcano.hostfile_launch import HostfileLaunch
+
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "airflow-volcano"
 LABEL_PREFIX = "airflow-volcano.io/"
@@ -137,6 +140,8 @@ class PyTorchJobRequest:
     torchrun_options: list[str] | None = None
     debug: bool | None = None
     wait_for_master: bool | str | None = None
+    # DeepSpeed/MPI (operators/deepspeed.py): workers run sshd, the master launches over ssh from a hostfile.
+    hostfile_launch: HostfileLaunch | None = None
     training_script: TrainingScript | None = None
     job_template: dict | None = None
     full_job_spec: dict | None = None
@@ -347,6 +352,8 @@ def _normalize(req: PyTorchJobRequest) -> PyTorchJobRequest:
     if req.tensorboard is not None:
         changes["tensorboard"] = _tensorboard_options(req.tensorboard)
     changes.update(_launcher_options(req))
+    if req.hostfile_launch is not None:
+        changes["hostfile_launch"] = _hostfile_launch_options(req)
     if req.wait_for_master is not None and not isinstance(req.wait_for_master, bool) and (
             not isinstance(req.wait_for_master, str) or not req.wait_for_master.strip()):
         raise JobSpecError(f"wait_for_master must be True/False or the image of the init container (with sh and nc), "
@@ -399,6 +406,28 @@ def _launcher_options(req: PyTorchJobRequest) -> dict[str, Any]:
             raise JobSpecError(f"torchrun_options: {option!r} is set by the operator from the Job (nodes, ranks, "
                                "rendezvous); use nproc_per_node/max_restarts/min_available instead")
     return {"nproc_per_node": nproc}
+
+
+def _hostfile_launch_options(req: PyTorchJobRequest) -> HostfileLaunch:
+    options = req.hostfile_launch
+    assert options is not None
+    _choice("launcher", options.launcher, set(hostfile_launch.LAUNCHERS))
+    if req.training_script is None:
+        raise JobSpecError(f"launcher={options.launcher!r} runs training_script on every worker: give training_script")
+    if req.command is not None:
+        raise JobSpecError(f"launcher={options.launcher!r} builds the master's and the workers' commands: give args= "
+                           "for the script, not command=")
+    if not isinstance(options.options, list | tuple) or not all(isinstance(item, str) for item in options.options):
+        raise JobSpecError(f"launcher_options must be a list of strings, got {options.options!r}")
+    for option in options.options:
+        if hostfile_launch.managed_option(options.launcher, option):
+            raise JobSpecError(f"launcher_options: {option!r} is set by the operator (hostfile, hosts, ranks, "
+                               "rendezvous); use worker_replicas/slots_per_worker/port instead")
+    return dataclasses.replace(
+        options, options=tuple(options.options),
+        slots_per_worker=_integer("slots_per_worker", options.slots_per_worker, 1),
+        port=_integer("port", options.port, 1, 65535),
+        ssh_wait_timeout=_integer("ssh_wait_timeout", options.ssh_wait_timeout, 1))
 
 
 # torchrun flags the operator derives from the Job; a user's copy would contradict Volcano's view.
@@ -623,6 +652,11 @@ def _default_job(req: PyTorchJobRequest) -> dict:
     workers = req.worker_replicas if req.worker_replicas is not None else 1
     if workers:
         tasks.append(task(worker, workers))
+    # svc listed explicitly: MASTER_ADDR and the host files need it and only the webhook would add it otherwise.
+    plugins: dict[str, list[str]] = {"pytorch": [f"--master={master}", f"--worker={worker}", f"--port={DEFAULT_PORT}"],
+                                     "svc": []}
+    if req.hostfile_launch is not None:
+        plugins = {plugin: [] for plugin in hostfile_launch.REQUIRED_PLUGINS}
     return {
         "apiVersion": API_VERSION,
         "kind": "Job",
@@ -632,8 +666,7 @@ def _default_job(req: PyTorchJobRequest) -> dict:
             "queue": DEFAULT_QUEUE,
             "minAvailable": 1 + workers,  # gang: DDP cannot start until every rank is up
             "maxRetry": DEFAULT_MAX_RETRY,
-            # svc listed explicitly: MASTER_ADDR needs it and only the webhook would add it otherwise.
-            "plugins": {"pytorch": [f"--master={master}", f"--worker={worker}", f"--port={DEFAULT_PORT}"], "svc": []},
+            "plugins": plugins,
             "policies": exit_code_policies(DEFAULT_RETRYABLE_EXIT_CODES, "job"),
             "tasks": tasks,
         },
@@ -677,7 +710,10 @@ def _apply_arguments(job: dict, req: PyTorchJobRequest) -> None:
         _set(spec, key, value)
     for plugin, plugin_args in (req.extra_plugins or {}).items():
         spec.setdefault("plugins", {})[plugin] = list(plugin_args)
-    if req.master_task_name or req.worker_task_name or req.port is not None or req.wait_for_master:
+    if req.hostfile_launch is not None:
+        for plugin in hostfile_launch.REQUIRED_PLUGINS:
+            spec.setdefault("plugins", {}).setdefault(plugin, [])
+    elif req.master_task_name or req.worker_task_name or req.port is not None or req.wait_for_master:
         _rewrite_pytorch_plugin(spec, master, worker, req.port)
     master_task, worker_task = _find_task(job, master), _find_task(job, worker)
     if req.worker_replicas is not None:
@@ -791,6 +827,13 @@ def _apply_script(job: dict, req: PyTorchJobRequest, labels: dict[str, str]) -> 
     script = req.training_script
     assert script is not None
     name = script_configmap_name(job["metadata"]["name"])
+    data = {script.filename: script.content}
+    worker_name = _role_names(job, req)[1]
+    if req.hostfile_launch is not None:
+        data.update(_hostfile_launch_data(job, req.hostfile_launch, worker_name))
+        if len(data) < 4:
+            raise JobSpecError(f"training_script: the file name {script.filename!r} is one of the operator's own "
+                               "launch scripts; rename the script")
     for task in _pod_tasks(job, req):
         task_name = task.get("name", "main")
         pod = task.setdefault("template", {}).setdefault("spec", {})
@@ -805,15 +848,38 @@ def _apply_script(job: dict, req: PyTorchJobRequest, labels: dict[str, str]) -> 
         if not any(mount.get("name") == SCRIPT_VOLUME for mount in mounts):
             mounts.append({"name": SCRIPT_VOLUME, "mountPath": SCRIPT_MOUNT_PATH, "readOnly": True})
         if req.command is None:
-            path = f"{SCRIPT_MOUNT_PATH}/{script.filename}"
-            container["command"] = torchrun_command(job, req, path) if req.launcher == "torchrun" else ["python", path]
+            container["command"] = _script_command(job, req, script, task_name, worker_name)
+        if req.hostfile_launch is not None and task_name == worker_name:
+            container.pop("args", None)  # the script's arguments reach the ranks through the master's launcher
         env = container.setdefault("env", [])
         if not any(item.get("name") == "PYTHONUNBUFFERED" for item in env):
             env.append({"name": "PYTHONUNBUFFERED", "value": "1"})  # so the log streams as it is written
     metadata: dict[str, Any] = {"name": name, "labels": dict(labels)}
     if job["metadata"].get("namespace"):
         metadata["namespace"] = job["metadata"]["namespace"]
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": {script.filename: script.content}}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": data}
+
+
+def _script_command(job: dict, req: PyTorchJobRequest, script: TrainingScript, task: str, worker: str) -> list[str]:
+    path = f"{SCRIPT_MOUNT_PATH}/{script.filename}"
+    if req.hostfile_launch is not None:
+        launcher_script = hostfile_launch.SSHD_SCRIPT if task == worker else hostfile_launch.LAUNCH_SCRIPT
+        return ["/bin/sh", f"{SCRIPT_MOUNT_PATH}/{launcher_script}", *([] if task == worker else [path])]
+    return torchrun_command(job, req, path) if req.launcher == "torchrun" else ["python", path]
+
+
+def _hostfile_launch_data(job: dict, options: HostfileLaunch, worker: str) -> dict[str, str]:
+    """The master's launch script and the workers' sshd scripts, beside the training script."""
+    worker_task = _find_task(job, worker)
+    if worker_task is None or not worker_task.get("replicas"):
+        raise JobSpecError(f"launcher={options.launcher!r} runs the ranks on the workers: the job needs a task "
+                           f"{worker!r} with worker_replicas >= 1")
+    plugins = job["spec"].get("plugins") or {}
+    missing = [plugin for plugin in ("ssh", "svc") if plugin not in plugins]
+    if missing:
+        raise JobSpecError(f"launcher={options.launcher!r} needs the Volcano plugins ssh and svc; the job lacks "
+                           f"{', '.join(missing)} (job_template spec.plugins)")
+    return hostfile_launch.scripts(options, worker, SCRIPT_MOUNT_PATH)
 
 
 def _add_tensorboard(job: dict, req: PyTorchJobRequest) -> None:

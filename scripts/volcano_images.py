@@ -4,7 +4,9 @@ Two images, each described by a recipe under cluster/images/:
 - the pod sandbox ("pause"): one static binary compiled from pause.c;
 - the training image: a Debian root file system made with debootstrap plus the recipe's packages,
   and the few pure wheels Debian lacks (the recipe's "wheels"), installed by this machine's pip
-  (which reaches PyPI here; the chroot's own would not) without dependencies: Debian provides those.
+  (which reaches PyPI here; the chroot's own would not) without dependencies: Debian provides those;
+  and the source-only packages (the recipe's "sdists"), downloaded by this machine's pip and built inside
+  the root file system against its own libraries.
 
 Each image is written once as a docker-archive tar (manifest.json, config, one layer) into the
 cache, named by a digest of its recipe (and BUILDER_VERSION), so it is rebuilt only when that changes;
@@ -109,6 +111,7 @@ def build_training(out: Path, log: Callable[[str], None]) -> None:
     recipe = json.loads(TRAINING.recipe.read_text())
     mirror = debian_mirror()
     work = out.parent / f"{out.stem}.rootfs"
+    unmount_proc(work)
     shutil.rmtree(work, ignore_errors=True)
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive", LANG="C.UTF-8")
     build_log = out.with_suffix(".build.log")
@@ -130,14 +133,38 @@ def build_training(out: Path, log: Callable[[str], None]) -> None:
             run(sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--only-binary=:all:",
                 "--platform=manylinux2014_x86_64", f"--python-version={python[6:]}",
                 f"--target={work}/usr/local/lib/{python}/dist-packages", *recipe["wheels"])
-        for command in recipe.get("run", []):
-            run("chroot", str(work), "/bin/sh", "-ec", command)
+        # Builds and checks that ask psutil or torch about this process need /proc.
+        subprocess.run(["mount", "-t", "proc", "proc", str(work / "proc")], check=True)
+        try:
+            build_inside(work, recipe, run)
+        finally:
+            unmount_proc(work)
         run("chroot", str(work), "apt-get", "clean")
     shutil.rmtree(work / "var" / "lib" / "apt" / "lists", ignore_errors=True)
     (work / "var" / "lib" / "apt" / "lists" / "partial").mkdir(parents=True)
     config = {"Env": [f"{key}={value}" for key, value in recipe["env"].items()], "Cmd": recipe["cmd"]}
     write_archive(work, TRAINING.reference, config, out)
     shutil.rmtree(work)
+
+
+def unmount_proc(rootfs: Path) -> None:
+    if (rootfs / "proc" / "self").exists():
+        subprocess.run(["umount", "-l", str(rootfs / "proc")], check=False)
+
+
+def build_inside(work: Path, recipe: dict, run: Callable[..., None]) -> None:
+    """The recipe's sdists, then its "run" commands, in the root file system."""
+    if recipe.get("sdists"):
+        # Built inside the image, against its own torch; the chroot cannot reach PyPI, so this machine's
+        # pip downloads the source archives first.
+        run(sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary=:all:",
+            f"--dest={work}/tmp/sdists", *recipe["sdists"])
+        build_env = [f"{key}={value}" for key, value in recipe.get("sdist_env", {}).items()]
+        run("chroot", str(work), "/bin/sh", "-ec",
+            f"env {' '.join(build_env)} python3 -m pip install -q --no-index --no-deps --no-build-isolation "
+            "--break-system-packages /tmp/sdists/*; rm -rf /tmp/sdists /root/.cache/pip")
+    for command in recipe.get("run", []):
+        run("chroot", str(work), "/bin/sh", "-ec", command)
 
 
 BUILDERS = {PAUSE: build_pause, TRAINING: build_training}
@@ -153,7 +180,11 @@ def ensure_archives(cache: Path, log: Callable[[str], None]) -> dict[Image, Path
             started = time.monotonic()
             log(f"  building image {image.reference} (recipe {image.recipe.name}, key {image.key()}) ...")
             for stale in cache.glob(f"{image.recipe.stem}-*"):  # older keys, and any interrupted build
-                shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
+                if stale.is_dir():
+                    unmount_proc(stale)
+                    shutil.rmtree(stale)
+                else:
+                    stale.unlink()
             BUILDERS[image](archive, log)
             log(f"  image {image.reference} built in {time.monotonic() - started:.0f}s "
                 f"({archive.stat().st_size / 2**20:.0f} MiB)")

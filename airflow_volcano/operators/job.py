@@ -1,8 +1,8 @@
 """VolcanoJobOperator: one DAG task runs any Volcano Job, from a template or a whole spec.
 
-VolcanoPyTorchJobOperator (operators/pytorch.py) is this operator with arguments that build a
-PyTorch Job; everything else (submit, reattach, wait, logs, results, cleanup, kill, deferral,
-debug mode) is here, once.
+VolcanoPyTorchJobOperator and VolcanoDeepSpeedJobOperator (through operators/master_worker.py) are
+this operator with arguments that build a master/worker Job; everything else (submit, reattach,
+wait, logs, results, cleanup, kill, deferral, debug mode) is here, once.
 
 The operator only orchestrates: the manifest comes from `airflow_volcano.manifest` (pure), every
 cluster call goes through `VolcanoHook`, and waiting and finalizing are `airflow_volcano.job_runner`'s,

@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 from kubernetes.client.rest import ApiException
 
 from airflow_volcano.manifest import JobSpecError
+from airflow_volcano.operators.deepspeed import VolcanoDeepSpeedJobOperator
+from airflow_volcano.operators.job import VolcanoJobOperator
 from airflow_volcano.operators.pytorch import VolcanoPyTorchJobOperator
 
 # Mostly plausible values with the odd bad one: a property test of only garbage would prove little.
@@ -61,23 +63,40 @@ arguments = st.fixed_dictionaries({}, optional={
     # reaches the task at submit time.)
     "args": st.lists(st.text(max_size=15), max_size=3),
 })
+deepspeed_arguments = st.fixed_dictionaries({}, optional={
+    "launcher": st.sampled_from(["deepspeed", "mpirun", "torchrun", ""]),
+    "slots_per_worker": st.one_of(st.integers(-1, 8), st.sampled_from(["2", "x"])),
+    "launcher_options": st.one_of(st.lists(st.sampled_from(["--bind_cores_to_rank", "--hostfile=/h", "-np", "4",
+                                                            "--mca", "btl"]), max_size=3), st.text(max_size=5)),
+    "ssh_wait_timeout": st.one_of(st.integers(-1, 600), st.just("60")),
+})
+operators = st.one_of(
+    st.tuples(st.just(VolcanoPyTorchJobOperator), arguments),
+    st.tuples(st.just(VolcanoDeepSpeedJobOperator), st.builds(lambda common, own: {**common, **own}, arguments,
+                                                               deepspeed_arguments)),
+)
 
 
-def test_generated_arguments_fail_early_naming_a_parameter_or_are_accepted(cluster, operator_kubeconfig):
-    # The operator's own arguments and those it inherits from VolcanoJobOperator.
-    parameters = {name for cls in VolcanoPyTorchJobOperator.__mro__[:2]
+def test_generated_arguments_fail_early_naming_a_parameter_or_are_accepted(cluster, operator_kubeconfig, tmp_path):
+    # The operators' own arguments and those they inherit from VolcanoJobOperator.
+    parameters = {name for operator in (VolcanoPyTorchJobOperator, VolcanoDeepSpeedJobOperator)
+                  for cls in operator.__mro__ if issubclass(cls, VolcanoJobOperator)
                   for name in inspect.signature(cls.__init__).parameters} - {"self", "kwargs"}
     outcomes: Counter[str] = Counter()
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
 
     # CI replays one fixed set of examples (a red run must mean a regression, not a new draw);
     # elsewhere every run draws new ones, which is how the gaps listed in the README were found.
     @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), database=None,
               derandomize=os.environ.get("CI") == "true")
-    @given(arguments)
-    def check(kwargs: dict) -> None:
+    @given(operators)
+    def check(drawn: tuple[type[VolcanoJobOperator], dict]) -> None:
+        operator_class, kwargs = drawn
+        if operator_class is VolcanoDeepSpeedJobOperator:
+            kwargs = {"training_script": str(script), **kwargs}
         try:
-            operator = VolcanoPyTorchJobOperator(task_id="prop", image="img:1", namespace=cluster.namespace,
-                                                 **kwargs)
+            operator = operator_class(task_id="prop", image="img:1", namespace=cluster.namespace, **kwargs)
             manifests = operator.build_manifests()
         except JobSpecError as error:
             named = [parameter for parameter in parameters if str(error).startswith(parameter)

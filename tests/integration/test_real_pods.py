@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_volcano.operators.deepspeed import VolcanoDeepSpeedJobOperator
 from airflow_volcano.operators.pytorch import VolcanoPyTorchJobOperator
 from airflow_volcano.sensors.job import VolcanoJobSensor
 
@@ -41,8 +42,8 @@ def script(tmp_path: Path, body: str) -> str:
     return str(path)
 
 
-def example_dag_on_the_real_node(filename: str, real_node: dict) -> object:
-    """An example DAG from dags/, its `train` task moved to the real node as `make demo` does
+def example_dag_on_the_real_node(filename: str, real_node: dict, task_ids: tuple[str, ...] = ("train",)) -> object:
+    """An example DAG from dags/, its Volcano tasks moved to the real node as `make demo` does
     (local image, node selector and toleration, small requests), synced to the metadata DB."""
     from .dag_runner import sync_to_db
 
@@ -50,10 +51,11 @@ def example_dag_on_the_real_node(filename: str, real_node: dict) -> object:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     dag = module.dag
-    train = dag.get_task("train")
-    train.image, train.image_pull_policy = real_node["image"], real_node["image_pull_policy"]
-    train.node_selector, train.tolerations = real_node["node_selector"], real_node["tolerations"]
-    train.container_resources = SMALL
+    for task_id in task_ids:
+        train = dag.get_task(task_id)
+        train.image, train.image_pull_policy = real_node["image"], real_node["image_pull_policy"]
+        train.node_selector, train.tolerations = real_node["node_selector"], real_node["tolerations"]
+        train.container_resources = SMALL
     sync_to_db(dag)
     return dag
 
@@ -616,3 +618,67 @@ def test_success_follows_the_master_and_workers_still_running_are_stopped(cluste
     assert f"Volcano Job {cluster.namespace}/lead is Completed" in run.log
     cluster.wait_for("the workers to stop", lambda: not containerd.running_containers(cluster.namespace), timeout=60)
     assert cluster.job("lead") is not None, "keep_job: the Job stays, finished"
+
+
+# -- DeepSpeed and MPI over ssh from a hostfile (seed 003) ------------------------------------------------
+
+
+def test_the_deepspeed_example_trains_every_rank_over_ssh_with_deepspeed_and_with_mpirun(
+        cluster, operator_kubeconfig, airflow_db, real_node, capfd):
+    """dags/volcano_deepspeed_training.py: the master waits for both workers' sshd, then
+    `deepspeed --hostfile` starts 2 x 2 ranks over ssh (pdsh) and a real DeepSpeed engine trains on
+    CPU; the second task does the same with OpenMPI's mpirun (2 x 1 ranks, found through mpi4py).
+    Every rank is in one process group, the loss falls, rank 0's result is the task's XCom."""
+    dag = example_dag_on_the_real_node("volcano_deepspeed_training.py", real_node,
+                                       task_ids=("train_deepspeed", "train_mpirun"))
+    capfd.readouterr()
+
+    run = dag.test(run_conf={"namespace": cluster.namespace, "steps": 40})
+
+    log = "".join(capfd.readouterr())
+    states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
+    assert states == {"train_deepspeed": "success", "train_mpirun": "success"}, log
+    for task_id, workers, slots in (("train_deepspeed", 2, 2), ("train_mpirun", 2, 1)):
+        result = return_value(dag, run, task_id)["result"]
+        assert result["world_size"] == workers * slots, (task_id, result)
+        assert result["final_loss"] < result["first_loss"] / 2, (task_id, result)
+    for worker in (0, 1):
+        assert re.search(rf"airflow-volcano: [a-z0-9-]+-worker-{worker}\.[a-z0-9-]+ accepts ssh", log), log
+    # One process group with every rank: rank r ran on worker r // slots (the hostfile's order).
+    assert re.search(r"process group of 4 ranks: rank 0 on [a-z0-9-]+-worker-0, rank 1 on [a-z0-9-]+-worker-0, "
+                     r"rank 2 on [a-z0-9-]+-worker-1, rank 3 on [a-z0-9-]+-worker-1", log), log
+    assert re.search(r"process group of 2 ranks: rank 0 on [a-z0-9-]+-worker-0, rank 1 on [a-z0-9-]+-worker-1",
+                     log), log
+    assert "2 workers x 2 slots = 4 ranks" in log and "2 workers x 1 slots = 2 ranks" in log
+
+
+RANK_FAILS = """
+    import os
+    import deepspeed, torch.distributed as dist
+    deepspeed.init_distributed(dist_backend="gloo")
+    print(f"rank {dist.get_rank()} sees RUN_TAG={os.environ.get('RUN_TAG')} "
+          f"DS_ACCELERATOR={os.environ.get('DS_ACCELERATOR')} on {os.environ.get('HOSTNAME')}", flush=True)
+    dist.barrier()
+    if dist.get_rank() == 1:
+        raise ValueError("rank 1 found a bad batch")
+    dist.barrier()
+"""
+
+
+def test_a_failing_rank_fails_the_task_with_its_traceback_and_no_restart(cluster, operator_kubeconfig, run_task,
+                                                                         real_node, tmp_path):
+    """A rank on a worker raises: the launcher (on the master) exits non-zero, which is not a
+    retryable exit code, so the Job ends at once; the rank's traceback is in the task log. The
+    ranks see the pod's environment (env=, the image's) in their ssh sessions."""
+    run = run_task(lambda: VolcanoDeepSpeedJobOperator(
+        task_id="train", name="dsfail", namespace=cluster.namespace, worker_replicas=2,
+        training_script=script(tmp_path, RANK_FAILS), env={"RUN_TAG": "nightly 7"}, container_resources=SMALL,
+        startup_timeout=120, job_timeout=300, poll_interval=1, deferrable=False, **real_node))
+
+    assert run.state == "failed", run.log
+    for rank, worker in ((0, 0), (1, 1)):
+        assert f"rank {rank} sees RUN_TAG=nightly 7 DS_ACCELERATOR=cpu on dsfail-worker-{worker}" in run.log
+    assert "ValueError: rank 1 found a bad batch" in run.log
+    assert re.search(r"dsfail-master-0.* exit code [1-9]", run.log), run.log
+    assert "is not one of retryable_exit_codes" in run.log
+    assert "Restarting" not in run.log and "restarted" not in run.log.lower(), run.log

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from airflow_volcano.hostfile_launch import LAUNCH_SCRIPT, SESSION_SCRIPT, SSHD_SCRIPT, HostfileLaunch
 from airflow_volcano.manifest import (
     MANAGED_BY_LABEL,
     SCRIPT_MOUNT_PATH,
@@ -629,6 +630,73 @@ def test_torchrun_is_elastic_when_min_available_is_below_the_pods():
      "torchrun_options must be a list"),
 ])
 def test_bad_launcher_arguments_are_refused_naming_the_parameter(kwargs, expected):
+    assert expected in error_of(**kwargs)
+
+
+# -- hostfile launch: DeepSpeed / mpirun over ssh (VolcanoDeepSpeedJobOperator) ------------------------------
+
+
+def deepspeed(**kwargs) -> HostfileLaunch:
+    return HostfileLaunch(**kwargs)
+
+
+def test_deepspeed_job_has_ssh_svc_env_plugins_sshd_workers_and_a_launching_master():
+    manifests = build(worker_replicas=2, training_script=SCRIPT, args=["--steps", "5"],
+                      hostfile_launch=deepspeed(slots_per_worker=2, options=["--bind_cores_to_rank"]))
+    job, data = manifests.job, manifests.configmap["data"]
+    assert job["spec"]["plugins"] == {"ssh": [], "svc": [], "env": []}
+    assert container(job, "master")["command"] == [
+        "/bin/sh", f"{SCRIPT_MOUNT_PATH}/{LAUNCH_SCRIPT}", f"{SCRIPT_MOUNT_PATH}/train.py"]
+    assert container(job, "master")["args"] == ["--steps", "5"]
+    assert container(job, "worker")["command"] == ["/bin/sh", f"{SCRIPT_MOUNT_PATH}/{SSHD_SCRIPT}"]
+    assert "args" not in container(job, "worker"), "the script's arguments reach the ranks through the launcher"
+    assert set(data) == {"train.py", LAUNCH_SCRIPT, SSHD_SCRIPT, SESSION_SCRIPT}
+    launch = data[LAUNCH_SCRIPT]
+    assert "/etc/volcano/worker.host" in launch and 'echo "$host slots=2"' in launch
+    assert ('deepspeed --force_multi --hostfile=/tmp/airflow-volcano-hostfile --master_addr="$first_host" --master_port=29500 '
+            '--bind_cores_to_rank "$@"') in launch
+    assert "within 300s" in launch
+    assert f"ForceCommand /bin/sh {SCRIPT_MOUNT_PATH}/{SESSION_SCRIPT}" in data[SSHD_SCRIPT]
+    assert manifests.main_task == "master"
+    assert job["spec"]["minAvailable"] == 3 and task(job, "master")["policies"] == [
+        {"event": "TaskCompleted", "action": "CompleteJob"}]
+
+
+def test_mpirun_launch_runs_python_on_every_slot_with_the_rendezvous_address():
+    launch = build(worker_replicas=3, training_script=SCRIPT, hostfile_launch=deepspeed(
+        launcher="mpirun", port="29600", ssh_wait_timeout="60", options=["--mca", "btl", "tcp,self"])
+    ).configmap["data"][LAUNCH_SCRIPT]
+    assert ('mpirun --allow-run-as-root --hostfile /tmp/airflow-volcano-hostfile -np "$ranks" '
+            '-x MASTER_ADDR="$first_host" -x MASTER_PORT=29600 --mca btl tcp,self python "$@"') in launch
+    assert "within 60s" in launch and 'echo "$host slots=1"' in launch
+
+
+def test_a_template_gets_the_plugins_the_launch_needs_and_keeps_its_own():
+    template = seed()
+    template["spec"]["plugins"] = {"env": [], "svc": ["--publish-not-ready-addresses"]}
+    job = build_template(template, training_script=SCRIPT, hostfile_launch=deepspeed()).job
+    assert job["spec"]["plugins"] == {"env": [], "svc": ["--publish-not-ready-addresses"], "ssh": []}
+
+
+@pytest.mark.parametrize(("kwargs", "expected"), [
+    ({"hostfile_launch": HostfileLaunch(launcher="torchrun")}, "launcher must be one of deepspeed, mpirun; got"),
+    ({"hostfile_launch": HostfileLaunch(slots_per_worker=0)}, "slots_per_worker"),
+    ({"hostfile_launch": HostfileLaunch(slots_per_worker="two")}, "slots_per_worker"),
+    ({"hostfile_launch": HostfileLaunch(port=70000)}, "port"),
+    ({"hostfile_launch": HostfileLaunch(ssh_wait_timeout=0)}, "ssh_wait_timeout"),
+    ({"hostfile_launch": HostfileLaunch(options=["--hostfile=/etc/hosts"])},
+     "launcher_options: '--hostfile=/etc/hosts' is set by the operator"),
+    ({"hostfile_launch": HostfileLaunch(launcher="mpirun", options=["-np", "8"])},
+     "launcher_options: '-np' is set by the operator"),
+    ({"hostfile_launch": HostfileLaunch(options="--bind_cores_to_rank")}, "launcher_options must be a list"),
+    ({"hostfile_launch": HostfileLaunch(), "training_script": None}, "runs training_script on every worker"),
+    ({"hostfile_launch": HostfileLaunch(), "command": ["deepspeed"]}, "give args= for the script, not command="),
+    ({"hostfile_launch": HostfileLaunch(), "worker_replicas": 0}, "a task 'worker' with worker_replicas >= 1"),
+    ({"hostfile_launch": HostfileLaunch(), "training_script": TrainingScript(LAUNCH_SCRIPT, "x")},
+     "training_script: the file name 'airflow-volcano-launch.sh' is one of the operator's own"),
+])
+def test_bad_hostfile_launch_arguments_are_refused_naming_the_parameter(kwargs, expected):
+    kwargs.setdefault("training_script", SCRIPT)
     assert expected in error_of(**kwargs)
 
 

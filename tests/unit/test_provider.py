@@ -29,7 +29,8 @@ def test_provider_info_lists_hook_operator_sensor_trigger_modules():
     info = get_provider_info()
     modules = {m for kind in ("operators", "sensors", "hooks", "triggers") for entry in info[kind]
                for m in entry["python-modules"]}
-    assert modules == {"airflow_volcano.operators.job", "airflow_volcano.operators.pytorch",
+    assert modules == {"airflow_volcano.operators.job", "airflow_volcano.operators.master_worker",
+                       "airflow_volcano.operators.pytorch", "airflow_volcano.operators.deepspeed",
                        "airflow_volcano.sensors.job",
                        "airflow_volcano.hooks.volcano", "airflow_volcano.triggers.job"}
     for module in modules:
