@@ -591,7 +591,8 @@ def build_manifests(req: PyTorchJobRequest, *, run_labels: dict[str, str], defau
     _apply_labels(job, req, run_labels)
     configmap = _apply_script(job, req, run_labels) if req.training_script else None
     if req.debug:
-        _apply_debug(job)
+        # A hostfile launch's workers run only sshd, which the master's launcher needs when run by hand.
+        _apply_debug(job, keep={_role_names(job, req)[1]} if req.hostfile_launch is not None else set())
     validate_job(job, origin=origin)
     main = main_task(job, req)
     names = [task.get("name") for task in job["spec"]["tasks"]]
@@ -623,12 +624,13 @@ def _pod_tasks(job: dict, req: PyTorchJobRequest) -> list[dict]:
 DEBUG_ANNOTATION = f"{LABEL_PREFIX}debug-command"
 
 
-def _apply_debug(job: dict) -> None:
-    """Every pod sleeps instead of running its command, which it keeps in an annotation (the
-    task log prints it, to be run by hand in `kubectl exec`); the rest of the pod is unchanged."""
+def _apply_debug(job: dict, keep: set[str]) -> None:
+    """Every pod (but those of the tasks in `keep`) sleeps instead of running its command, which it
+    keeps in an annotation (the task log prints it, to be run by hand in `kubectl exec`); the rest
+    of the pod is unchanged."""
     for task in job["spec"]["tasks"]:
         containers = ((task.get("template") or {}).get("spec") or {}).get("containers") or []
-        if not containers or task.get("name") == TENSORBOARD_TASK:
+        if not containers or task.get("name") in {TENSORBOARD_TASK, *keep}:
             continue
         container = containers[0]
         original = [*(container.get("command") or []), *(container.get("args") or [])]

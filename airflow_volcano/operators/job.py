@@ -395,13 +395,19 @@ class VolcanoJobOperator(BaseOperator):
         limits = job_runner.WaitLimits(self.startup_timeout, None, self.poll_interval)
         try:
             job_runner.wait_until_running(hook, ref, [name for name, _ in pods], limits)
-            commands = {task["name"]: json.loads(((task["template"].get("metadata") or {}).get("annotations") or {})
-                                                 .get(DEBUG_ANNOTATION, "[]")) for task in job["spec"]["tasks"]}
+            annotations = {task["name"]: (task["template"].get("metadata") or {}).get("annotations") or {}
+                           for task in job["spec"]["tasks"]}
+            commands = {task: json.loads(values[DEBUG_ANNOTATION]) for task, values in annotations.items()
+                        if DEBUG_ANNOTATION in values}
             self.log.info("Debug mode: %d pod(s) of Volcano Job %s/%s are up and sleeping instead of training; for "
                           "%.0fs (mark this task success or failed to end sooner). Open a shell in one with:",
                           len(pods), ref.namespace, ref.name, self.debug_timeout)
             for name, container in pods:
-                command = commands.get(name[len(ref.name) + 1:].rsplit("-", 1)[0]) or []
+                task = name[len(ref.name) + 1:].rsplit("-", 1)[0]
+                if task not in commands:  # e.g. a DeepSpeed worker's sshd, which the launcher needs
+                    self.log.info("  %s runs its command as usual", name)
+                    continue
+                command = commands[task]
                 self.log.info("  kubectl exec -it -n %s %s -c %s -- bash   # then: %s", ref.namespace, name, container,
                               shlex.join(command) if command else "the image's entrypoint")
             deadline = time.monotonic() + float(self.debug_timeout)

@@ -618,6 +618,8 @@ def test_success_follows_the_master_and_workers_still_running_are_stopped(cluste
     assert f"Volcano Job {cluster.namespace}/lead is Completed" in run.log
     cluster.wait_for("the workers to stop", lambda: not containerd.running_containers(cluster.namespace), timeout=60)
     assert cluster.job("lead") is not None, "keep_job: the Job stays, finished"
+    # T9k's "Unfinished" cleanup is what Volcano's end does: running pods gone, finished ones kept for their logs.
+    assert "master: done" in cluster.pod_log("lead-master-0")
 
 
 # -- DeepSpeed and MPI over ssh from a hostfile (seed 003) ------------------------------------------------
@@ -682,3 +684,43 @@ def test_a_failing_rank_fails_the_task_with_its_traceback_and_no_restart(cluster
     assert re.search(r"dsfail-master-0.* exit code [1-9]", run.log), run.log
     assert "is not one of retryable_exit_codes" in run.log
     assert "Restarting" not in run.log and "restarted" not in run.log.lower(), run.log
+
+
+def test_deepspeed_debug_mode_lets_a_user_run_the_launcher_by_hand(cluster, operator_kubeconfig, run_task,
+                                                                   real_node, kubeconfig):
+    """Debug mode of a DeepSpeed Job: the master sleeps, the workers keep their sshd, so the command
+    the task log prints, run by hand in `kubectl exec`, trains across the workers."""
+    import subprocess
+    import threading
+
+    shell: dict[str, subprocess.CompletedProcess] = {}
+
+    def launch_by_hand() -> None:
+        cluster.wait_for("the Job's pods to run", lambda: sum(
+            pod.status.phase == "Running" for pod in cluster.pods("dsdbg")) == 3, timeout=120)
+        shell["master"] = subprocess.run(
+            ["kubectl", f"--kubeconfig={kubeconfig}", "exec", "-n", cluster.namespace, "dsdbg-master-0", "-c",
+             "master", "--", "/bin/sh", "/opt/airflow-volcano/script/airflow-volcano-launch.sh",
+             "/opt/airflow-volcano/script/train_deepspeed.py", "--steps", "20"],
+            capture_output=True, text=True, timeout=240)
+        # The user ends the session by deleting the Job (or by marking the task).
+        cluster.custom.delete_namespaced_custom_object("batch.volcano.sh", "v1alpha1", cluster.namespace, "jobs",
+                                                       "dsdbg")
+
+    helper = threading.Thread(target=launch_by_hand, daemon=True)
+    helper.start()
+    run = run_task(lambda: VolcanoDeepSpeedJobOperator(
+        task_id="train", name="dsdbg", namespace=cluster.namespace, worker_replicas=2,
+        training_script=str(REPO / "dags" / "scripts" / "train_deepspeed.py"), args=["--steps", "20"],
+        container_resources=SMALL, debug=True, debug_timeout=600, startup_timeout=120, poll_interval=1,
+        deferrable=False, **real_node))
+    helper.join(timeout=120)
+
+    assert run.state == "success", run.log
+    assert (f"kubectl exec -it -n {cluster.namespace} dsdbg-master-0 -c master -- bash   # then: /bin/sh "
+            "/opt/airflow-volcano/script/airflow-volcano-launch.sh /opt/airflow-volcano/script/train_deepspeed.py "
+            "--steps 20") in run.log
+    assert "dsdbg-worker-1 runs its command as usual" in run.log
+    assert shell["master"].returncode == 0, shell["master"]
+    assert re.search(r"DeepSpeed trained 2 ranks: loss \d+\.\d+ -> \d+\.\d+", shell["master"].stdout), shell["master"]
+    assert f"Volcano Job {cluster.namespace}/dsdbg was deleted: debug session over" in run.log

@@ -653,8 +653,8 @@ def test_deepspeed_job_has_ssh_svc_env_plugins_sshd_workers_and_a_launching_mast
     assert set(data) == {"train.py", LAUNCH_SCRIPT, SSHD_SCRIPT, SESSION_SCRIPT}
     launch = data[LAUNCH_SCRIPT]
     assert "/etc/volcano/worker.host" in launch and 'echo "$host slots=2"' in launch
-    assert ('deepspeed --force_multi --hostfile=/tmp/airflow-volcano-hostfile --master_addr="$first_host" --master_port=29500 '
-            '--bind_cores_to_rank "$@"') in launch
+    assert ('deepspeed --force_multi --hostfile=/tmp/airflow-volcano-hostfile --master_addr="$first_host" '
+            '--master_port=29500 --bind_cores_to_rank "$@"') in launch
     assert "within 300s" in launch
     assert f"ForceCommand /bin/sh {SCRIPT_MOUNT_PATH}/{SESSION_SCRIPT}" in data[SSHD_SCRIPT]
     assert manifests.main_task == "master"
@@ -749,6 +749,15 @@ def test_debug_mode_keeps_the_pods_and_replaces_only_their_command():
         annotation = task(job, role)["template"]["metadata"]["annotations"][DEBUG_ANNOTATION]
         assert json.loads(annotation) == ["python", f"{SCRIPT_MOUNT_PATH}/train.py", "--lr", "0.1"]
     assert job["spec"]["minAvailable"] == normal["spec"]["minAvailable"]
+
+
+def test_debug_mode_of_a_hostfile_launch_keeps_the_workers_sshd_for_the_launcher():
+    from airflow_volcano.manifest import DEBUG_ANNOTATION, DEBUG_COMMAND
+
+    job = build(worker_replicas=2, training_script=SCRIPT, hostfile_launch=deepspeed(), debug=True).job
+    assert container(job, "master")["command"] == DEBUG_COMMAND
+    assert container(job, "worker")["command"] == ["/bin/sh", f"{SCRIPT_MOUNT_PATH}/{SSHD_SCRIPT}"]
+    assert DEBUG_ANNOTATION not in (task(job, "worker")["template"]["metadata"].get("annotations") or {})
 
 
 def test_wait_for_master_uses_volcanos_own_plugin_option():
