@@ -18,15 +18,22 @@ from typing import TYPE_CHECKING, Any
 from airflow_volcano.logs import Emit, LogCursor, LogFollower, emit_new_lines
 from airflow_volcano.manifest import CHECKED_LABEL
 from airflow_volcano.status import (
-    JobProgress,
-    JobState,
     Outcome,
     failed_pods,
     failure_message,
-    image_pull_problem,
-    job_state,
     termination_result,
-    unschedulable_message,
+)
+from airflow_volcano.wait_engine import (
+    Action,
+    CheckPods,
+    Done,
+    Reread,
+    WaitEngine,
+    WaitLimits,
+    WaitResult,
+    Watch,
+    scheduling_subjects,
+    startup_problem,
 )
 
 if TYPE_CHECKING:
@@ -94,24 +101,6 @@ class JobRef:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobRef:
         return cls(**data)
-
-
-@dataclass
-class WaitLimits:
-    """Client-side deadlines (Volcano has no job deadline of its own)."""
-
-    startup_timeout: float | None = 900.0
-    job_timeout: float | None = None
-    check_interval: float = 5.0  # how often to look at pods while the Job has not started
-
-
-@dataclass
-class WaitResult:
-    state: JobState
-    job: dict | None
-    timed_out: str | None = None  # why the wait gave up, if it did
-    problem: str | None = None  # a failure found before the Job itself failed (e.g. image pull)
-    log_cursor: LogCursor = field(default_factory=LogCursor)
 
 
 def first_container(job: dict, task_name: str) -> str | None:
@@ -193,93 +182,37 @@ def wait_for_job(
     return result
 
 
-@dataclass(frozen=True)
-class WaitStep:
-    """What a waiting loop (sync or async) does next with the Job it just read."""
-
-    done: WaitResult | None = None
-    check_pods: bool = False  # look for image pull errors / an expired startup_timeout
-    wait_seconds: float = 300.0  # how long to watch for the next change at most
-
-
-def pod_check_interval(limits: WaitLimits, elapsed: float) -> float:
-    """How often to look at pods of a Job that has not started: often at first (image pull errors
-    show up early), then backing off to once a minute for a Job waiting long in a busy queue."""
-    return min(60.0, max(limits.check_interval, elapsed / 10))
-
-
-def next_step(job: dict, limits: WaitLimits, elapsed: float, since_pod_check: float) -> WaitStep:
-    """The waiting policy, shared by the worker's loop and the trigger's: pure, no I/O."""
-    state = job_state(job)
-    if state.finished:
-        return WaitStep(done=WaitResult(state=state, job=job))
-    if limits.job_timeout is not None and elapsed >= limits.job_timeout:
-        return WaitStep(done=WaitResult(
-            state=state, job=job, timed_out=f"job_timeout of {limits.job_timeout:.0f}s passed (phase {state.phase})"
-        ))
-    # Pods changing state do not always change the Job (an image pull error leaves it Pending),
-    # so pods are looked at while some are pending; after that the watch alone suffices.
-    not_started = _has_pending(job)
-    wait = 300.0
-    check_pods = False
-    if not_started:
-        interval = pod_check_interval(limits, elapsed)
-        check_pods = since_pod_check >= interval
-        wait = interval if check_pods else interval - since_pod_check
-        if limits.startup_timeout is not None and elapsed < limits.startup_timeout:
-            wait = min(wait, limits.startup_timeout - elapsed)
-    if limits.job_timeout is not None:
-        wait = min(wait, limits.job_timeout - elapsed)
-    return WaitStep(check_pods=check_pods, wait_seconds=max(1.0, wait))
-
-
 def _watch_until_done(hook: VolcanoHook, ref: JobRef, limits: WaitLimits, clock: Callable[[], float],
                       report: Emit) -> WaitResult:
-    started_at = ref.created_at or clock()
-    job = hook.get_job(ref.name, ref.namespace)
-    last_pod_check = float("-inf")
-    progress = JobProgress()
+    """The blocking driver of the wait engine (the trigger is the asyncio one)."""
+    engine = WaitEngine(ref, limits, started_at=ref.created_at or clock(), report=report)
+    action: Action | None = engine.job_read(hook.get_job(ref.name, ref.namespace), clock())
     while True:
-        if job is None:
-            raise VolcanoJobError(f"Volcano Job {ref.namespace}/{ref.name} was deleted while the task waited")
-        if (line := progress.observe(job)) is not None:
-            report(line)
-        now = clock()
-        step = next_step(job, limits, now - started_at, now - last_pod_check)
-        if step.done is not None:
-            return step.done
-        if step.check_pods:
-            last_pod_check = now
-            pods = hook.list_job_pods(ref.name, ref.namespace)
-            podgroup, events = None, []
-            if startup_timed_out(limits, now - started_at) or job_state(job).phase == "Pending":
-                podgroup = hook.get_podgroup(job)
-                events = hook.list_events(ref.namespace, scheduling_subjects(podgroup, pods))
-                if (line := progress.scheduler_reason(job, unschedulable_message(podgroup, events))) is not None:
-                    report(line)
-            problem = startup_problem(ref, pods, podgroup, limits, now - started_at, events)
-            if problem is not None:
-                return WaitResult(state=job_state(job), job=job, problem=problem)
-            step = next_step(job, limits, now - started_at, 0.0)
-        # One watch request serves every change until something needs doing (a verdict, a pod
-        # check) or its time is up: a Running Job costs one request per five minutes.
-        opened, wait = clock(), step.wait_seconds
-        acted = False
-        changes = hook.watch_job(ref.name, ref.namespace, resource_version=job_state(job).resource_version,
-                                 timeout_seconds=round(wait))
-        try:
-            for job in changes:
-                if (line := progress.observe(job)) is not None:
-                    report(line)
-                now = clock()
-                update = next_step(job, limits, now - started_at, now - last_pod_check)
-                if update.done is not None or update.check_pods:
-                    acted = True
-                    break
-        finally:
-            changes.close()  # ends the watch request now, not when garbage-collected
-        if not acted and clock() - opened < wait - 1:
-            job = hook.get_job(ref.name, ref.namespace)  # the watch ended early: deleted, or gone wrong
+        match action:
+            case Done(result=result):
+                if result.deleted:
+                    raise VolcanoJobError(f"{result.deleted} while the task waited")
+                return result
+            case CheckPods(scheduling=scheduling):
+                pods = hook.list_job_pods(ref.name, ref.namespace)
+                podgroup = hook.get_podgroup(engine.job) if scheduling and engine.job else None
+                events = hook.list_events(ref.namespace, scheduling_subjects(podgroup, pods)) if scheduling else []
+                action = engine.pods_seen(pods, podgroup, events, clock())
+            case Watch(resource_version=resource_version, seconds=seconds):
+                action = None
+                changes = hook.watch_job(ref.name, ref.namespace, resource_version=resource_version,
+                                         timeout_seconds=seconds)
+                try:
+                    for job in changes:
+                        if (action := engine.job_changed(job, clock())) is not None:
+                            break
+                finally:
+                    changes.close()  # ends the watch request now, not when garbage-collected
+                if action is None:
+                    action = engine.watch_ended(clock())
+            case Reread(after=after):
+                time.sleep(after)
+                action = engine.job_read(hook.get_job(ref.name, ref.namespace), clock())
 
 
 def wait_until_running(
@@ -308,48 +241,6 @@ def wait_until_running(
         if problem is not None:
             raise VolcanoJobError(problem)
         time.sleep(limits.check_interval)
-
-
-def _has_pending(job: dict) -> bool:
-    status = job.get("status") or {}
-    started = status.get("running") or status.get("succeeded") or status.get("failed")
-    return int(status.get("pending") or 0) > 0 or not started
-
-
-def startup_timed_out(limits: WaitLimits, waited: float) -> bool:
-    return limits.startup_timeout is not None and waited >= limits.startup_timeout
-
-
-def scheduling_subjects(podgroup: dict | None, pods: list[dict]) -> set[str]:
-    """Names of the objects whose events explain scheduling: the PodGroup and the pods."""
-    names = {pod["metadata"]["name"] for pod in pods}
-    if podgroup is not None:
-        names.add(podgroup["metadata"]["name"])
-    return names
-
-
-def startup_problem(
-    ref: JobRef, pods: list[dict], podgroup: dict | None, limits: WaitLimits, waited: float,
-    events: list[dict] | None = None,
-) -> str | None:
-    """Why the Job cannot start: a pod that cannot pull its image (at once), or pods still not
-    scheduled after startup_timeout (with the scheduler's reason from the PodGroup)."""
-    pull = image_pull_problem(pods)
-    if pull is not None:
-        return f"Volcano Job {ref.namespace}/{ref.name} cannot start: {pull.describe()}"
-    if not startup_timed_out(limits, waited):
-        return None
-    started = ("Running", "Succeeded", "Failed")
-    pending = sorted(pod["metadata"]["name"] for pod in pods if (pod.get("status") or {}).get("phase") not in started)
-    if pods and not pending:
-        return None
-    reason = unschedulable_message(podgroup, events or [])
-    text = (f"Volcano Job {ref.namespace}/{ref.name} did not start within startup_timeout "
-            f"({limits.startup_timeout:.0f}s)")
-    text += f": {reason}" if reason else ": pods were not scheduled"
-    if pending:
-        text += f" (pending pods: {', '.join(pending)})"
-    return text
 
 
 # ---------------------------------------------------------------------------------------------

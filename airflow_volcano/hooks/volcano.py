@@ -234,57 +234,33 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
     def watch_job(
         self, name: str, namespace: str, *, resource_version: str | None, timeout_seconds: int
     ) -> Iterator[dict]:
-        """Yield the Job each time it changes, for up to `timeout_seconds`.
-
-        Resumes from `resource_version`; when the server has compacted it away (410 Gone) it
-        re-reads the Job and continues from there. Dropped streams are reopened. Ends quietly at
-        the timeout, or when the Job is deleted (yielding None-free: the caller re-reads)."""
-        deadline = time.monotonic() + timeout_seconds
-        delays = backoff_delays(1000, cap=5)
-        while (remaining := deadline - time.monotonic()) > 0:
-            stream = watch.Watch()
-            try:
-                for event in stream.stream(
-                    self.custom_objects.list_namespaced_custom_object,
-                    GROUP, VERSION, namespace, PLURAL,
-                    field_selector=f"metadata.name={name}",
-                    resource_version=resource_version or "",
-                    allow_watch_bookmarks=True,
-                    timeout_seconds=max(1, min(int(remaining), 300)),
-                    _request_timeout=(10, max(2, min(int(remaining), 300)) + 10),
-                ):
-                    obj = event["object"]
-                    resource_version = (obj.get("metadata") or {}).get("resourceVersion") or resource_version
-                    if event["type"] == "DELETED":
-                        return
-                    if event["type"] in ("ADDED", "MODIFIED"):
-                        yield obj
-                    if time.monotonic() >= deadline:
-                        return
-                delays = backoff_delays(1000, cap=5)
-            except ApiException as error:
-                if error.status == 410:
-                    current = self.get_job(name, namespace)
-                    if current is None:
-                        return
-                    resource_version = current["metadata"]["resourceVersion"]
-                    yield current
-                    continue
-                if not self.retriable(error):
-                    raise
-                self._pause_after_drop(error, delays)
-            except Exception as error:  # noqa: BLE001 - dropped connection: reopen
-                if not self.retriable(error) and not isinstance(error, ValueError):
-                    raise
-                self.note_connection_lost()
-                self._pause_after_drop(error, delays)
-            finally:
-                stream.stop()
-
-    def _pause_after_drop(self, error: BaseException, delays: Iterator[float]) -> None:
-        delay = max(next(delays, 5.0), retry_after(error) or 0)
-        self.log.info("watch interrupted (%s); reconnecting in %.1fs", _short(error), delay)
-        time.sleep(delay)
+        """Yield the Job each time it changes, from `resource_version`, for up to `timeout_seconds`
+        on one request. Ends early on deletion, 410 Gone or a dropped or refused stream (the wait
+        engine backs off and re-reads the Job); raises what retrying cannot fix. The async hook's
+        watch_job has the same contract."""
+        stream = watch.Watch()
+        try:
+            for event in stream.stream(
+                self.custom_objects.list_namespaced_custom_object,
+                GROUP, VERSION, namespace, PLURAL,
+                field_selector=f"metadata.name={name}", resource_version=resource_version or "",
+                timeout_seconds=max(1, timeout_seconds), _request_timeout=(10, max(1, timeout_seconds) + 10),
+            ):
+                if event["type"] == "DELETED":
+                    return
+                if event["type"] in ("ADDED", "MODIFIED"):
+                    yield event["object"]
+        except ApiException as error:
+            if error.status != 410 and not self.retriable(error):
+                raise
+            self.log.info("watch of Job %s/%s ended (%s); re-reading the Job", namespace, name, _short(error))
+        except Exception as error:  # noqa: BLE001 - a dropped connection ends the watch
+            if not self.retriable(error) and not isinstance(error, ValueError):
+                raise
+            self.note_connection_lost()
+            self.log.info("watch of Job %s/%s interrupted (%s); re-reading the Job", namespace, name, _short(error))
+        finally:
+            stream.stop()
 
     # -- what explains a Job ----------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """VolcanoJobTrigger: waits for a Volcano Job in the triggerer, so no worker slot is held.
 
-It runs the same waiting policy as the worker (`job_runner.next_step` and `startup_problem`) and
-fires one event: finished, timeout, problem (cannot start) or error. The worker then resumes in
+It drives the same waiting engine as the worker (`airflow_volcano.wait_engine`) and fires one
+event: finished, timeout, problem (cannot start) or error. The worker then resumes in
 `execute_complete`, which runs the shared finalize path. While waiting it copies new lines of the
 master log into the task log every `log_interval` seconds, remembering how far it got in a
 `LogCursor` that travels with the event, so nothing is shown twice.
@@ -20,17 +20,19 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_volcano.events import JobEvent, WaitOutcome
-from airflow_volcano.job_runner import (
-    JobRef,
-    WaitLimits,
-    next_step,
-    scheduling_subjects,
-    startup_problem,
-    startup_timed_out,
-    task_state_key,
-)
+from airflow_volcano.job_runner import JobRef, task_state_key
 from airflow_volcano.logs import LogCursor, emit_new_lines
-from airflow_volcano.status import JobProgress, job_state, unschedulable_message
+from airflow_volcano.wait_engine import (
+    Action,
+    CheckPods,
+    Done,
+    Reread,
+    WaitEngine,
+    WaitLimits,
+    WaitResult,
+    Watch,
+    scheduling_subjects,
+)
 
 LOG_FETCH_BYTES = 256 * 1024  # what one log read may hold in the triggerer's memory
 # Airflow 3.3+ calls a trigger's on_kill when a user kills its deferred task. Before that a
@@ -47,6 +49,17 @@ async def _finish_despite_cancellation(work: Coroutine[Any, Any, None], limit: f
             await asyncio.shield(task)
     with contextlib.suppress(Exception, asyncio.CancelledError):
         task.result()
+
+
+def _event(result: WaitResult) -> JobEvent:
+    """The engine's verdict as the event the worker resumes with."""
+    if result.deleted:
+        return JobEvent(WaitOutcome.ERROR, message=result.deleted)
+    if result.timed_out:
+        return JobEvent(WaitOutcome.TIMEOUT, message=result.timed_out)
+    if result.problem:
+        return JobEvent(WaitOutcome.PROBLEM, message=result.problem)
+    return JobEvent(WaitOutcome.FINISHED, phase=result.state.phase)
 
 
 class VolcanoJobTrigger(BaseTrigger):
@@ -133,64 +146,34 @@ class VolcanoJobTrigger(BaseTrigger):
                 await asyncio.gather(log_copier, return_exceptions=True)
 
     async def _watch_until_done(self, hook: Any, ref: JobRef) -> JobEvent:
-        """The worker's loop (job_runner._watch_until_done), on asyncio, plus the task's deadline."""
-        from airflow_volcano.hooks.volcano import backoff_delays  # loaded by _hook() already
-
+        """The asyncio driver of the wait engine (job_runner._watch_until_done is the blocking one)."""
         limits = WaitLimits(self.startup_timeout, self.job_timeout, self.check_interval)
-        started_at = ref.created_at or time.time()
-        last_pod_check = float("-inf")
-        drops = 0
-        progress = JobProgress()
-        job = await hook.get_job(ref.name, ref.namespace)
+        engine = WaitEngine(ref, limits, started_at=ref.created_at or time.time(),
+                            report=lambda line: self.log.info("%s", line), deadline=self.deadline)
+        action: Action | None = engine.job_read(await hook.get_job(ref.name, ref.namespace), time.time())
         while True:
-            if job is None:
-                return JobEvent(WaitOutcome.ERROR, message=f"Volcano Job {ref.namespace}/{ref.name} was deleted")
-            if (line := progress.observe(job)) is not None:
-                self.log.info("%s", line)
-            now = time.time()
-            step = next_step(job, limits, now - started_at, now - last_pod_check)
-            if step.done is not None:
-                if step.done.timed_out:
-                    return JobEvent(WaitOutcome.TIMEOUT, message=step.done.timed_out)
-                return JobEvent(WaitOutcome.FINISHED, phase=step.done.state.phase)
-            if self.deadline is not None and now >= self.deadline:
-                return JobEvent(WaitOutcome.TIMEOUT, message="the task's execution_timeout passed")
-            if step.check_pods:
-                last_pod_check = now
-                pods = await hook.list_job_pods(ref.name, ref.namespace)
-                podgroup, events = None, []
-                if startup_timed_out(limits, now - started_at) or job_state(job).phase == "Pending":
-                    podgroup = await hook.get_podgroup(job)
-                    events = await hook.list_events(ref.namespace, scheduling_subjects(podgroup, pods))
-                    if (line := progress.scheduler_reason(job, unschedulable_message(podgroup, events))) is not None:
-                        self.log.info("%s", line)
-                problem = startup_problem(ref, pods, podgroup, limits, now - started_at, events)
-                if problem is not None:
-                    return JobEvent(WaitOutcome.PROBLEM, message=problem)
-                step = next_step(job, limits, now - started_at, 0.0)
-            wait = step.wait_seconds
-            if self.deadline is not None:
-                wait = min(wait, max(1.0, self.deadline - now))
-            opened, acted = time.monotonic(), False
-            changes = hook.watch_job(ref.name, ref.namespace, resource_version=job_state(job).resource_version,
-                                     timeout_seconds=max(1, round(wait)))
-            async with contextlib.aclosing(changes):  # breaking out ends the watch request at once
-                async for job in changes:  # each change replaces the Job we hold
-                    if (line := progress.observe(job)) is not None:
-                        self.log.info("%s", line)
-                    now = time.time()
-                    update = next_step(job, limits, now - started_at, now - last_pod_check)
-                    if update.done is not None or update.check_pods:
-                        acted = True
-                        break
-            if not acted and time.monotonic() - opened < wait - 1:
-                # The watch ended early (dropped, refused, 410): back off with jitter, so a
-                # triggerer full of watches does not hammer an apiserver that is struggling.
-                drops += 1
-                await asyncio.sleep(next(iter(backoff_delays(1, base=0.5 * 2 ** min(drops, 5), cap=30))))
-                job = await hook.get_job(ref.name, ref.namespace)
-            else:
-                drops = 0
+            match action:
+                case Done(result=result):
+                    return _event(result)
+                case CheckPods(scheduling=scheduling):
+                    pods = await hook.list_job_pods(ref.name, ref.namespace)
+                    podgroup = await hook.get_podgroup(engine.job) if scheduling and engine.job else None
+                    events = (await hook.list_events(ref.namespace, scheduling_subjects(podgroup, pods))
+                              if scheduling else [])
+                    action = engine.pods_seen(pods, podgroup, events, time.time())
+                case Watch(resource_version=resource_version, seconds=seconds):
+                    action = None
+                    changes = hook.watch_job(ref.name, ref.namespace, resource_version=resource_version,
+                                             timeout_seconds=seconds)
+                    async with contextlib.aclosing(changes):  # breaking out ends the watch request at once
+                        async for job in changes:
+                            if (action := engine.job_changed(job, time.time())) is not None:
+                                break
+                    if action is None:
+                        action = engine.watch_ended(time.time())
+                case Reread(after=after):
+                    await asyncio.sleep(after)
+                    action = engine.job_read(await hook.get_job(ref.name, ref.namespace), time.time())
 
     async def _copy_logs_periodically(self, hook: Any, ref: JobRef, cursor: LogCursor) -> None:
         while True:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from airflow_volcano.job_runner import JobRef, WaitLimits, next_step, startup_problem
+from airflow_volcano.job_runner import JobRef
 from airflow_volcano.status import JobProgress, Outcome, failure_message, job_state, unschedulable_message
+from airflow_volcano.wait_engine import WaitLimits, next_step, startup_problem
 
 
 def job(phase: str | None, **status: int) -> dict:

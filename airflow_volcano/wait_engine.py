@@ -1,0 +1,246 @@
+"""The waiting engine: what to do next while a Volcano Job runs. Pure: no I/O, no clock, no sleep.
+
+Fed what a driver observed (the Job it read, each change a watch delivered, the pods, the end of a
+watch) with the time it observed it, the engine answers with the next action:
+
+- `Done`: a verdict (finished, job_timeout, the task's deadline, a pod that cannot start, deleted);
+- `CheckPods`: list the pods (and, while scheduling matters, the PodGroup and its events);
+- `Watch`: watch the Job from a resourceVersion for at most so many seconds, feeding each change;
+- `Reread`: the watch ended early (dropped, refused, 410 Gone): read the Job again after a back-off
+  with jitter, so many waiters do not hammer an apiserver that is struggling.
+
+The worker's loop (`job_runner.wait_for_job`, blocking) and the trigger's (`VolcanoJobTrigger`,
+asyncio) are thin drivers of this one engine: the same policy, contract and deadlines in both.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from airflow_volcano.logs import Emit, LogCursor
+from airflow_volcano.status import JobProgress, JobState, image_pull_problem, job_state, unschedulable_message
+
+if TYPE_CHECKING:
+    from airflow_volcano.job_runner import JobRef
+
+RUNNING_WATCH_SECONDS = 300.0  # a Running Job costs one watch request per five minutes
+MAX_BACKOFF_SECONDS = 30.0
+
+
+@dataclass
+class WaitLimits:
+    """Client-side deadlines (Volcano has no job deadline of its own)."""
+
+    startup_timeout: float | None = 900.0
+    job_timeout: float | None = None
+    check_interval: float = 5.0  # how often to look at pods while the Job has not started
+
+
+@dataclass
+class WaitResult:
+    state: JobState
+    job: dict | None
+    timed_out: str | None = None  # why the wait gave up, if it did
+    problem: str | None = None  # a failure found before the Job itself failed (e.g. image pull)
+    log_cursor: LogCursor = field(default_factory=LogCursor)
+    deleted: str | None = None  # the Job disappeared while waited for
+
+
+@dataclass(frozen=True)
+class Done:
+    result: WaitResult
+
+
+@dataclass(frozen=True)
+class CheckPods:
+    scheduling: bool  # also read the PodGroup and the events that explain scheduling
+
+
+@dataclass(frozen=True)
+class Watch:
+    resource_version: str
+    seconds: int
+
+
+@dataclass(frozen=True)
+class Reread:
+    after: float  # seconds to back off before reading the Job again
+
+
+Action = Done | CheckPods | Watch | Reread
+
+
+@dataclass(frozen=True)
+class WaitStep:
+    """What the policy says about the Job just read."""
+
+    done: WaitResult | None = None
+    check_pods: bool = False  # look for image pull errors / an expired startup_timeout
+    wait_seconds: float = RUNNING_WATCH_SECONDS  # how long to watch for the next change at most
+
+
+def pod_check_interval(limits: WaitLimits, elapsed: float) -> float:
+    """How often to look at pods of a Job that has not started: often at first (image pull errors
+    show up early), then backing off to once a minute for a Job waiting long in a busy queue."""
+    return min(60.0, max(limits.check_interval, elapsed / 10))
+
+
+def next_step(job: dict, limits: WaitLimits, elapsed: float, since_pod_check: float) -> WaitStep:
+    """The waiting policy for one reading of the Job."""
+    state = job_state(job)
+    if state.finished:
+        return WaitStep(done=WaitResult(state=state, job=job))
+    if limits.job_timeout is not None and elapsed >= limits.job_timeout:
+        return WaitStep(done=WaitResult(
+            state=state, job=job, timed_out=f"job_timeout of {limits.job_timeout:.0f}s passed (phase {state.phase})"
+        ))
+    # Pods changing state do not always change the Job (an image pull error leaves it Pending),
+    # so pods are looked at while some are pending; after that the watch alone suffices.
+    wait = RUNNING_WATCH_SECONDS
+    check_pods = False
+    if _has_pending(job):
+        interval = pod_check_interval(limits, elapsed)
+        check_pods = since_pod_check >= interval
+        wait = interval if check_pods else interval - since_pod_check
+        if limits.startup_timeout is not None and elapsed < limits.startup_timeout:
+            wait = min(wait, limits.startup_timeout - elapsed)
+    if limits.job_timeout is not None:
+        wait = min(wait, limits.job_timeout - elapsed)
+    return WaitStep(check_pods=check_pods, wait_seconds=max(1.0, wait))
+
+
+class WaitEngine:
+    """One wait for one Job. Drivers call `job_read` first, then do what each answer says.
+
+    :param ref: the Job waited for.
+    :param limits: startup_timeout, job_timeout, pod check interval.
+    :param started_at: epoch seconds the Job's clock starts from (its creation).
+    :param report: told each change of phase and the scheduler's reason while Pending.
+    :param deadline: epoch seconds at which the wait gives up (a deferred task's execution_timeout).
+    :param jitter: a number in [0, 1) per back-off (random by default; fixed in tests).
+    """
+
+    def __init__(self, ref: JobRef, limits: WaitLimits, *, started_at: float, report: Emit,
+                 deadline: float | None = None, jitter: Callable[[], float] = random.random) -> None:
+        self.ref, self.limits, self.started_at = ref, limits, started_at
+        self.report, self.deadline, self.jitter = report, deadline, jitter
+        self.job: dict | None = None
+        self._progress = JobProgress()
+        self._last_pod_check = float("-inf")
+        self._drops = 0
+        self._watch: tuple[float, float] | None = None  # (opened at, for how long)
+        self._scheduling = False  # the pending CheckPods asked for the scheduler's view
+
+    def job_read(self, job: dict | None, now: float) -> Action:
+        """The Job as a read (GET) returned it; None if it does not exist."""
+        if job is None:
+            return Done(WaitResult(state=job_state({}), job=None,
+                                   deleted=f"Volcano Job {self.ref.namespace}/{self.ref.name} was deleted"))
+        self._observe(job)
+        return self._decide(now)
+
+    def job_changed(self, job: dict, now: float) -> Action | None:
+        """A change the open watch delivered: None to keep watching, else end the watch and act."""
+        self._observe(job)
+        step = next_step(job, self.limits, now - self.started_at, now - self._last_pod_check)
+        if step.done is not None or step.check_pods or self._past_deadline(now):
+            self._watch = None
+            return self._decide(now)
+        return None
+
+    def watch_ended(self, now: float) -> Action:
+        """The watch request ended by itself: at its timeout, or early (dropped, refused, 410, deleted)."""
+        opened, seconds = self._watch or (now, 0.0)
+        self._watch = None
+        if now - opened < seconds - 1:
+            self._drops += 1
+            # Exponential with full jitter: 0.5 s doubling per consecutive drop, at most 30 s.
+            ceiling = min(MAX_BACKOFF_SECONDS, 0.5 * 2 ** min(self._drops, 6))
+            return Reread(after=ceiling / 2 + self.jitter() * ceiling / 2)
+        self._drops = 0
+        return self._decide(now)
+
+    def pods_seen(self, pods: list[dict], podgroup: dict | None, events: list[dict], now: float) -> Action:
+        """The answer to CheckPods (podgroup None and events empty unless it asked for scheduling)."""
+        assert self.job is not None
+        self._last_pod_check = now
+        waited = now - self.started_at
+        if self._scheduling:
+            line = self._progress.scheduler_reason(self.job, unschedulable_message(podgroup, events))
+            if line is not None:
+                self.report(line)
+        problem = startup_problem(self.ref, pods, podgroup, self.limits, waited, events)
+        if problem is not None:
+            return Done(WaitResult(state=job_state(self.job), job=self.job, problem=problem))
+        return self._decide(now)
+
+    def _observe(self, job: dict) -> None:
+        self.job = job
+        if (line := self._progress.observe(job)) is not None:
+            self.report(line)
+
+    def _past_deadline(self, now: float) -> bool:
+        return self.deadline is not None and now >= self.deadline
+
+    def _decide(self, now: float) -> Action:
+        assert self.job is not None
+        waited = now - self.started_at
+        step = next_step(self.job, self.limits, waited, now - self._last_pod_check)
+        if step.done is not None:
+            return Done(step.done)
+        if self._past_deadline(now):
+            return Done(WaitResult(state=job_state(self.job), job=self.job,
+                                   timed_out="the task's execution_timeout passed"))
+        if step.check_pods:
+            self._scheduling = startup_timed_out(self.limits, waited) or job_state(self.job).phase == "Pending"
+            return CheckPods(scheduling=self._scheduling)
+        seconds = step.wait_seconds
+        if self.deadline is not None:
+            seconds = min(seconds, max(1.0, self.deadline - now))
+        self._watch = (now, float(max(1, round(seconds))))
+        return Watch(resource_version=job_state(self.job).resource_version, seconds=max(1, round(seconds)))
+
+
+def _has_pending(job: dict) -> bool:
+    status = job.get("status") or {}
+    started = status.get("running") or status.get("succeeded") or status.get("failed")
+    return int(status.get("pending") or 0) > 0 or not started
+
+
+def startup_timed_out(limits: WaitLimits, waited: float) -> bool:
+    return limits.startup_timeout is not None and waited >= limits.startup_timeout
+
+
+def scheduling_subjects(podgroup: dict | None, pods: list[dict]) -> set[str]:
+    """Names of the objects whose events explain scheduling: the PodGroup and the pods."""
+    names = {pod["metadata"]["name"] for pod in pods}
+    if podgroup is not None:
+        names.add(podgroup["metadata"]["name"])
+    return names
+
+
+def startup_problem(
+    ref: JobRef, pods: list[dict], podgroup: dict | None, limits: WaitLimits, waited: float,
+    events: list[dict] | None = None,
+) -> str | None:
+    """Why the Job cannot start: a pod that cannot pull its image (at once), or pods still not
+    scheduled after startup_timeout (with the scheduler's reason from the PodGroup)."""
+    pull = image_pull_problem(pods)
+    if pull is not None:
+        return f"Volcano Job {ref.namespace}/{ref.name} cannot start: {pull.describe()}"
+    if not startup_timed_out(limits, waited):
+        return None
+    started = ("Running", "Succeeded", "Failed")
+    pending = sorted(pod["metadata"]["name"] for pod in pods if (pod.get("status") or {}).get("phase") not in started)
+    if pods and not pending:
+        return None
+    reason = unschedulable_message(podgroup, events or [])
+    text = (f"Volcano Job {ref.namespace}/{ref.name} did not start within startup_timeout "
+            f"({limits.startup_timeout:.0f}s)")
+    text += f": {reason}" if reason else ": pods were not scheduled"
+    if pending:
+        text += f" (pending pods: {', '.join(pending)})"
+    return text

@@ -1,0 +1,88 @@
+"""The waiting engine, driven by hand: what a wait does next for each observation (pure, no cluster)."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_volcano.job_runner import JobRef
+from airflow_volcano.wait_engine import CheckPods, Done, Reread, WaitEngine, WaitLimits, Watch
+
+from .test_status import job, pod
+
+REF = JobRef(name="train", namespace="ml")
+
+
+def engine(limits: WaitLimits | None = None, **kwargs) -> tuple[WaitEngine, list[str]]:
+    reported: list[str] = []
+    kwargs.setdefault("jitter", lambda: 0.5)
+    return WaitEngine(REF, limits or WaitLimits(), started_at=1000.0, report=reported.append, **kwargs), reported
+
+
+def test_a_running_job_is_watched_for_five_minutes_from_its_resource_version():
+    wait, reported = engine()
+    assert wait.job_read(job("Running", running=3), now=1010) == Watch(resource_version="7", seconds=300)
+    assert wait.job_changed(job("Running", running=3), now=1020) is None, "nothing to do: keep watching"
+    done = wait.job_changed(job("Completed", succeeded=3), now=1030)
+    assert isinstance(done, Done) and done.result.state.phase == "Completed"
+    assert len(reported) == 2 and "Running" in reported[0] and "Completed" in reported[1]
+
+
+def test_a_pending_job_has_its_pods_and_scheduler_checked_and_an_image_pull_error_ends_the_wait():
+    wait, _ = engine(WaitLimits(check_interval=5))
+    assert wait.job_read(job("Pending", pending=3), now=1001) == CheckPods(scheduling=True)
+    watching = wait.pods_seen([pod("train-master-0", "master", "Pending")], None, [], now=1001)
+    assert watching == Watch(resource_version="7", seconds=5), "the next pod check in check_interval"
+    assert wait.job_changed(job("Pending", pending=3), now=1003) is None
+    assert wait.watch_ended(now=1006) == CheckPods(scheduling=True), "a full-length watch: the next check is due"
+    done = wait.pods_seen([pod("train-master-0", "master", "Pending", waiting="ImagePullBackOff")], None, [],
+                          now=1006)
+    assert isinstance(done, Done) and "cannot start" in done.result.problem and "repo/img:1" in done.result.problem
+
+
+def test_a_dropped_watch_backs_off_with_jitter_growing_per_drop_and_resets_after_a_full_watch():
+    wait, _ = engine(jitter=lambda: 1.0)
+    wait.job_read(job("Running", running=1), now=1000)
+    backoffs = []
+    for _ in range(8):
+        action = wait.watch_ended(now=1000.5)  # a 300 s watch that ended after half a second
+        assert isinstance(action, Reread)
+        backoffs.append(action.after)
+        wait.job_read(job("Running", running=1), now=1000)
+    assert backoffs == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
+    assert isinstance(wait.watch_ended(now=1300), Watch), "a watch that ran its time is not a drop"
+    wait.job_read(job("Running", running=1), now=1300)
+    assert wait.watch_ended(now=1300.5) == Reread(after=1.0), "the back-off starts again"
+    low, _ = engine(jitter=lambda: 0.0)
+    low.job_read(job("Running", running=1), now=1000)
+    assert low.watch_ended(now=1000) == Reread(after=0.5), "full jitter: between half and all of the ceiling"
+
+
+@pytest.mark.parametrize(("limits", "deadline", "expected"), [
+    (WaitLimits(job_timeout=60), None, "job_timeout of 60s passed (phase Running)"),
+    (WaitLimits(), 1070.0, "the task's execution_timeout passed"),
+])
+def test_deadlines_end_the_wait_and_shorten_the_watch(limits, deadline, expected):
+    wait, _ = engine(limits, deadline=deadline)
+    assert wait.job_read(job("Running", running=1), now=1020) == Watch(resource_version="7", seconds=40 if
+                                                                         limits.job_timeout else 50)
+    assert wait.job_changed(job("Running", running=1), now=1030) is None
+    done = wait.job_read(job("Running", running=1), now=1075)
+    assert isinstance(done, Done) and done.result.timed_out == expected
+
+
+def test_a_deleted_job_ends_the_wait_saying_so():
+    wait, _ = engine()
+    done = wait.job_read(None, now=1000)
+    assert isinstance(done, Done) and done.result.deleted == "Volcano Job ml/train was deleted"
+
+
+def test_the_scheduler_reason_is_reported_once_while_pending():
+    wait, reported = engine(WaitLimits(check_interval=5))
+    wait.job_read(job("Pending", pending=2), now=1001)
+    podgroup = {"metadata": {"name": "train-pg"}, "status": {"conditions": [
+        {"type": "Unschedulable", "status": "True", "reason": "NotEnoughResources",
+         "message": "2/2 tasks in gang unschedulable: pod group is not ready, 2 Pending, 2 minAvailable"}]}}
+    wait.pods_seen([], podgroup, [], now=1001)
+    wait.watch_ended(now=1007)
+    wait.pods_seen([], podgroup, [], now=1007)
+    assert sum("the scheduler says" in line for line in reported) == 1, reported
