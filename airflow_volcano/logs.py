@@ -146,6 +146,20 @@ class LogFollower(threading.Thread):
         self.join(timeout)
 
 
+def decode_line(line: bytes) -> str:
+    """One log line as text: invalid UTF-8 (a script may print anything) becomes U+FFFD, not an error."""
+    return line.decode("utf-8", errors="replace").rstrip("\r")
+
+
+def complete_lines(data: bytes, limit: int) -> list[str]:
+    """The lines of a log read capped at `limit` bytes. A read that hit the cap ends mid-line, maybe
+    mid-character: that line is left for the next read, which starts at its timestamp. A single
+    line longer than the cap is shown cut (the next read would skip it as already shown)."""
+    if len(data) >= limit and not data.endswith(b"\n") and b"\n" in data:
+        data = data[:data.rfind(b"\n") + 1]
+    return [decode_line(line) for line in data.splitlines()]
+
+
 def _iter_lines(stream: Any) -> Iterable[str]:
     """Lines of a urllib3 response (or any iterable of str/bytes chunks), split on newlines."""
     chunks = stream.stream(4096, decode_content=True) if hasattr(stream, "stream") else stream
@@ -156,9 +170,9 @@ def _iter_lines(stream: Any) -> Iterable[str]:
         pending += chunk
         *complete, pending = pending.split(b"\n")
         for line in complete:
-            yield line.decode("utf-8", errors="replace").rstrip("\r")
+            yield decode_line(line)
     if pending:
-        yield pending.decode("utf-8", errors="replace")
+        yield decode_line(pending)
 
 
 def _close(stream: Any) -> None:

@@ -490,16 +490,22 @@ class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
                 return podgroup
         return None
 
-    async def read_pod_log(
+    async def read_pod_log_bytes(
         self, name: str, namespace: str, *, container: str | None, since_seconds: int | None, limit_bytes: int
-    ) -> str:
-        async def read(api: Any) -> str:
-            kwargs: dict[str, Any] = {"timestamps": True, "limit_bytes": limit_bytes}
+    ) -> bytes:
+        """The log as bytes: the client would decode them strictly, and a multi-byte character cut
+        by `limit_bytes` (or a script's invalid UTF-8) would fail the whole read."""
+        async def read(api: Any) -> bytes:
+            kwargs: dict[str, Any] = {"timestamps": True, "limit_bytes": limit_bytes, "_preload_content": False}
             if container:
                 kwargs["container"] = container
             if since_seconds:
                 kwargs["since_seconds"] = since_seconds
-            return await async_client.CoreV1Api(api).read_namespaced_pod_log(name, namespace, **kwargs)
+            response = await async_client.CoreV1Api(api).read_namespaced_pod_log(name, namespace, **kwargs)
+            try:
+                return await response.read()
+            finally:
+                response.release()
 
         return await self.call(f"read log of pod {namespace}/{name}", read)
 

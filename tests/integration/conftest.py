@@ -143,7 +143,7 @@ class Cluster:
             timeout,
         )
 
-    def write_log(self, pod: str, lines: list[str], container: str = "master") -> Path:
+    def write_log(self, pod: str, lines: list[str | bytes], container: str = "master") -> Path:
         """Give a pod a log: kwok serves it through the apiserver's real pods/log path."""
         path = self.log_dir / f"{pod}.log"
         self.append_log(path, lines)
@@ -157,12 +157,12 @@ class Cluster:
         return path
 
     @staticmethod
-    def append_log(path: Path, lines: list[str]) -> None:
-        """Append lines in the CRI log format kubelet writes (and kwok reads)."""
-        with path.open("a") as out:
+    def append_log(path: Path, lines: list[str | bytes]) -> None:
+        """Append lines in the CRI log format kubelet writes (and kwok reads); bytes as they are."""
+        with path.open("ab") as out:
             for line in lines:
                 stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-                out.write(f"{stamp} stdout F {line}\n")
+                out.write(f"{stamp} stdout F ".encode() + (line if isinstance(line, bytes) else line.encode()) + b"\n")
                 time.sleep(0.001)  # distinct timestamps, as a real process would mostly have
 
 

@@ -32,23 +32,26 @@ class FaultyProxy:
         self.port = 0
 
     def __enter__(self) -> FaultyProxy:
-        threading.Thread(target=self._loop.run_forever, daemon=True).start()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
         asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=10)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        # Followed log streams never end on their own: stop without waiting for them.
-        future = asyncio.run_coroutine_threadsafe(self._stop(), self._loop)
-        try:
-            future.result(timeout=5)
-        except TimeoutError:
-            pass
+        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(timeout=30)
         self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._loop.close()
 
     async def _stop(self) -> None:
+        # Followed log streams never end on their own: their handlers are cancelled, not awaited
+        # (a loop stopped with them pending prints "Task was destroyed but it is pending!").
         await self._session.close()
-        await self._runner.shutdown()
         await self._runner.cleanup()
+        others = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in others:
+            task.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
 
     @property
     def url(self) -> str:
@@ -59,7 +62,7 @@ class FaultyProxy:
         self._session = ClientSession(connector=TCPConnector(ssl=context), timeout=ClientTimeout(total=None))
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app)
+        self._runner = web.AppRunner(app, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()

@@ -107,3 +107,79 @@ def test_deferrable_sensor_waits_in_the_trigger(cluster, operator_kubeconfig, ru
                                             deferrable=True, poke_interval=1, timeout=120))
     assert run.state == "success", run.log
     assert run.xcom["return_value"]["phase"] == "Completed"
+
+
+STAMP_BYTES = len("2026-11-23T18:11:03.059379000Z ")  # the apiserver's timestamp prefix (kwok: fixed width)
+
+
+def hostile_log() -> list[str | bytes]:
+    """A master log over one trigger read (LOG_FETCH_BYTES): numbered Chinese lines, one line of
+    invalid UTF-8, and a padding line chosen so that the first read's cap falls inside a 3-byte
+    character."""
+    from airflow_volcano.triggers.job import LOG_FETCH_BYTES
+
+    body = [f"{i:04d} " + "训练" * 50 for i in range(1100)]
+    body[500] = b"0500 bad bytes \xff\xfe then " + "训练".encode()
+    for pad in range(1, 400):
+        lines = ["p" * pad, *body]
+        offset = 0
+        for line in lines:
+            size = STAMP_BYTES + len(line if isinstance(line, bytes) else line.encode()) + 1
+            if offset + size > LOG_FETCH_BYTES:
+                cut = LOG_FETCH_BYTES - offset - STAMP_BYTES  # where the cap falls in this line's text
+                text = line if isinstance(line, str) else ""
+                if text and cut > 5 and (cut - 5) % 6 in (1, 2, 4, 5):  # after "NNNN ", inside a character
+                    return lines
+                break
+            offset += size
+    raise AssertionError("no padding puts the cap inside a character")
+
+
+def assert_whole(lines: list[str]) -> None:
+    shown = [line for line in lines if line[:4].isdigit()]
+    assert [line[:4] for line in shown] == [f"{i:04d}" for i in range(1100)], "every line once, in order"
+    assert shown[1099] == "1099 " + "训练" * 50, "the last line whole"
+    assert shown[500] == "0500 bad bytes \ufffd\ufffd then 训练", "invalid UTF-8 shown as U+FFFD"
+
+
+def test_a_hostile_master_log_is_copied_whole_by_the_trigger(cluster, operator_kubeconfig, monkeypatch):
+    """Split across reads by the trigger's byte cap in the middle of a character, with invalid
+    UTF-8 inside: every line reaches the task log once (the client's strict decoding used to fail
+    every read, and the trigger copied nothing more, silently)."""
+    from airflow_volcano.hooks.volcano import VolcanoHook
+
+    cluster.write_log("hostile-master-0", hostile_log())
+    cluster.create_job(pytorch_job("hostile", master_sim={"run-for": "6s"}))
+    job = cluster.wait_phase("hostile", {"Running", "Completed"})
+    shown: list[str] = []
+
+    class TaskLog:
+        def info(self, message: str, *args: object) -> None:
+            text = message % args
+            if text.startswith("[hostile-master-0] "):
+                shown.append(text.removeprefix("[hostile-master-0] "))
+
+        def __getattr__(self, name: str) -> object:
+            return lambda *args, **kwargs: None
+
+    monkeypatch.setattr(VolcanoJobTrigger, "log", TaskLog())
+    trigger = VolcanoJobTrigger(JobRef.from_job(job, "master").to_dict(), VolcanoHook().trigger_connection(),
+                                log_interval=1)
+
+    async def first_event():
+        return await anext(trigger.run())
+
+    event = asyncio.run(asyncio.wait_for(first_event(), timeout=90))
+    assert event.payload["status"] == "finished", event.payload
+    assert_whole(shown)
+
+
+def test_a_hostile_master_log_is_copied_whole_by_the_worker(cluster, operator_kubeconfig, run_task):
+    cluster.write_log("hostilew-master-0", hostile_log())
+
+    run = run_task(lambda: seed_operator(cluster.namespace, "hostilew", annotations={SIM + "run-for": "3s"}))
+
+    assert run.state == "success", run.log
+    # Task log lines: "<time> [info] [hostilew-master-0] <line> [<logger>] loc=<file>"
+    assert_whole([line.split("[hostilew-master-0] ", 1)[1].rsplit(" [airflow", 1)[0].rstrip()
+                  for line in run.log.splitlines() if "[hostilew-master-0] " in line])

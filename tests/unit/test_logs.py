@@ -40,3 +40,14 @@ def test_since_seconds_reaches_back_past_the_last_line():
     now = parse_timestamp_ns(stamp(20)) / 1e9
     assert cursor.since_seconds(now) >= 10
     assert LogCursor().since_seconds(now) is None
+
+
+def test_a_capped_read_keeps_whole_lines_and_decodes_what_is_not_utf8():
+    from airflow_volcano.logs import complete_lines
+
+    data = "a 训练\n".encode() + b"b \xff\n" + "c 训练".encode()
+    cut = data[:-2]  # the cap fell inside the last character
+    assert complete_lines(cut, limit=len(cut)) == ["a 训练", "b \ufffd"], "the cut line waits for the next read"
+    assert complete_lines(data, limit=len(data) + 1) == ["a 训练", "b \ufffd", "c 训练"], "under the cap: all"
+    long_line = "训".encode() * 10
+    assert complete_lines(long_line[:-1], limit=29) == ["训" * 9 + "\ufffd"], "one line over the cap is shown cut"
