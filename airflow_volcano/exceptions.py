@@ -42,3 +42,8 @@ class VolcanoApiError(RuntimeError):
         elif self.status == 401:
             text += ". The Airflow connection's credentials were refused: check its kubeconfig or token"
         return text
+
+
+class WatchExpired(RuntimeError):
+    """The apiserver no longer has the resourceVersion a watch asked to resume from (410 Gone):
+    the watcher must list again."""

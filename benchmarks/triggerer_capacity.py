@@ -1,9 +1,14 @@
 """Triggerer capacity: one asyncio event loop (as in Airflow's triggerer) running VolcanoJobTrigger
-for N Running Volcano Jobs at once. Prints the loop's memory and CPU while they all wait.
+for N Running Volcano Jobs at once. Prints the loop's memory and CPU while they all wait, and the
+apiserver's requests about Jobs per minute (its own apiserver_request_total counter).
+
+Side by side, in the same script and loop: `--design shared` (VolcanoJobTrigger: one watch of the
+namespace's Jobs shared by every trigger) and `--design per-trigger` (the design before it: each
+waiter its own client and its own field-selected watch of its Job, reopened every 5 minutes).
 
 Uses the local cluster (scripts/volcano-cluster up); adds kwok nodes so N pods fit.
 
-    .venv/bin/python benchmarks/triggerer_capacity.py [--jobs 1000] [--seconds 60]
+    .venv/bin/python benchmarks/triggerer_capacity.py [--jobs 1000] [--seconds 60] [--design shared]
 """
 
 from __future__ import annotations
@@ -34,28 +39,78 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-async def watch_all(refs: list[dict], connection: dict, seconds: float) -> dict:
+async def per_trigger_watch(ref: dict, connection: dict) -> dict:
+    """The design before the shared watch: its own client, a GET, then a watch of its one Job."""
+    from kubernetes_asyncio import client as async_client
+    from kubernetes_asyncio import watch as async_watch
+
+    from airflow_volcano.hooks.volcano import AsyncVolcanoHook
+
+    hook = AsyncVolcanoHook(connection)
+    job = await hook.get_job(ref["name"], ref["namespace"])
+    while True:
+        async with hook.get_conn() as api:
+            async with async_watch.Watch().stream(
+                async_client.CustomObjectsApi(api).list_namespaced_custom_object, "batch.volcano.sh", "v1alpha1",
+                ref["namespace"], "jobs", field_selector=f"metadata.name={ref['name']}",
+                resource_version=job["metadata"]["resourceVersion"], timeout_seconds=300,
+            ) as events:
+                async for event in events:
+                    job = event["object"]
+                    if (job.get("status") or {}).get("state", {}).get("phase") == "Completed":
+                        return {"status": "finished", "phase": "Completed"}
+
+
+def apiserver_job_requests(kubectl: list[str]) -> dict[str, float]:
+    """The apiserver's own count of requests about Volcano Jobs, by verb."""
+    metrics = subprocess.run([*kubectl, "get", "--raw", "/metrics"], capture_output=True, text=True,
+                             check=True).stdout
+    counts: dict[str, float] = {}
+    for line in metrics.splitlines():
+        if 'group="batch.volcano.sh"' not in line or 'resource="jobs"' not in line:
+            continue
+        if line.startswith("apiserver_request_total{"):  # a watch is counted when it ends
+            verb = line.split('verb="', 1)[1].split('"', 1)[0]
+            counts[verb] = counts.get(verb, 0.0) + float(line.rsplit(" ", 1)[1])
+        elif line.startswith("apiserver_longrunning_requests{") and 'verb="WATCH"' in line:
+            counts["open watches"] = counts.get("open watches", 0.0) + float(line.rsplit(" ", 1)[1])
+    return counts
+
+
+async def watch_all(refs: list[dict], connection: dict, seconds: float, design: str, kubectl: list[str]) -> dict:
     from airflow_volcano.triggers.job import VolcanoJobTrigger
 
     baseline = rss_mib()
-    tasks = [asyncio.create_task(anext(VolcanoJobTrigger(ref, connection, get_logs=False).run())) for ref in refs]
-    await asyncio.sleep(15)  # every trigger has read its Job and opened its watch
+    if design == "shared":
+        waits = [anext(VolcanoJobTrigger(ref, connection, get_logs=False).run()) for ref in refs]
+    else:
+        waits = [per_trigger_watch(ref, connection) for ref in refs]
+    tasks = [asyncio.create_task(wait) for wait in waits]
+    await asyncio.sleep(15)  # every waiter has read its Job and is watching
+    before = await asyncio.to_thread(apiserver_job_requests, kubectl)
     cpu0, t0, rss_after_start = cpu_seconds(), time.monotonic(), rss_mib()
     await asyncio.sleep(seconds)
     cpu = (cpu_seconds() - cpu0) / (time.monotonic() - t0)
-    finished = [task.result().payload for task in tasks if task.done() and not task.cancelled()]
+    after = await asyncio.to_thread(apiserver_job_requests, kubectl)
+    per_minute = {verb: (after.get(verb, 0) - before.get(verb, 0)) * 60 / seconds for verb in after
+                  if verb != "open watches"}
+    open_watches = after.get("open watches", 0)
+    finished = [getattr(task.result(), "payload", task.result()) for task in tasks
+                if task.done() and not task.cancelled() and task.exception() is None]
     reasons = sorted({f"{p['status']}: {p.get('message', p.get('phase'))}"[:200] for p in finished})
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     return {"baseline_mib": baseline, "rss_mib": rss_after_start, "peak_mib": rss_mib(), "cpu": cpu,
-            "finished_early": len(finished), "reasons": reasons}
+            "finished_early": len(finished), "reasons": reasons, "requests_per_minute": per_minute,
+            "open_watches": open_watches}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=60)
+    parser.add_argument("--design", choices=["shared", "per-trigger"], default="shared")
     args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # one connection per watch
@@ -92,12 +147,16 @@ def main() -> None:
     refs = [JobRef.from_job(job, "master").to_dict() for job in running]
     connection = {"config_dict": __import__("yaml").safe_load(Path(kubeconfig).read_text()), "in_cluster": False,
                   "cluster_context": None}
-    result = asyncio.run(watch_all(refs, connection, args.seconds))
-    print(f"one event loop, {len(refs)} deferred VolcanoJobTriggers watching Running Jobs for {args.seconds:.0f}s:")
+    result = asyncio.run(watch_all(refs, connection, args.seconds, args.design, kubectl))
+    print(f"one event loop, {len(refs)} waiters ({args.design} watch) on Running Jobs for {args.seconds:.0f}s:")
     print(f"  RSS: {result['baseline_mib']:.0f} MiB before, {result['rss_mib']:.0f} MiB with all watching "
           f"({(result['rss_mib'] - result['baseline_mib']) * 1024 / max(1, len(refs)):.0f} KiB per trigger), "
           f"peak {result['peak_mib']:.0f} MiB")
     print(f"  CPU: {result['cpu'] * 100:.1f}% of one core while waiting; {result['finished_early']} fired early")
+    requests = result["requests_per_minute"]
+    print(f"  apiserver requests about Jobs: {sum(requests.values()):.1f}/min "
+          f"({', '.join(f'{verb} {rate:.1f}' for verb, rate in sorted(requests.items()) if rate)}); "
+          f"{result['open_watches']:.0f} watches of Jobs open at the apiserver")
     for reason in result["reasons"]:
         print(f"    fired: {reason}")
     # The namespace first: kwok must still manage the nodes to finish deleting their pods.

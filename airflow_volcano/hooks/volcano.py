@@ -26,7 +26,7 @@ from kubernetes_asyncio import watch as async_watch
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 from urllib3.exceptions import HTTPError as Urllib3HTTPError
 
-from airflow_volcano.exceptions import VolcanoApiError
+from airflow_volcano.exceptions import VolcanoApiError, WatchExpired
 
 GROUP = "batch.volcano.sh"
 VERSION = "v1alpha1"
@@ -67,12 +67,15 @@ def backoff_delays(attempts: int, base: float = 0.5, cap: float = 10.0) -> Itera
 
 class ConnectionLossAware:
     """Which errors are worth retrying, for both hooks: the transient ones, and 401/403 in the
-    seconds after the connection was lost (a restarted apiserver warming its RBAC cache)."""
+    seconds after a connection was lost (a restarted apiserver warming its RBAC cache).
+
+    The loss is remembered for the whole process: in a triggerer, the shared watch is often the
+    only one to see the apiserver go away, and every trigger's next call may meet the cold cache."""
 
     _connection_lost_at: float = float("-inf")
 
     def note_connection_lost(self) -> None:
-        self._connection_lost_at = time.monotonic()
+        ConnectionLossAware._connection_lost_at = time.monotonic()
 
     def retriable(self, error: BaseException) -> bool:
         is_api_error = isinstance(error, ApiException | AsyncApiException)
@@ -236,8 +239,8 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
     ) -> Iterator[dict]:
         """Yield the Job each time it changes, from `resource_version`, for up to `timeout_seconds`
         on one request. Ends early on deletion, 410 Gone or a dropped or refused stream (the wait
-        engine backs off and re-reads the Job); raises what retrying cannot fix. The async hook's
-        watch_job has the same contract."""
+        engine backs off and re-reads the Job); raises what retrying cannot fix. The triggers' shared
+        watch (triggers/job_watch.py) resumes, re-lists and backs off the same way."""
         stream = watch.Watch()
         try:
             for event in stream.stream(
@@ -434,31 +437,45 @@ class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
 
         return await self.call(f"get Job {namespace}/{name}", get)
 
-    async def watch_job(
-        self, name: str, namespace: str, *, resource_version: str, timeout_seconds: int
-    ) -> AsyncIterator[dict]:
-        """Yield the Job each time it changes, for up to `timeout_seconds` on one request. Ends
-        early on deletion, 410 Gone or a dropped stream: the caller re-reads the Job then."""
+    async def list_jobs_page(self, namespace: str, *, limit: int, continue_token: str | None = None
+                             ) -> tuple[list[dict], str, str | None]:
+        """One page of the namespace's Jobs: (jobs, the list's resourceVersion, the next page's token)."""
+        async def page(api: Any) -> dict:
+            kwargs: dict[str, Any] = {"limit": limit}
+            if continue_token:
+                kwargs["_continue"] = continue_token
+            return await async_client.CustomObjectsApi(api).list_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, **kwargs)
+
+        body = await self.call(f"list Jobs in {namespace}", page)
+        metadata = body.get("metadata") or {}
+        return body.get("items") or [], metadata.get("resourceVersion", ""), metadata.get("continue") or None
+
+    async def watch_jobs(self, namespace: str, *, resource_version: str, timeout_seconds: int
+                         ) -> AsyncIterator[tuple[str, dict]]:
+        """Every Job of the namespace as it changes: (ADDED/MODIFIED/DELETED/BOOKMARK, object), for
+        up to `timeout_seconds` on one request from `resource_version`. Ends early on a dropped or
+        refused stream (resume from the last resourceVersion seen); raises WatchExpired on 410."""
         try:
             async with self.get_conn() as api:
                 stream = async_watch.Watch()
                 async with stream.stream(
                     async_client.CustomObjectsApi(api).list_namespaced_custom_object,
-                    GROUP, VERSION, namespace, PLURAL,
-                    field_selector=f"metadata.name={name}", resource_version=resource_version,
-                    timeout_seconds=timeout_seconds, _request_timeout=timeout_seconds + 10,
+                    GROUP, VERSION, namespace, PLURAL, resource_version=resource_version,
+                    allow_watch_bookmarks=True, timeout_seconds=timeout_seconds,
+                    _request_timeout=timeout_seconds + 10,
                 ) as events:
                     async for event in events:
-                        if event["type"] in ("ADDED", "MODIFIED"):
-                            yield event["object"]
-                        elif event["type"] == "DELETED":
-                            return
+                        yield event["type"], event["object"]
         except AsyncApiException as error:
-            if error.status != 410 and not self.retriable(error):
-                raise
+            if error.status == 410:
+                raise WatchExpired(f"resourceVersion {resource_version} of Jobs in {namespace}") from None
+            if not self.retriable(error):
+                raise VolcanoApiError.from_api_exception(f"watch Jobs in {namespace}", error) from None
+            self.log.info("watch of Jobs in %s ended (%s)", namespace, _short(error))
         except (aiohttp.ClientError, TimeoutError) as error:
             self.note_connection_lost()
-            self.log.info("watch interrupted (%s); re-reading the Job", _short(error))
+            self.log.info("watch of Jobs in %s interrupted (%s)", namespace, _short(error))
 
     async def list_job_pods(self, job_name: str, namespace: str) -> list[dict]:
         async def pods(api: Any) -> list[dict]:

@@ -22,6 +22,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_volcano.events import JobEvent, WaitOutcome
 from airflow_volcano.job_runner import JobRef, task_state_key
 from airflow_volcano.logs import LogCursor, complete_lines, emit_new_lines
+from airflow_volcano.triggers.job_watch import DELETED, shared_job_watch
 from airflow_volcano.wait_engine import (
     Action,
     CheckPods,
@@ -50,6 +51,23 @@ async def _finish_despite_cancellation(work: Coroutine[Any, Any, None], limit: f
             await asyncio.shield(task)
     with contextlib.suppress(Exception, asyncio.CancelledError):
         task.result()
+
+
+async def _follow(engine: WaitEngine, changes: asyncio.Queue, seconds: float) -> Action:
+    """The Job's changes from the shared watch, for up to `seconds`, until one needs acting on."""
+    deadline = time.monotonic() + seconds
+    while (remaining := deadline - time.monotonic()) > 0:
+        try:
+            item = await asyncio.wait_for(changes.get(), remaining)
+        except TimeoutError:
+            break
+        if isinstance(item, BaseException):
+            raise item
+        if item == DELETED:
+            return engine.job_read(None, time.time())
+        if (action := engine.job_changed(item, time.time())) is not None:
+            return action
+    return engine.watch_ended(time.time())
 
 
 def _event(result: WaitResult) -> JobEvent:
@@ -147,34 +165,28 @@ class VolcanoJobTrigger(BaseTrigger):
                 await asyncio.gather(log_copier, return_exceptions=True)
 
     async def _watch_until_done(self, hook: Any, ref: JobRef) -> JobEvent:
-        """The asyncio driver of the wait engine (job_runner._watch_until_done is the blocking one)."""
+        """The asyncio driver of the wait engine (job_runner._watch_until_done is the blocking one).
+        Changes come from the triggerer's one shared watch of the namespace's Jobs."""
         limits = WaitLimits(self.startup_timeout, self.job_timeout, self.check_interval)
         engine = WaitEngine(ref, limits, started_at=ref.created_at or time.time(),
                             report=lambda line: self.log.info("%s", line), deadline=self.deadline)
-        action: Action | None = engine.job_read(await hook.get_job(ref.name, ref.namespace), time.time())
-        while True:
-            match action:
-                case Done(result=result):
-                    return _event(result)
-                case CheckPods(scheduling=scheduling):
-                    pods = await hook.list_job_pods(ref.name, ref.namespace)
-                    podgroup = await hook.get_podgroup(engine.job) if scheduling and engine.job else None
-                    events = (await hook.list_events(ref.namespace, scheduling_subjects(podgroup, pods))
-                              if scheduling else [])
-                    action = engine.pods_seen(pods, podgroup, events, time.time())
-                case Watch(resource_version=resource_version, seconds=seconds):
-                    action = None
-                    changes = hook.watch_job(ref.name, ref.namespace, resource_version=resource_version,
-                                             timeout_seconds=seconds)
-                    async with contextlib.aclosing(changes):  # breaking out ends the watch request at once
-                        async for job in changes:
-                            if (action := engine.job_changed(job, time.time())) is not None:
-                                break
-                    if action is None:
-                        action = engine.watch_ended(time.time())
-                case Reread(after=after):
-                    await asyncio.sleep(after)
-                    action = engine.job_read(await hook.get_job(ref.name, ref.namespace), time.time())
+        async with shared_job_watch(self.connection, ref.namespace).subscribe(ref.name) as changes:
+            action: Action = engine.job_read(await hook.get_job(ref.name, ref.namespace), time.time())
+            while True:
+                match action:
+                    case Done(result=result):
+                        return _event(result)
+                    case CheckPods(scheduling=scheduling):
+                        pods = await hook.list_job_pods(ref.name, ref.namespace)
+                        podgroup = await hook.get_podgroup(engine.job) if scheduling and engine.job else None
+                        events = (await hook.list_events(ref.namespace, scheduling_subjects(podgroup, pods))
+                                  if scheduling else [])
+                        action = engine.pods_seen(pods, podgroup, events, time.time())
+                    case Watch(seconds=seconds):
+                        action = await _follow(engine, changes, seconds)
+                    case Reread(after=after):
+                        await asyncio.sleep(after)
+                        action = engine.job_read(await hook.get_job(ref.name, ref.namespace), time.time())
 
     async def _copy_logs_periodically(self, hook: Any, ref: JobRef, cursor: LogCursor) -> None:
         while True:

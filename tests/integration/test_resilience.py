@@ -92,3 +92,65 @@ def test_kill_loop_leaves_exactly_one_job_and_no_orphans(cluster, operator_kubec
     cluster.wait_for("no Job, pods or ConfigMap left", lambda: not our_jobs(cluster) and not [
         p for p in cluster.pods() if p.metadata.labels.get("app.kubernetes.io/managed-by") == "airflow-volcano"]
         and not [c for c in cluster.configmap_names() if c.endswith("-script")], timeout=60)
+
+
+def test_two_hundred_deferred_triggers_share_one_watch_through_an_apiserver_restart(cluster, operator_kubeconfig):
+    """A triggerer's VolcanoJobTriggers of one connection and namespace share one watch of the Jobs:
+    200 of them wait on 200 Jobs, one is cancelled (it leaves the watch to the others), the
+    apiserver restarts under them, and every other trigger fires exactly once with its own Job."""
+    import asyncio
+
+    from airflow_volcano.hooks.volcano import VolcanoHook
+    from airflow_volcano.job_runner import JobRef
+    from airflow_volcano.triggers.job import VolcanoJobTrigger
+    from airflow_volcano.triggers.job_watch import shared_job_watch
+
+    from .jobs import pytorch_job
+
+    count = 200
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"share-{cluster.namespace}",
+            "annotations": {"kwok.x-k8s.io/node": "fake"}},
+            "status": {"allocatable": {"cpu": "1000", "memory": "4Ti", "pods": "250"},
+                       "capacity": {"cpu": "1000", "memory": "4Ti", "pods": "250"}}}
+    cluster.core.create_node(node)
+    try:
+        for i in range(count):
+            body = pytorch_job(f"share-{i}", master_sim={"run-for": "90s"})
+            body["spec"]["tasks"] = body["spec"]["tasks"][:1]  # the master alone
+            body["spec"]["minAvailable"] = 1
+            cluster.create_job(body)
+        jobs = {job["metadata"]["name"]: job for job in cluster.jobs()}
+        connection = VolcanoHook().trigger_connection()
+
+        async def wait_all() -> tuple[list, dict]:
+            tasks = {name: asyncio.create_task(anext(VolcanoJobTrigger(
+                JobRef.from_job(job, "master").to_dict(), connection, get_logs=False, check_interval=10).run()))
+                for name, job in jobs.items()}
+            await asyncio.sleep(5)
+            watch = shared_job_watch(connection, cluster.namespace)
+            seen = {"subscribed": len(watch.subscribers)}
+            tasks.pop("share-0").cancel()
+            await asyncio.sleep(1)
+            seen["after_cancel"] = len(watch.subscribers)
+            await asyncio.to_thread(cluster.wait_for, "the Jobs to run", lambda: sum(
+                (j.get("status") or {}).get("state", {}).get("phase") == "Running" for j in cluster.jobs()) >= 150,
+                120)
+            await asyncio.to_thread(subprocess.run, [str(REPO / "scripts" / "volcano-cluster"), "restart",
+                                                     "kube-apiserver"], check=True, capture_output=True)
+            events = await asyncio.wait_for(asyncio.gather(*tasks.values()), timeout=300)
+            seen["watch_requests"], seen["relists"] = watch.watch_requests, watch.relists
+            seen["left"] = len(watch.subscribers)
+            return [(name, event.payload) for name, event in zip(tasks, events, strict=True)], seen
+
+        fired, seen = asyncio.run(wait_all())
+        print(seen)  # shown with `pytest -s`
+    finally:
+        cluster.core.delete_node(node["metadata"]["name"])
+    assert seen["subscribed"] == count, seen
+    assert seen["after_cancel"] == count - 1, "the cancelled trigger left the shared watch"
+    assert len(fired) == count - 1 and len({name for name, _ in fired}) == count - 1, "each fired exactly once"
+    for name, payload in fired:
+        assert payload["status"] == "finished" and payload["phase"] == "Completed", (name, payload)
+        assert payload["job"]["name"] == name
+    # One stream for all (reopened after the restart and at its 5-minute timeout), not one per trigger.
+    assert seen["watch_requests"] <= 5 and seen["left"] == 0, seen
