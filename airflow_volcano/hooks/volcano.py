@@ -9,6 +9,7 @@ shape the pure layer (`airflow_volcano.status`) reads.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -408,6 +409,26 @@ class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
             cluster_context=connection.get("cluster_context"),
         )
         self.retries = retries
+        self._client: Any = None  # one client for every call while shared_client() is open
+
+    @contextlib.asynccontextmanager
+    async def get_conn(self) -> AsyncIterator[Any]:
+        if self._client is not None:
+            yield self._client
+            return
+        async with super().get_conn() as api:
+            yield api
+
+    @contextlib.asynccontextmanager
+    async def shared_client(self) -> AsyncIterator[AsyncVolcanoHook]:
+        """Every call made through this hook meanwhile uses one client (one connection pool, one TLS
+        context) instead of one each: the triggerer's triggers of one connection share it."""
+        async with super().get_conn() as api:
+            self._client = api
+            try:
+                yield self
+            finally:
+                self._client = None
 
     async def call(self, what: str, fn: Callable[[Any], Awaitable[T]]) -> T:
         delays = backoff_delays(self.retries)

@@ -140,6 +140,11 @@ class VolcanoJobTrigger(BaseTrigger):
         hooks = await asyncio.to_thread(importlib.import_module, "airflow_volcano.hooks.volcano")
         return hooks.AsyncVolcanoHook(self.connection)
 
+    async def _shared_hook(self, namespace: str) -> Any:
+        """The hook of this connection's shared watch: its calls share one client with the watch."""
+        await asyncio.to_thread(importlib.import_module, "airflow_volcano.hooks.volcano")
+        return shared_job_watch(self.connection, namespace).hook
+
     async def run(self) -> AsyncIterator[TriggerEvent]:
         ref = JobRef.from_dict(self.job)
         cursor = LogCursor.from_dict(self.log_cursor)
@@ -155,7 +160,7 @@ class VolcanoJobTrigger(BaseTrigger):
         yield TriggerEvent(dataclasses.replace(event, job=ref.to_dict(), log_cursor=cursor.to_dict()).to_dict())
 
     async def _wait(self, ref: JobRef, cursor: LogCursor) -> JobEvent:
-        hook = await self._hook()
+        hook = await self._shared_hook(ref.namespace)
         log_copier = asyncio.create_task(self._copy_logs_periodically(hook, ref, cursor)) if self.get_logs else None
         try:
             return await self._watch_until_done(hook, ref)

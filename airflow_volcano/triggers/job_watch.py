@@ -65,6 +65,15 @@ class SharedJobWatch:
             if not self.subscribers:
                 await self.close()
 
+    @property
+    def hook(self) -> Any:
+        """The connection's AsyncVolcanoHook, whose calls share the watch's client while it runs."""
+        if self._hook is None:
+            from airflow_volcano.hooks.volcano import AsyncVolcanoHook  # loaded by the trigger already
+
+            self._hook = AsyncVolcanoHook(self.connection)
+        return self._hook
+
     async def close(self) -> None:
         task, self._task = self._task, None
         _registry().pop((_connection_key(self.connection), self.namespace), None)
@@ -90,9 +99,10 @@ class SharedJobWatch:
             raise
 
     async def _watch(self) -> None:
-        from airflow_volcano.hooks.volcano import AsyncVolcanoHook  # loaded by the trigger already
+        async with self.hook.shared_client():
+            await self._watch_with(self.hook)
 
-        self._hook = AsyncVolcanoHook(self.connection)
+    async def _watch_with(self, hook: Any) -> None:
         self._resource_version = None
         drops = 0
         while True:
@@ -101,7 +111,7 @@ class SharedJobWatch:
             opened = time.monotonic()
             self.watch_requests += 1
             try:
-                async for kind, job in self._hook.watch_jobs(self.namespace, resource_version=self._resource_version,
+                async for kind, job in hook.watch_jobs(self.namespace, resource_version=self._resource_version,
                                                              timeout_seconds=WATCH_SECONDS):
                     metadata = job.get("metadata") or {}
                     self._resource_version = metadata.get("resourceVersion") or self._resource_version
@@ -124,7 +134,7 @@ class SharedJobWatch:
         seen: set[str] = set()
         token: str | None = None
         while True:
-            jobs, version, token = await self._hook.list_jobs_page(self.namespace, limit=LIST_PAGE,
+            jobs, version, token = await self.hook.list_jobs_page(self.namespace, limit=LIST_PAGE,
                                                                     continue_token=token)
             for job in jobs:
                 name = job["metadata"]["name"]
