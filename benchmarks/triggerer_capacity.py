@@ -53,7 +53,7 @@ async def per_trigger_watch(ref: dict, connection: dict) -> dict:
             async with async_watch.Watch().stream(
                 async_client.CustomObjectsApi(api).list_namespaced_custom_object, "batch.volcano.sh", "v1alpha1",
                 ref["namespace"], "jobs", field_selector=f"metadata.name={ref['name']}",
-                resource_version=job["metadata"]["resourceVersion"], timeout_seconds=300,
+                resource_version=job["metadata"]["resourceVersion"], timeout_seconds=300, _request_timeout=310,
             ) as events:
                 async for event in events:
                     job = event["object"]
