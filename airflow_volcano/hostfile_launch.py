@@ -68,6 +68,10 @@ def sshd_script(session_script_path: str) -> str:
     return f"""\
 # airflow-volcano: a worker runs only sshd; the master's launcher starts its ranks over ssh.
 set -eu
+if [ ! -x /usr/sbin/sshd ]; then
+    echo "airflow-volcano: the image has no /usr/sbin/sshd; a worker of a hostfile launch runs OpenSSH's server" >&2
+    exit 1
+fi
 # ssh sessions start with sshd's environment: save the pod's for them (airflow-volcano-ssh-session.sh).
 export -p > {POD_ENV_FILE}
 chmod 600 {POD_ENV_FILE}
@@ -94,6 +98,7 @@ exec "${{SHELL:-/bin/sh}}" -l
 def launch_script(options: HostfileLaunch, worker_task: str) -> str:
     """The master's command (`sh <this> <script> <args>...`): hostfile, wait for sshd, launch."""
     hosts = f"/etc/volcano/{worker_task}.host"
+    program = "deepspeed" if options.launcher == "deepspeed" else "mpirun"
     if options.launcher == "deepspeed":
         # --force_multi: with one worker DeepSpeed would otherwise run the ranks here, on the master.
         launch = (f'deepspeed --force_multi --hostfile={HOSTFILE} --master_addr="$first_host" '
@@ -104,6 +109,12 @@ def launch_script(options: HostfileLaunch, worker_task: str) -> str:
     return f"""\
 # airflow-volcano: the master writes the hostfile, waits for every worker's sshd, then launches.
 set -eu
+for program in ssh {program}; do
+    if ! command -v "$program" >/dev/null; then
+        echo "airflow-volcano: the image has no $program (launcher={options.launcher!r} needs it on the master)" >&2
+        exit 1
+    fi
+done
 if [ ! -s {hosts} ]; then
     echo "airflow-volcano: {hosts} is missing or empty: the Job needs the svc plugin and a task named" \\
          "{shlex.quote(worker_task)} with at least one replica" >&2

@@ -53,6 +53,7 @@ class SharedJobWatch:
         queue: asyncio.Queue = asyncio.Queue()
         self.subscribers.setdefault(name, set()).add(queue)
         if self._task is None or self._task.done():
+            self._ready.clear()
             self._task = asyncio.create_task(self._run(), name=f"airflow-volcano watch of Jobs in {self.namespace}")
         try:
             await self._started()
@@ -92,6 +93,7 @@ class SharedJobWatch:
         try:
             await self._watch()
         except Exception as error:  # noqa: BLE001 - e.g. a permission taken away: every subscriber fails with it
+            _registry().pop((_connection_key(self.connection), self.namespace), None)  # the next trigger starts anew
             self._ready.set()
             for queues in self.subscribers.values():
                 for queue in queues:
@@ -111,8 +113,9 @@ class SharedJobWatch:
             opened = time.monotonic()
             self.watch_requests += 1
             try:
-                async for kind, job in hook.watch_jobs(self.namespace, resource_version=self._resource_version,
-                                                             timeout_seconds=WATCH_SECONDS):
+                changes = hook.watch_jobs(self.namespace, resource_version=self._resource_version,
+                                          timeout_seconds=WATCH_SECONDS)
+                async for kind, job in changes:
                     metadata = job.get("metadata") or {}
                     self._resource_version = metadata.get("resourceVersion") or self._resource_version
                     if kind in ("ADDED", "MODIFIED", "DELETED"):

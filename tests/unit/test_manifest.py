@@ -811,3 +811,21 @@ def test_a_trailing_newline_does_not_pass_for_a_valid_name_or_label():
     assert "invalid label value '\\n'" in error_of(labels={"team": "\n"})
     assert "is not a DNS label" in error_of(name="train\n")
     assert "invalid environment variable" in error_of(env={"A\n": "1"})
+
+
+@pytest.mark.parametrize("launcher", ["deepspeed", "mpirun"])
+def test_the_launch_scripts_are_valid_shell_with_hostile_options(launcher):
+    import subprocess
+
+    options = ["--tag", "it's a \"quoted\" $(value)", "--x=`id`"]
+    data = build(worker_replicas=2, training_script=SCRIPT, worker_task_name="gpu-workers",
+                 hostfile_launch=deepspeed(launcher=launcher, options=options if launcher == "mpirun" else
+                                           ["--comment=it's $(id)"])).configmap["data"]
+    for name in (LAUNCH_SCRIPT, SSHD_SCRIPT, SESSION_SCRIPT):
+        checked = subprocess.run(["sh", "-n"], input=data[name], text=True, capture_output=True)
+        assert checked.returncode == 0, (name, checked.stderr)
+    assert "/etc/volcano/gpu-workers.host" in data[LAUNCH_SCRIPT]
+    # The options reach the launcher as the words given, never expanded by the shell.
+    expected = ("--tag 'it'\"'\"'s a \"quoted\" $(value)' '--x=`id`'" if launcher == "mpirun"
+                else "'--comment=it'\"'\"'s $(id)'")
+    assert expected in data[LAUNCH_SCRIPT]
