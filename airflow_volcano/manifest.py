@@ -832,10 +832,11 @@ def _apply_script(job: dict, req: PyTorchJobRequest, labels: dict[str, str]) -> 
     data = {script.filename: script.content}
     worker_name = _role_names(job, req)[1]
     if req.hostfile_launch is not None:
-        data.update(_hostfile_launch_data(job, req.hostfile_launch, worker_name))
-        if len(data) < 4:
+        launch_scripts = _hostfile_launch_data(job, req.hostfile_launch, worker_name)
+        if script.filename in launch_scripts:
             raise JobSpecError(f"training_script: the file name {script.filename!r} is one of the operator's own "
                                "launch scripts; rename the script")
+        data.update(launch_scripts)
     for task in _pod_tasks(job, req):
         task_name = task.get("name", "main")
         pod = task.setdefault("template", {}).setdefault("spec", {})
