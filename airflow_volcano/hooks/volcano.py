@@ -256,7 +256,7 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
                     yield event["object"]
         except ApiException as error:
             if error.status != 410 and not self.retriable(error):
-                raise
+                raise VolcanoApiError.from_api_exception(f"watch Job {namespace}/{name}", error) from None
             self.log.info("watch of Job %s/%s ended (%s); re-reading the Job", namespace, name, _short(error))
         except Exception as error:  # noqa: BLE001 - a dropped connection ends the watch
             if not self.retriable(error) and not isinstance(error, ValueError):
