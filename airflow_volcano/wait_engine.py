@@ -82,6 +82,13 @@ class WaitStep:
     wait_seconds: float = RUNNING_WATCH_SECONDS  # how long to watch for the next change at most
 
 
+def backoff_after_drops(drops: int, jitter: float) -> float:
+    """Seconds to wait after `drops` consecutive dropped watches: 0.5 s doubling per drop, at most
+    30 s, with jitter in [0, 1) spreading it over the upper half (so many waiters do not retry in step)."""
+    ceiling = min(MAX_BACKOFF_SECONDS, 0.5 * 2 ** min(drops, 6))
+    return ceiling / 2 + jitter * ceiling / 2
+
+
 def pod_check_interval(limits: WaitLimits, elapsed: float) -> float:
     """How often to look at pods of a Job that has not started: often at first (image pull errors
     show up early), then backing off to once a minute for a Job waiting long in a busy queue."""
@@ -157,9 +164,7 @@ class WaitEngine:
         self._watch = None
         if now - opened < seconds - 1:
             self._drops += 1
-            # Exponential with full jitter: 0.5 s doubling per consecutive drop, at most 30 s.
-            ceiling = min(MAX_BACKOFF_SECONDS, 0.5 * 2 ** min(self._drops, 6))
-            return Reread(after=ceiling / 2 + self.jitter() * ceiling / 2)
+            return Reread(after=backoff_after_drops(self._drops, self.jitter()))
         self._drops = 0
         return self._decide(now)
 

@@ -23,12 +23,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from airflow_volcano.exceptions import WatchExpired
+from airflow_volcano.wait_engine import backoff_after_drops
 
 log = logging.getLogger(__name__)
 
 WATCH_SECONDS = 300  # one watch request lasts this long at most, then is reopened from where it was
 LIST_PAGE = 500
-MAX_BACKOFF_SECONDS = 30.0
 # What a subscriber's queue receives besides Job objects: the Job is gone (or an exception: the
 # shared watch failed for good, and so does every wait on it).
 DELETED = "DELETED"
@@ -126,8 +126,7 @@ class SharedJobWatch:
             if time.monotonic() - opened < WATCH_SECONDS - 1:
                 # Dropped or refused: resume from the last resourceVersion after a jittered back-off.
                 drops += 1
-                ceiling = min(MAX_BACKOFF_SECONDS, 0.5 * 2 ** min(drops, 6))
-                await asyncio.sleep(ceiling / 2 + random.random() * ceiling / 2)
+                await asyncio.sleep(backoff_after_drops(drops, random.random()))
             else:
                 drops = 0
 
