@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -28,13 +29,22 @@ from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiExcepti
 from urllib3.exceptions import HTTPError as Urllib3HTTPError
 
 from airflow_volcano.exceptions import VolcanoApiError, WatchExpired
+from airflow_volcano.manifest import JOB_NAME_LABEL, TASK_LABEL
 
 GROUP = "batch.volcano.sh"
 VERSION = "v1alpha1"
 PLURAL = "jobs"
 PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL = "scheduling.volcano.sh", "v1beta1", "podgroups"
-JOB_NAME_LABEL = "volcano.sh/job-name"
-TASK_LABEL = "volcano.sh/task-spec"
+
+
+def podgroup_name(job: dict) -> str:
+    """The name Volcano's job controller gives a Job's PodGroup."""
+    return f"{job['metadata']['name']}-{job['metadata'].get('uid', '')}"
+
+
+def owned_by(podgroup: dict, job: dict) -> bool:
+    owners = (podgroup.get("metadata") or {}).get("ownerReferences") or []
+    return any(owner.get("uid") == job["metadata"].get("uid") for owner in owners)
 
 RETRIABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 # A restarting apiserver serves requests before its RBAC cache is warm and answers 401/403 for a
@@ -326,19 +336,29 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
         ]
 
     def get_podgroup(self, job: dict) -> dict | None:
-        """The PodGroup Volcano made for this Job (found by its owner reference)."""
-        namespace, uid = job["metadata"]["namespace"], job["metadata"].get("uid")
+        """The PodGroup Volcano made for this Job: one GET by its name (`<job>-<uid>`), else (a
+        Volcano naming it otherwise) the namespace's PodGroups searched for its owner reference."""
+        namespace, name = job["metadata"]["namespace"], podgroup_name(job)
+        try:
+            podgroup = self.call(
+                f"get PodGroup {namespace}/{name}",
+                lambda: self.custom_objects.get_namespaced_custom_object(
+                    PODGROUP_GROUP, PODGROUP_VERSION, namespace, PODGROUP_PLURAL, name
+                ),
+            )
+        except VolcanoApiError as error:
+            if error.status != 404:
+                raise
+        else:
+            if owned_by(podgroup, job):
+                return podgroup
         result = self.call(
             f"list PodGroups in {namespace}",
             lambda: self.custom_objects.list_namespaced_custom_object(
                 PODGROUP_GROUP, PODGROUP_VERSION, namespace, PODGROUP_PLURAL
             ),
         )
-        for podgroup in result.get("items") or []:
-            owners = (podgroup.get("metadata") or {}).get("ownerReferences") or []
-            if any(owner.get("uid") == uid for owner in owners):
-                return podgroup
-        return None
+        return next((podgroup for podgroup in result.get("items") or [] if owned_by(podgroup, job)), None)
 
     # -- the training script's ConfigMap ----------------------------------------------------------
 
@@ -386,6 +406,28 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
             if error.status == 404:
                 return False
             raise
+
+
+async def _checked_body(response: Any) -> bytes:
+    """The body of a raw response (`_preload_content=False`). The client raises on an error status
+    only when it reads the body itself: without this, a 503's Status JSON would pass for a log or
+    an empty list."""
+    try:
+        data = await response.read()
+    finally:
+        response.release()
+    if not 200 <= response.status <= 299:
+        error = AsyncApiException(status=response.status, reason=response.reason)
+        error.body, error.headers = data.decode("utf-8", errors="replace"), response.headers
+        raise error
+    return data
+
+
+def _list_call(api: Any, resource: str, namespace: str) -> tuple[Callable[..., Any], tuple[str, ...]]:
+    """The list (and watch) call of a resource the triggerer watches: Volcano Jobs or pods."""
+    if resource == "pods":
+        return async_client.CoreV1Api(api).list_namespaced_pod, (namespace,)
+    return async_client.CustomObjectsApi(api).list_namespaced_custom_object, (GROUP, VERSION, namespace, PLURAL)
 
 
 def _short(error: BaseException) -> str:
@@ -458,45 +500,48 @@ class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
 
         return await self.call(f"get Job {namespace}/{name}", get)
 
-    async def list_jobs_page(self, namespace: str, *, limit: int, continue_token: str | None = None
-                             ) -> tuple[list[dict], str, str | None]:
-        """One page of the namespace's Jobs: (jobs, the list's resourceVersion, the next page's token)."""
+    async def list_page(self, resource: str, namespace: str, *, limit: int, continue_token: str | None = None,
+                        label_selector: str | None = None) -> tuple[list[dict], str, str | None]:
+        """One page of the namespace's `resource` ("jobs": Volcano Jobs, or "pods"): (objects as
+        dicts, the list's resourceVersion, the next page's token)."""
         async def page(api: Any) -> dict:
-            kwargs: dict[str, Any] = {"limit": limit}
+            function, args = _list_call(api, resource, namespace)
+            kwargs: dict[str, Any] = {"limit": limit, "_preload_content": False}
             if continue_token:
                 kwargs["_continue"] = continue_token
-            return await async_client.CustomObjectsApi(api).list_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, **kwargs)
+            if label_selector:
+                kwargs["label_selector"] = label_selector
+            return json.loads(await _checked_body(await function(*args, **kwargs)))
 
-        body = await self.call(f"list Jobs in {namespace}", page)
+        body = await self.call(f"list {resource} in {namespace}", page)
         metadata = body.get("metadata") or {}
         return body.get("items") or [], metadata.get("resourceVersion", ""), metadata.get("continue") or None
 
-    async def watch_jobs(self, namespace: str, *, resource_version: str, timeout_seconds: int
-                         ) -> AsyncIterator[tuple[str, dict]]:
-        """Every Job of the namespace as it changes: (ADDED/MODIFIED/DELETED/BOOKMARK, object), for
-        up to `timeout_seconds` on one request from `resource_version`. Ends early on a dropped or
-        refused stream (resume from the last resourceVersion seen); raises WatchExpired on 410."""
+    async def watch(self, resource: str, namespace: str, *, resource_version: str, timeout_seconds: int,
+                    label_selector: str | None = None) -> AsyncIterator[tuple[str, dict]]:
+        """Every `resource` object of the namespace as it changes: (ADDED/MODIFIED/DELETED/BOOKMARK,
+        object as a dict), for up to `timeout_seconds` on one request from `resource_version`. Ends
+        early on a dropped or refused stream (resume from the last resourceVersion seen); raises
+        WatchExpired on 410."""
+        kwargs: dict[str, Any] = {"label_selector": label_selector} if label_selector else {}
         try:
             async with self.get_conn() as api:
-                stream = async_watch.Watch()
-                async with stream.stream(
-                    async_client.CustomObjectsApi(api).list_namespaced_custom_object,
-                    GROUP, VERSION, namespace, PLURAL, resource_version=resource_version,
-                    allow_watch_bookmarks=True, timeout_seconds=timeout_seconds,
-                    _request_timeout=timeout_seconds + 10,
+                function, args = _list_call(api, resource, namespace)
+                async with async_watch.Watch(return_type="object").stream(  # dicts, not client models
+                    function, *args, resource_version=resource_version, allow_watch_bookmarks=True,
+                    timeout_seconds=timeout_seconds, _request_timeout=timeout_seconds + 10, **kwargs,
                 ) as events:
                     async for event in events:
                         yield event["type"], event["object"]
         except AsyncApiException as error:
             if error.status == 410:
-                raise WatchExpired(f"resourceVersion {resource_version} of Jobs in {namespace}") from None
+                raise WatchExpired(f"resourceVersion {resource_version} of {resource} in {namespace}") from None
             if not self.retriable(error):
-                raise VolcanoApiError.from_api_exception(f"watch Jobs in {namespace}", error) from None
-            self.log.info("watch of Jobs in %s ended (%s)", namespace, _short(error))
+                raise VolcanoApiError.from_api_exception(f"watch {resource} in {namespace}", error) from None
+            self.log.info("watch of %s in %s ended (%s)", resource, namespace, _short(error))
         except (aiohttp.ClientError, TimeoutError) as error:
             self.note_connection_lost()
-            self.log.info("watch of Jobs in %s interrupted (%s)", namespace, _short(error))
+            self.log.info("watch of %s in %s interrupted (%s)", resource, namespace, _short(error))
 
     async def list_job_pods(self, job_name: str, namespace: str) -> list[dict]:
         async def pods(api: Any) -> list[dict]:
@@ -516,17 +561,28 @@ class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
         return await self.call(f"list events in {namespace}", events)
 
     async def get_podgroup(self, job: dict) -> dict | None:
-        namespace, uid = job["metadata"]["namespace"], job["metadata"].get("uid")
+        """As VolcanoHook.get_podgroup: a GET by name, else a search by owner."""
+        namespace, name = job["metadata"]["namespace"], podgroup_name(job)
+
+        async def by_name(api: Any) -> dict | None:
+            try:
+                return await async_client.CustomObjectsApi(api).get_namespaced_custom_object(
+                    PODGROUP_GROUP, PODGROUP_VERSION, namespace, PODGROUP_PLURAL, name)
+            except AsyncApiException as error:
+                if error.status == 404:
+                    return None
+                raise
 
         async def podgroups(api: Any) -> dict:
             return await async_client.CustomObjectsApi(api).list_namespaced_custom_object(
                 PODGROUP_GROUP, PODGROUP_VERSION, namespace, PODGROUP_PLURAL
             )
 
-        for podgroup in (await self.call(f"list PodGroups in {namespace}", podgroups)).get("items") or []:
-            if any(owner.get("uid") == uid for owner in podgroup["metadata"].get("ownerReferences") or []):
-                return podgroup
-        return None
+        podgroup = await self.call(f"get PodGroup {namespace}/{name}", by_name)
+        if podgroup is not None and owned_by(podgroup, job):
+            return podgroup
+        items = (await self.call(f"list PodGroups in {namespace}", podgroups)).get("items") or []
+        return next((podgroup for podgroup in items if owned_by(podgroup, job)), None)
 
     async def read_pod_log_bytes(
         self, name: str, namespace: str, *, container: str | None, since_seconds: int | None, limit_bytes: int
@@ -539,11 +595,8 @@ class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
                 kwargs["container"] = container
             if since_seconds:
                 kwargs["since_seconds"] = since_seconds
-            response = await async_client.CoreV1Api(api).read_namespaced_pod_log(name, namespace, **kwargs)
-            try:
-                return await response.read()
-            finally:
-                response.release()
+            return await _checked_body(await async_client.CoreV1Api(api).read_namespaced_pod_log(
+                name, namespace, **kwargs))
 
         return await self.call(f"read log of pod {namespace}/{name}", read)
 
