@@ -31,6 +31,9 @@ IDENTITY_KEYS = (MANAGED_BY_LABEL, *(f"{LABEL_PREFIX}{key}" for key in ("dag-id"
 SCRIPT_MOUNT_PATH = "/opt/airflow-volcano/script"
 SCRIPT_VOLUME = "training-script"
 API_VERSION = "batch.volcano.sh/v1alpha1"
+# Labels Volcano puts on the pods of a Job.
+JOB_NAME_LABEL = "volcano.sh/job-name"
+TASK_LABEL = "volcano.sh/task-spec"
 MAX_CONFIGMAP_BYTES = 1024 * 1024
 POD_NAME_MAX = 63  # the pod name is also its hostname (svc plugin), so a DNS label
 

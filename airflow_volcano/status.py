@@ -11,9 +11,9 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, overload
 
-from airflow_volcano.manifest import retryable_exit_codes
+from airflow_volcano.manifest import TASK_LABEL, retryable_exit_codes
 
 SUCCEEDED_PHASES = frozenset({"Completed"})
 # Aborted is not terminal for Volcano (it can be resumed), but nothing resumes it on its own:
@@ -73,6 +73,32 @@ def job_state(job: Mapping[str, Any]) -> JobState:
     )
 
 
+@overload
+def waited_view(job: Mapping[str, Any]) -> dict[str, Any]: ...
+
+
+@overload
+def waited_view(job: None) -> None: ...
+
+
+def waited_view(job: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The part of a Job that waiting on it reads (`job_state`, `describe_progress`, the PodGroup's
+    owner uid): a triggerer keeps one per deferred task, and a whole Job with its pod templates and
+    conditions is many times larger."""
+    if job is None:
+        return None
+    metadata, spec = job.get("metadata") or {}, job.get("spec") or {}
+    status = {key: value for key, value in (job.get("status") or {}).items() if key != "conditions"}
+    tasks = [{"name": task.get("name"), "replicas": task.get("replicas")}
+             for task in spec.get("tasks") or [] if isinstance(task, Mapping)]
+    return {
+        "metadata": {key: metadata[key] for key in ("name", "namespace", "uid", "resourceVersion",
+                                                    "creationTimestamp") if key in metadata},
+        "spec": {key: spec[key] for key in ("maxRetry", "policies") if key in spec} | {"tasks": tasks},
+        "status": status,
+    }
+
+
 @dataclass(frozen=True)
 class PodProblem:
     """One pod's failure, as a user would read it in `kubectl describe pod`."""
@@ -98,7 +124,7 @@ class PodProblem:
 
 
 def _task_name(pod: Mapping[str, Any]) -> str:
-    return ((pod.get("metadata") or {}).get("labels") or {}).get("volcano.sh/task-spec", "")
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(TASK_LABEL, "")
 
 
 def pod_problem(pod: Mapping[str, Any]) -> PodProblem | None:

@@ -182,6 +182,11 @@ class WaitEngine:
             return Done(WaitResult(state=job_state(self.job), job=self.job, problem=problem))
         return self._decide(now)
 
+    @property
+    def starting(self) -> bool:
+        """Whether the Job has pods still to start (its pods are looked at until it has none)."""
+        return self.job is not None and _has_pending(self.job)
+
     def _observe(self, job: dict) -> None:
         self.job = job
         if (line := self._progress.observe(job)) is not None:
@@ -200,7 +205,10 @@ class WaitEngine:
             return Done(WaitResult(state=job_state(self.job), job=self.job,
                                    timed_out="the task's execution_timeout passed"))
         if step.check_pods:
-            self._scheduling = startup_timed_out(self.limits, waited) or job_state(self.job).phase == "Pending"
+            # The scheduler's view (PodGroup, events: two reads) once the Job has been Pending a while:
+            # one that starts within a check interval needs no explaining.
+            self._scheduling = startup_timed_out(self.limits, waited) or (
+                job_state(self.job).phase == "Pending" and waited >= self.limits.check_interval)
             return CheckPods(scheduling=self._scheduling)
         seconds = step.wait_seconds
         if self.deadline is not None:

@@ -22,7 +22,8 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_volcano.events import JobEvent, WaitOutcome
 from airflow_volcano.job_runner import JobRef, task_state_key
 from airflow_volcano.logs import LogCursor, complete_lines, emit_new_lines
-from airflow_volcano.triggers.job_watch import DELETED, shared_job_watch
+from airflow_volcano.status import waited_view
+from airflow_volcano.triggers.job_watch import DELETED, Changes, JobPods, shared_job_watch, shared_pod_watch
 from airflow_volcano.wait_engine import (
     Action,
     CheckPods,
@@ -53,12 +54,13 @@ async def _finish_despite_cancellation(work: Coroutine[Any, Any, None], limit: f
         task.result()
 
 
-async def _follow(engine: WaitEngine, changes: asyncio.Queue, seconds: float) -> Action:
+async def _follow(engine: WaitEngine, changes: Changes, seconds: float) -> Action:
     """The Job's changes from the shared watch, for up to `seconds`, until one needs acting on."""
     deadline = time.monotonic() + seconds
     while (remaining := deadline - time.monotonic()) > 0:
         try:
-            item = await asyncio.wait_for(changes.get(), remaining)
+            async with asyncio.timeout(remaining):  # no task per wait, unlike wait_for
+                item = await changes.get()
         except TimeoutError:
             break
         if isinstance(item, BaseException):
@@ -171,27 +173,46 @@ class VolcanoJobTrigger(BaseTrigger):
 
     async def _watch_until_done(self, hook: Any, ref: JobRef) -> JobEvent:
         """The asyncio driver of the wait engine (job_runner._watch_until_done is the blocking one).
-        Changes come from the triggerer's one shared watch of the namespace's Jobs."""
+        Changes come from the triggerer's one shared watch of the namespace's Jobs; while the Job
+        is starting, its pods come from the shared pod watch."""
         limits = WaitLimits(self.startup_timeout, self.job_timeout, self.check_interval)
         engine = WaitEngine(ref, limits, started_at=ref.created_at or time.time(),
                             report=lambda line: self.log.info("%s", line), deadline=self.deadline)
-        async with shared_job_watch(self.connection, ref.namespace).subscribe(ref.name) as changes:
-            action: Action = engine.job_read(await hook.get_job(ref.name, ref.namespace), time.time())
+        watch = shared_job_watch(self.connection, ref.namespace)
+        async with watch.subscribe(ref.name) as changes, contextlib.AsyncExitStack() as pod_subscription:
+            job_pods: JobPods | None = None
+            job = watch.latest.get(ref.name)
+            if job is not None:
+                changes.clear()  # all older than what `latest` holds
+            else:  # not seen by the shared watch yet (just created), or gone
+                async with watch.reads:
+                    job = waited_view(await hook.get_job(ref.name, ref.namespace))
+            action: Action = engine.job_read(job, time.time())
             while True:
+                if job_pods is not None and not engine.starting:
+                    await pod_subscription.aclose()  # started: the pod watch may stop once no Job is starting
+                    job_pods = None
                 match action:
                     case Done(result=result):
                         return _event(result)
                     case CheckPods(scheduling=scheduling):
-                        pods = await hook.list_job_pods(ref.name, ref.namespace)
-                        podgroup = await hook.get_podgroup(engine.job) if scheduling and engine.job else None
-                        events = (await hook.list_events(ref.namespace, scheduling_subjects(podgroup, pods))
-                                  if scheduling else [])
+                        if job_pods is None:
+                            pod_changes = await pod_subscription.enter_async_context(
+                                shared_pod_watch(self.connection, ref.namespace).subscribe(ref.name))
+                            job_pods = JobPods(pod_changes, lambda: hook.list_job_pods(ref.name, ref.namespace))
+                        async with watch.reads:
+                            pods = await job_pods.current()
+                            podgroup = await hook.get_podgroup(engine.job) if scheduling and engine.job else None
+                            events = (await hook.list_events(ref.namespace, scheduling_subjects(podgroup, pods))
+                                      if scheduling else [])
                         action = engine.pods_seen(pods, podgroup, events, time.time())
                     case Watch(seconds=seconds):
                         action = await _follow(engine, changes, seconds)
                     case Reread(after=after):
                         await asyncio.sleep(after)
-                        action = engine.job_read(await hook.get_job(ref.name, ref.namespace), time.time())
+                        async with watch.reads:
+                            action = engine.job_read(waited_view(await hook.get_job(ref.name, ref.namespace)),
+                                                     time.time())
 
     async def _copy_logs_periodically(self, hook: Any, ref: JobRef, cursor: LogCursor) -> None:
         while True:

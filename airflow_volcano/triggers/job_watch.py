@@ -1,60 +1,114 @@
-"""One watch of Volcano Jobs per connection and namespace, shared by every trigger in the triggerer.
+"""Watches shared by every trigger in the triggerer: one of Volcano Jobs per connection and
+namespace, and one of their pods while some Job is starting.
 
 A deferred VolcanoJobTrigger used to hold its own client and its own watch request: about 1 MiB,
 one TLS session and one apiserver watch per waiting Job. Here all triggers of one connection and
 namespace subscribe to one `SharedJobWatch`: one client, one watch request of the namespace's Jobs
 (resumed from the last resourceVersion when it drops, once for everyone), and each trigger gets
-only its own Job's changes on a queue. The watch stops when the last subscriber leaves.
+only its own Job's changes. The watch stops when the last subscriber leaves.
 
 On 410 Gone (the apiserver compacted the resourceVersion away) it lists the namespace's Jobs page
 by page and hands each subscriber its Job as now: one paged list instead of a GET per trigger.
+
+While a Job is starting its trigger looks at the pods (an image that cannot be pulled leaves the
+Job Pending). Those triggers share a `SharedPodWatch` of the namespace's Volcano pods: each lists
+its Job's pods once and then follows their changes, instead of listing them at every check. It
+runs only while some subscriber's Job is starting, so a namespace of thousands of running Jobs
+costs no pod traffic at all.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import hashlib
 import json
 import logging
 import random
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from airflow_volcano.exceptions import WatchExpired
+from airflow_volcano.manifest import JOB_NAME_LABEL
+from airflow_volcano.status import waited_view
 from airflow_volcano.wait_engine import backoff_after_drops
 
 log = logging.getLogger(__name__)
 
 WATCH_SECONDS = 300  # one watch request lasts this long at most, then is reopened from where it was
 LIST_PAGE = 500
+# How many of the subscribers' own reads (the first GET of each Job, pod checks) run at once. When
+# a triggerer starts with thousands of deferred tasks they all read at the same moment; unbounded,
+# the burst of pending requests is what stays in the loop's memory afterwards.
+CONCURRENT_READS = 20
 # What a subscriber's queue receives besides Job objects: the Job is gone (or an exception: the
 # shared watch failed for good, and so does every wait on it).
 DELETED = "DELETED"
+RESYNC = "RESYNC"  # to a pod subscriber: the watch restarted, list your pods again
 
 
-class SharedJobWatch:
-    """The Jobs of one namespace, watched once for all subscribers (one event loop)."""
+class Changes:
+    """One subscriber's changes of its Job, in order: a queue as light as it can be, since a
+    triggerer holds one per deferred task (asyncio.Queue costs four deques and an Event)."""
 
-    def __init__(self, connection: dict[str, Any], namespace: str) -> None:
+    __slots__ = ("_items", "_waiter")
+
+    def __init__(self) -> None:
+        self._items: collections.deque[Any] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put(self, item: Any) -> None:
+        self._items.append(item)
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def ready(self) -> bool:
+        return bool(self._items)
+
+    def get_nowait(self) -> Any:
+        return self._items.popleft()
+
+    def clear(self) -> None:
+        self._items.clear()
+
+    async def get(self) -> Any:
+        while not self._items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._items.popleft()
+
+
+class SharedWatch:
+    """One kind of object in one namespace, watched once for all subscribers (one event loop).
+    Subclasses say which kind, whose subscribers get an object, and how a (re)start catches up."""
+
+    resource = ""  # what AsyncVolcanoHook.list_page / watch call it
+    label_selector: str | None = None
+
+    def __init__(self, connection: dict[str, Any], namespace: str, hook: Any = None) -> None:
         self.connection, self.namespace = connection, namespace
-        self.subscribers: dict[str, set[asyncio.Queue]] = {}
+        self.subscribers: dict[str, set[Changes]] = {}
         self.watch_requests = 0  # how many watch requests were opened (for tests and benchmarks)
         self.relists = 0
         self._resource_version: str | None = None
         self._task: asyncio.Task | None = None
-        self._hook: Any = None
+        self._hook: Any = hook
         self._ready = asyncio.Event()  # set once the watch has a resourceVersion (or has failed)
 
     @contextlib.asynccontextmanager
-    async def subscribe(self, name: str) -> AsyncIterator[asyncio.Queue]:
-        """A queue of the named Job's changes (each a Job dict, or DELETED) while the block runs."""
-        queue: asyncio.Queue = asyncio.Queue()
+    async def subscribe(self, name: str) -> AsyncIterator[Changes]:
+        """The changes of what belongs to the named Job while the block runs."""
+        queue = Changes()
         self.subscribers.setdefault(name, set()).add(queue)
         if self._task is None or self._task.done():
             self._ready.clear()
-            self._task = asyncio.create_task(self._run(), name=f"airflow-volcano watch of Jobs in {self.namespace}")
+            self._task = asyncio.create_task(
+                self._run(), name=f"airflow-volcano watch of {self.resource} in {self.namespace}")
         try:
             await self._started()
             yield queue
@@ -77,7 +131,7 @@ class SharedJobWatch:
 
     async def close(self) -> None:
         task, self._task = self._task, None
-        _registry().pop((_connection_key(self.connection), self.namespace), None)
+        _registry().pop(self._key(), None)
         if task is not None and task is not asyncio.current_task():
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
@@ -93,11 +147,11 @@ class SharedJobWatch:
         try:
             await self._watch()
         except Exception as error:  # noqa: BLE001 - e.g. a permission taken away: every subscriber fails with it
-            _registry().pop((_connection_key(self.connection), self.namespace), None)  # the next trigger starts anew
+            _registry().pop(self._key(), None)  # the next trigger starts anew
             self._ready.set()
             for queues in self.subscribers.values():
                 for queue in queues:
-                    queue.put_nowait(error)
+                    queue.put(error)
             raise
 
     async def _watch(self) -> None:
@@ -110,16 +164,17 @@ class SharedJobWatch:
         while True:
             if self._resource_version is None:
                 await self._relist()
+                self._ready.set()
             opened = time.monotonic()
             self.watch_requests += 1
             try:
-                changes = hook.watch_jobs(self.namespace, resource_version=self._resource_version,
-                                          timeout_seconds=WATCH_SECONDS)
-                async for kind, job in changes:
-                    metadata = job.get("metadata") or {}
-                    self._resource_version = metadata.get("resourceVersion") or self._resource_version
-                    if kind in ("ADDED", "MODIFIED", "DELETED"):
-                        self._dispatch(metadata.get("name", ""), DELETED if kind == "DELETED" else job)
+                changes = hook.watch(self.resource, self.namespace, resource_version=self._resource_version,
+                                     timeout_seconds=WATCH_SECONDS, label_selector=self.label_selector)
+                async for kind, obj in changes:
+                    self._resource_version = (obj.get("metadata") or {}).get("resourceVersion") or \
+                        self._resource_version
+                    if kind in ("ADDED", "MODIFIED", "DELETED") and (owner := self.owner(obj)):
+                        self._dispatch(owner, self.item(kind, obj))
             except WatchExpired:
                 self._resource_version = None
                 continue
@@ -130,38 +185,146 @@ class SharedJobWatch:
             else:
                 drops = 0
 
+    def owner(self, obj: dict) -> str | None:
+        """The name of the Job whose subscribers get `obj`."""
+        raise NotImplementedError
+
+    def item(self, kind: str, obj: dict) -> Any:
+        """What a subscriber receives for a change."""
+        raise NotImplementedError
+
+    async def _relist(self) -> None:
+        """Catch up at a (re)start: set the resourceVersion to watch from, tell subscribers."""
+        raise NotImplementedError
+
+    def _dispatch(self, name: str, item: Any) -> None:
+        for queue in self.subscribers.get(name, ()):
+            queue.put(item)
+
+    def _key(self) -> tuple[str, str, str]:
+        return _connection_key(self.connection), self.namespace, self.resource
+
+
+class SharedJobWatch(SharedWatch):
+    """The Jobs of one namespace. A subscriber receives its Job at each change (the part waiting
+    reads, `waited_view`), or DELETED. `latest` holds every Job of the namespace as last seen, so
+    a new subscriber starts from it without a GET of its own; `reads` bounds the subscribers' own
+    API reads."""
+
+    resource = "jobs"
+
+    def __init__(self, connection: dict[str, Any], namespace: str) -> None:
+        super().__init__(connection, namespace)
+        self.reads = asyncio.Semaphore(CONCURRENT_READS)  # held by a subscriber around each of its API reads
+        self.latest: dict[str, dict] = {}
+
+    def owner(self, obj: dict) -> str | None:
+        return (obj.get("metadata") or {}).get("name")
+
+    def item(self, kind: str, obj: dict) -> dict | str:
+        name = obj["metadata"]["name"]
+        if kind == "DELETED":
+            self.latest.pop(name, None)
+            return DELETED
+        self.latest[name] = view = waited_view(obj)
+        return view
+
     async def _relist(self) -> None:
         """Every subscriber's Job as it is now, from a paged list; its resourceVersion to watch from."""
         self.relists += 1
-        seen: set[str] = set()
+        latest: dict[str, dict] = {}
         token: str | None = None
         while True:
-            jobs, version, token = await self.hook.list_jobs_page(self.namespace, limit=LIST_PAGE,
-                                                                    continue_token=token)
+            jobs, version, token = await self.hook.list_page(self.resource, self.namespace, limit=LIST_PAGE,
+                                                             continue_token=token)
             for job in jobs:
-                name = job["metadata"]["name"]
-                seen.add(name)
-                self._dispatch(name, job)
+                latest[job["metadata"]["name"]] = waited_view(job)
             if token is None:
                 break
-        for name in set(self.subscribers) - seen:
-            self._dispatch(name, DELETED)
+        self.latest = latest
+        for name in self.subscribers:
+            self._dispatch(name, latest.get(name, DELETED))
         self._resource_version = version
-        self._ready.set()
 
-    def _dispatch(self, name: str, item: dict | str) -> None:
-        for queue in self.subscribers.get(name, ()):
-            queue.put_nowait(item)
+
+class SharedPodWatch(SharedWatch):
+    """The Volcano pods of one namespace, for triggers whose Job is starting. A subscriber receives
+    (ADDED/MODIFIED/DELETED, pod) for its Job's pods, or RESYNC: list your pods again (`JobPods`).
+
+    It borrows the Job watch's hook, so it shares that watch's client too."""
+
+    resource = "pods"
+    label_selector = JOB_NAME_LABEL  # pods of any Volcano Job
+
+    def owner(self, obj: dict) -> str | None:
+        return ((obj.get("metadata") or {}).get("labels") or {}).get(JOB_NAME_LABEL)
+
+    def item(self, kind: str, obj: dict) -> tuple[str, dict]:
+        return kind, obj
+
+    async def _watch(self) -> None:
+        await self._watch_with(self.hook)
+
+    async def _relist(self) -> None:
+        """Only a resourceVersion (a list of one pod): each subscriber lists its own Job's pods, so
+        a namespace of thousands of running pods is never listed whole."""
+        self.relists += 1
+        _, self._resource_version, _ = await self.hook.list_page(self.resource, self.namespace, limit=1,
+                                                                 label_selector=self.label_selector)
+        for queues in self.subscribers.values():
+            for queue in queues:
+                queue.put(RESYNC)
+
+
+class JobPods:
+    """A starting Job's pods, kept current from the shared pod watch: listed once (and again after
+    a RESYNC), then changed by each event, so checking them costs no request."""
+
+    def __init__(self, changes: Changes, list_pods: Callable[[], Awaitable[list[dict]]]) -> None:
+        self.changes, self.list_pods = changes, list_pods
+        self.pods: dict[str, dict] | None = None
+
+    async def current(self) -> list[dict]:
+        while self.changes.ready():
+            item = self.changes.get_nowait()
+            if isinstance(item, BaseException):
+                raise item
+            if item == RESYNC:
+                self.pods = None
+            elif self.pods is not None:
+                self._apply(*item)
+        if self.pods is None:
+            # Changes queued until now are older than this list; those arriving during it are
+            # sorted out by resourceVersion in _apply.
+            self.pods = {pod["metadata"]["name"]: pod for pod in await self.list_pods()}
+        return list(self.pods.values())
+
+    def _apply(self, kind: str, pod: dict) -> None:
+        name = pod["metadata"]["name"]
+        known = self.pods.get(name) if self.pods is not None else None
+        if known is not None and _older(pod, known):
+            return  # sent before the list that gave `known`
+        if kind == "DELETED":
+            self.pods.pop(name, None)  # type: ignore[union-attr]
+        else:
+            self.pods[name] = pod  # type: ignore[index]
+
+
+def _older(pod: dict, than: dict) -> bool:
+    """Whether `pod` is an older version than `than`. The apiserver documents resourceVersions as
+    opaque; within one cluster they are etcd's growing revisions, and anything else is not compared."""
+    mine, theirs = pod["metadata"].get("resourceVersion", ""), than["metadata"].get("resourceVersion", "")
+    return mine.isdigit() and theirs.isdigit() and int(mine) < int(theirs)
 
 
 def _connection_key(connection: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(connection, sort_keys=True, default=str).encode()).hexdigest()
 
 
-_WATCHES: dict[int, dict[tuple[str, str], SharedJobWatch]] = {}
+_WATCHES: dict[int, dict[tuple[str, str, str], SharedWatch]] = {}
 
 
-def _registry() -> dict[tuple[str, str], SharedJobWatch]:
+def _registry() -> dict[tuple[str, str, str], SharedWatch]:
     """This event loop's shared watches (a triggerer runs one loop; tests may run several in turn)."""
     loop = asyncio.get_running_loop()
     for stale in [key for key in _WATCHES if key != id(loop) and not _WATCHES[key]]:
@@ -170,9 +333,18 @@ def _registry() -> dict[tuple[str, str], SharedJobWatch]:
 
 
 def shared_job_watch(connection: dict[str, Any], namespace: str) -> SharedJobWatch:
-    """The shared watch of this connection and namespace, created on first use."""
+    """The shared watch of this connection's Jobs in `namespace`, created on first use."""
     registry = _registry()
-    key = (_connection_key(connection), namespace)
+    key = (_connection_key(connection), namespace, SharedJobWatch.resource)
     if key not in registry:
         registry[key] = SharedJobWatch(connection, namespace)
-    return registry[key]
+    return registry[key]  # type: ignore[return-value]
+
+
+def shared_pod_watch(connection: dict[str, Any], namespace: str) -> SharedPodWatch:
+    """The shared watch of this connection's Volcano pods in `namespace` (with the Job watch's hook)."""
+    registry = _registry()
+    key = (_connection_key(connection), namespace, SharedPodWatch.resource)
+    if key not in registry:
+        registry[key] = SharedPodWatch(connection, namespace, hook=shared_job_watch(connection, namespace).hook)
+    return registry[key]  # type: ignore[return-value]

@@ -29,7 +29,8 @@ def test_a_running_job_is_watched_for_five_minutes_from_its_resource_version():
 
 def test_a_pending_job_has_its_pods_and_scheduler_checked_and_an_image_pull_error_ends_the_wait():
     wait, _ = engine(WaitLimits(check_interval=5))
-    assert wait.job_read(job("Pending", pending=3), now=1001) == CheckPods(scheduling=True)
+    assert wait.job_read(job("Pending", pending=3), now=1001) == CheckPods(scheduling=False), (
+        "pods at once (an image pull error shows early); the scheduler once it has been Pending a while")
     watching = wait.pods_seen([pod("train-master-0", "master", "Pending")], None, [], now=1001)
     assert watching == Watch(resource_version="7", seconds=5), "the next pod check in check_interval"
     assert wait.job_changed(job("Pending", pending=3), now=1003) is None
