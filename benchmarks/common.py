@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 
-def master_only_job(name: str, sim: dict[str, str]) -> dict:
-    """A PyTorch Volcano Job with just its master; `sim` tells kwok what the pod does."""
-    return {
+def master_only_job(name: str, sim: dict[str, str], *, plugins: bool = True) -> dict:
+    """A PyTorch Volcano Job with just its master; `sim` tells kwok what the pod does. Without
+    `plugins` (no pytorch/svc: no Service, ConfigMap or env per Job) Volcano creates it 3x faster."""
+    job = {
         "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": name},
         "spec": {
             "schedulerName": "volcano", "minAvailable": 1,
@@ -18,3 +19,6 @@ def master_only_job(name: str, sim: dict[str, str]) -> dict:
                                              "restartPolicy": "Never"}}}],
         },
     }
+    if not plugins:
+        del job["spec"]["plugins"]
+    return job

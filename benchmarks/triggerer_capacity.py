@@ -6,9 +6,17 @@ Side by side, in the same script and loop: `--design shared` (VolcanoJobTrigger:
 namespace's Jobs shared by every trigger) and `--design per-trigger` (the design before it: each
 waiter its own client and its own field-selected watch of its Job, reopened every 5 minutes).
 
-Uses the local cluster (scripts/volcano-cluster up); adds kwok nodes so N pods fit.
+Uses the local cluster (scripts/volcano-cluster up); adds kwok nodes so N pods fit. The Jobs have
+no plugins (the trigger does not care, and Volcano creates them 3x faster): 1,000 take about a
+minute and a half to be Running here. On this 2-core machine Volcano brings only about 130 Jobs a
+minute to Running once thousands wait, so for 10,000 use `--status-by benchmark`: Volcano's
+controller and scheduler are paused (SIGSTOP) while the benchmark creates the Jobs and writes
+each one's status as Volcano writes a Running one-pod Job's (as kwok writes pod status for
+kubelets); the triggers read the same objects from the same apiserver either way. With
+`--leave-jobs` the Jobs stay for another run; `scripts/volcano-cluster down` drops them.
 
     .venv/bin/python benchmarks/triggerer_capacity.py [--jobs 1000] [--seconds 60] [--design shared]
+                                                      [--status-by volcano|benchmark] [--leave-jobs]
 """
 
 from __future__ import annotations
@@ -16,15 +24,34 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
+import os
 import resource
+import signal
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from common import master_only_job
 
 REPO = Path(__file__).resolve().parent.parent
 NAMESPACE = "bench-triggerer"
+
+
+def running_status(now: str) -> dict:
+    """The status Volcano's controller writes for a Running Job of one running pod."""
+    return {"state": {"phase": "Running", "lastTransitionTime": now}, "minAvailable": 1, "running": 1,
+            "taskStatusCount": {"master": {"phase": {"Running": 1}}},
+            "conditions": [{"status": "Pending", "lastTransitionTime": now},
+                           {"status": "Running", "lastTransitionTime": now}]}
+
+
+def signal_volcano(signum: int) -> None:
+    """Pause (SIGSTOP) or resume (SIGCONT) Volcano's controller and scheduler."""
+    pids = Path(os.environ.get("VOLCANO_CLUSTER_STATE", "/tmp/airflow-volcano-cluster")) / "pids"
+    for name in ("vc-controller-manager", "vc-scheduler"):
+        os.kill(int((pids / f"{name}.pid").read_text().split()[0]), signum)  # "<pid> <binary>"
 
 
 def rss_mib() -> float:
@@ -77,17 +104,52 @@ def apiserver_job_requests(kubectl: list[str]) -> dict[str, float]:
     return counts
 
 
+async def settled(kubectl: list[str]) -> dict[str, float]:
+    """The apiserver's counts once the start-up burst is over: no new request about Jobs for 5 s."""
+    def requests(counts: dict[str, float]) -> float:
+        return sum(count for verb, count in counts.items() if verb != "open watches")
+
+    await asyncio.sleep(10)
+    counts = await asyncio.to_thread(apiserver_job_requests, kubectl)
+    while True:
+        await asyncio.sleep(5)
+        now = await asyncio.to_thread(apiserver_job_requests, kubectl)
+        if requests(now) == requests(counts):
+            return now
+        counts = now
+
+
+def running_jobs(api, expected: int, limit_seconds: float) -> list[dict]:
+    """The namespace's Running Jobs, once all `expected` are (or the time is up); read page by page."""
+    started = time.monotonic()
+    while True:
+        running, token = [], None
+        while True:
+            page = api.list_namespaced_custom_object("batch.volcano.sh", "v1alpha1", NAMESPACE, "jobs", limit=500,
+                                                     **({"_continue": token} if token else {}))
+            running += [job for job in page["items"]
+                        if (job.get("status") or {}).get("state", {}).get("phase") == "Running"]
+            if not (token := page["metadata"].get("continue")):
+                break
+        if len(running) == expected or time.monotonic() - started > limit_seconds:
+            return running
+        time.sleep(10)
+
+
 async def watch_all(refs: list[dict], connection: dict, seconds: float, design: str, kubectl: list[str]) -> dict:
+    import airflow_volcano.hooks.volcano  # noqa: F401 - the clients' one-time import is not the waiters' memory
     from airflow_volcano.triggers.job import VolcanoJobTrigger
 
+    logging.getLogger("airflow_volcano").setLevel(logging.WARNING)  # 2 lines per trigger otherwise
     baseline = rss_mib()
     if design == "shared":
         waits = [anext(VolcanoJobTrigger(ref, connection, get_logs=False).run()) for ref in refs]
     else:
         waits = [per_trigger_watch(ref, connection) for ref in refs]
     tasks = [asyncio.create_task(wait) for wait in waits]
-    await asyncio.sleep(15)  # every waiter has read its Job and is watching
-    before = await asyncio.to_thread(apiserver_job_requests, kubectl)
+    started = time.monotonic()
+    before = await settled(kubectl)
+    print(f"  every waiter has read its Job {time.monotonic() - started:.0f}s after the start", flush=True)
     cpu0, t0, rss_after_start = cpu_seconds(), time.monotonic(), rss_mib()
     await asyncio.sleep(seconds)
     cpu = (cpu_seconds() - cpu0) / (time.monotonic() - t0)
@@ -111,14 +173,26 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--design", choices=["shared", "per-trigger"], default="shared")
+    parser.add_argument("--leave-jobs", action="store_true", help="do not delete the Jobs and nodes afterwards")
+    parser.add_argument("--status-by", choices=["volcano", "benchmark"], default="volcano",
+                        help="who makes the Jobs Running: Volcano, or the benchmark with Volcano paused")
     args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # one connection per watch
     kubeconfig = subprocess.run([str(REPO / "scripts" / "volcano-cluster"), "up"], capture_output=True, text=True,
                                 check=True).stdout.strip().splitlines()[-1]
     kubectl = ["kubectl", f"--kubeconfig={kubeconfig}"]
-    subprocess.run([*kubectl, "delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait"], capture_output=True)
-    subprocess.run([*kubectl, "create", "namespace", NAMESPACE], check=True, capture_output=True)
+    from kubernetes import client, config
+
+    api = client.CustomObjectsApi(config.new_client_from_config(kubeconfig))
+    started = time.monotonic()
+    # The Jobs a run with --leave-jobs left are used again when they are as many as asked for.
+    subprocess.run([*kubectl, "create", "namespace", NAMESPACE], capture_output=True)
+    running = running_jobs(api, args.jobs, limit_seconds=0)
+    if len(running) != args.jobs:
+        subprocess.run([*kubectl, "delete", "namespace", NAMESPACE, "--wait", "--timeout=1800s"],
+                       capture_output=True)
+        subprocess.run([*kubectl, "create", "namespace", NAMESPACE], check=True, capture_output=True)
     nodes = [{"apiVersion": "v1", "kind": "Node",
               "metadata": {"name": f"bench-node-{i}", "annotations": {"kwok.x-k8s.io/node": "fake"}},
               "status": {"allocatable": {"cpu": "1000", "memory": "4Ti", "pods": "250"},
@@ -128,22 +202,38 @@ def main() -> None:
                                                                       "items": nodes}), text=True, check=True,
                    capture_output=True)
 
-    from kubernetes import client, config
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
+    def create(i: int) -> None:
+        body = master_only_job(f"cap-{i}", {"outcome": "run-forever"}, plugins=False)
+        api.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", NAMESPACE, "jobs", body)
+        if args.status_by == "benchmark":
+            api.patch_namespaced_custom_object_status("batch.volcano.sh", "v1alpha1", NAMESPACE, "jobs", f"cap-{i}",
+                                                      {"status": running_status(now)})
+
+    if args.status_by == "benchmark":
+        signal_volcano(signal.SIGSTOP)
+    try:
+        if len(running) != args.jobs:
+            with ThreadPoolExecutor(8) as pool:
+                list(pool.map(create, range(args.jobs)))
+            running = running_jobs(api, args.jobs, limit_seconds=300 + args.jobs * 0.2)
+        print(f"{len(running)}/{args.jobs} Jobs Running after {time.monotonic() - started:.0f}s", flush=True)
+        run_and_report(args, running, kubeconfig, kubectl)
+    finally:
+        if args.status_by == "benchmark":
+            signal_volcano(signal.SIGCONT)
+    if args.leave_jobs:
+        return
+    # The namespace first: kwok must still manage the nodes to finish deleting their pods.
+    subprocess.run([*kubectl, "delete", "namespace", NAMESPACE, "--wait", "--timeout=600s"], capture_output=True)
+    subprocess.run([*kubectl, "delete", "node", *[n["metadata"]["name"] for n in nodes], "--wait=false"],
+                   capture_output=True)
+
+
+def run_and_report(args: argparse.Namespace, running: list[dict], kubeconfig: str, kubectl: list[str]) -> None:
     from airflow_volcano.job_runner import JobRef
 
-    api = client.CustomObjectsApi(config.new_client_from_config(kubeconfig))
-    started = time.monotonic()
-    for i in range(args.jobs):
-        body = master_only_job(f"cap-{i}", {"outcome": "run-forever"})
-        api.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", NAMESPACE, "jobs", body)
-    while True:
-        jobs = api.list_namespaced_custom_object("batch.volcano.sh", "v1alpha1", NAMESPACE, "jobs")["items"]
-        running = [j for j in jobs if (j.get("status") or {}).get("state", {}).get("phase") == "Running"]
-        if len(running) == args.jobs or time.monotonic() - started > 900:
-            break
-        time.sleep(5)
-    print(f"{len(running)}/{args.jobs} Jobs Running after {time.monotonic() - started:.0f}s")
     refs = [JobRef.from_job(job, "master").to_dict() for job in running]
     connection = {"config_dict": __import__("yaml").safe_load(Path(kubeconfig).read_text()), "in_cluster": False,
                   "cluster_context": None}
@@ -159,10 +249,6 @@ def main() -> None:
           f"{result['open_watches']:.0f} watches of Jobs open at the apiserver")
     for reason in result["reasons"]:
         print(f"    fired: {reason}")
-    # The namespace first: kwok must still manage the nodes to finish deleting their pods.
-    subprocess.run([*kubectl, "delete", "namespace", NAMESPACE, "--wait", "--timeout=600s"], capture_output=True)
-    subprocess.run([*kubectl, "delete", "node", *[n["metadata"]["name"] for n in nodes], "--wait=false"],
-                   capture_output=True)
 
 
 if __name__ == "__main__":

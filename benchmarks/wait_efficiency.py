@@ -1,11 +1,17 @@
-"""Waiting on a Volcano Job: our watch-based wait vs a 10 s polling loop, side by side.
+"""Waiting on a Volcano Job: our two waits vs a 10 s polling loop, side by side.
 
 The peer is the loop cncf's SparkKubernetesOperator launcher uses: GET the custom object, sleep
-10 s, repeat. Both wait on the same real Jobs on the local cluster (scripts/volcano-cluster up),
-at the same time. Figures:
+10 s, repeat. All wait on the same Jobs (kwok pods) on the local cluster (scripts/volcano-cluster
+up), at the same time:
+  - the worker's wait (a task that does not defer): each Job alone, its own client and watch;
+  - deferred: one VolcanoJobTrigger per Job, all in one event loop as in a triggerer, sharing
+    one watch of the namespace's Jobs (and of pods while Jobs start);
+  - the polling loop, one per Job.
+Figures:
   - completion latency: from the moment the Job turns Completed (seen by an independent watch)
     to the moment each waiter returns;
-  - API requests per waiting job-minute, counted at each waiter's ApiClient.
+  - API requests per waiting job-minute, counted at each waiter's ApiClient (the triggers': every
+    HTTP request of their event loop, divided among the Jobs).
 
     .venv/bin/python benchmarks/wait_efficiency.py [--jobs 5] [--run-for 120s]
 """
@@ -52,6 +58,42 @@ def ours(name: str, out: dict) -> None:
     start = time.time()
     wait_for_job(hook, ref, WaitLimits(startup_timeout=600))
     out.update(returned=time.time(), requests=hook.requests, waited=time.time() - start)
+
+
+def triggers(names: list[str], results: dict[str, dict]) -> None:
+    """Every Job waited by its own VolcanoJobTrigger, all in one event loop (as in a triggerer)."""
+    import asyncio
+
+    from kubernetes_asyncio.client import rest
+
+    from airflow_volcano.hooks.volcano import VolcanoHook
+    from airflow_volcano.job_runner import JobRef
+    from airflow_volcano.triggers.job import VolcanoJobTrigger
+
+    hook = VolcanoHook()
+    connection = hook.trigger_connection()
+    refs = {name: JobRef.from_job(hook.get_job(name, NAMESPACE), "master").to_dict() for name in names}
+    requests = 0
+    original = rest.RESTClientObject.request
+
+    async def request(self, *args, **kwargs):
+        nonlocal requests
+        requests += 1
+        return await original(self, *args, **kwargs)
+
+    rest.RESTClientObject.request = request  # only the triggers use the asyncio client here
+
+    async def wait(name: str) -> None:
+        start = time.time()
+        await anext(VolcanoJobTrigger(refs[name], connection, get_logs=False).run())
+        results[name].update(returned=time.time(), waited=time.time() - start)
+
+    async def wait_all() -> None:
+        await asyncio.gather(*(wait(name) for name in names))
+
+    asyncio.run(wait_all())
+    for name in names:
+        results[name]["requests"] = requests / len(names)
 
 
 def polling_loop(name: str, out: dict, interval: float = 10.0) -> None:
@@ -103,7 +145,7 @@ def main() -> None:
     completed_at: dict[str, float] = {}
     watcher = threading.Thread(target=observer, args=(names, completed_at), daemon=True)
     watcher.start()
-    results: dict[str, dict[str, dict]] = {"ours": {}, "poll": {}}
+    results: dict[str, dict[str, dict]] = {"ours": {}, "triggers": {}, "poll": {}}
     threads = []
     for name in sorted(names):
         body = master_only_job(name, {"run-for": args.run_for})
@@ -115,17 +157,22 @@ def main() -> None:
             thread = threading.Thread(target=target, args=(name, results[kind][name]))
             thread.start()
             threads.append(thread)
+    results["triggers"] = {name: {} for name in sorted(names)}
+    threads.append(threading.Thread(target=triggers, args=(sorted(names), results["triggers"])))
+    threads[-1].start()
     for thread in threads:
         thread.join()
     watcher.join(timeout=30)
 
     print(f"{args.jobs} Jobs running {args.run_for}, both waiters on each Job at once")
-    print(f"{'waiter':34} {'latency median':>15} {'latency max':>12} {'requests/job-min':>17}")
-    for kind, label in (("ours", "airflow-volcano (watch)"), ("poll", "10 s polling loop (cncf Spark launcher)")):
+    print(f"{'waiter':42} {'latency median':>15} {'latency max':>12} {'requests/job-min':>17}")
+    for kind, label in (("ours", "airflow-volcano, worker (own watch)"),
+                        ("triggers", "airflow-volcano, deferred (shared watch)"),
+                        ("poll", "10 s polling loop (cncf Spark launcher)")):
         latencies = [r["returned"] - completed_at[n] for n, r in results[kind].items() if n in completed_at]
         rate = sum(r["requests"] for r in results[kind].values()) / (
             sum(r["waited"] for r in results[kind].values()) / 60)
-        print(f"{label:34} {statistics.median(latencies):14.2f}s {max(latencies):11.2f}s {rate:17.2f}")
+        print(f"{label:42} {statistics.median(latencies):14.2f}s {max(latencies):11.2f}s {rate:17.2f}")
     subprocess.run([*kubectl, "delete", "namespace", NAMESPACE, "--wait=false"], capture_output=True)
 
 
