@@ -8,6 +8,7 @@ serialisable; the follower thread is the only part that does I/O.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import time
@@ -25,13 +26,20 @@ def parse_timestamp_ns(stamp: str) -> int | None:
         return None
     body = stamp[:-1]
     whole, _, fraction = body.partition(".")
+    seconds = _epoch_seconds(whole)
+    if seconds is None or (fraction and not fraction.isdigit()):
+        return None
+    return seconds * 1_000_000_000 + int((fraction or "0").ljust(9, "0")[:9])
+
+
+@functools.lru_cache(maxsize=64)
+def _epoch_seconds(whole: str) -> int | None:
+    """Seconds since the epoch of "YYYY-MM-DDTHH:MM:SS" (cached: a busy log repeats each second
+    across many lines, and strptime is most of the cost of copying a line)."""
     try:
-        seconds = datetime.strptime(whole, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC).timestamp()
+        return int(datetime.strptime(whole, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC).timestamp())
     except ValueError:
         return None
-    if fraction and not fraction.isdigit():
-        return None
-    return int(seconds) * 1_000_000_000 + int((fraction or "0").ljust(9, "0")[:9])
 
 
 @dataclass
@@ -84,6 +92,11 @@ class LogCursor:
 def emit_new_lines(lines: Iterable[str], cursor: LogCursor, emit: Emit) -> int:
     """Show the lines of one read that the cursor has not shown yet; returns how many."""
     cursor.start_read()
+    return emit_unseen(lines, cursor, emit)
+
+
+def emit_unseen(lines: Iterable[str], cursor: LogCursor, emit: Emit) -> int:
+    """As emit_new_lines, for the next lines of a read already started (`cursor.start_read()`)."""
     shown = 0
     for line in lines:
         if not line:
@@ -151,28 +164,30 @@ def decode_line(line: bytes) -> str:
     return line.decode("utf-8", errors="replace").rstrip("\r")
 
 
-def complete_lines(data: bytes, limit: int) -> list[str]:
-    """The lines of a log read capped at `limit` bytes. A read that hit the cap ends mid-line, maybe
-    mid-character: that line is left for the next read, which starts at its timestamp. A single
-    line longer than the cap is shown cut (the next read would skip it as already shown)."""
-    if len(data) >= limit and not data.endswith(b"\n") and b"\n" in data:
-        data = data[:data.rfind(b"\n") + 1]
-    return [decode_line(line) for line in data.splitlines()]
+class LineSplitter:
+    """A log's bytes, fed in chunks as they arrive, as whole lines decoded one by one: a chunk may
+    end inside a line or inside a multi-byte character; that part waits for the next chunk."""
+
+    def __init__(self) -> None:
+        self._pending = b""
+
+    def feed(self, chunk: bytes) -> list[str]:
+        *complete, self._pending = (self._pending + chunk).split(b"\n")
+        return [decode_line(line) for line in complete]
+
+    def end(self) -> list[str]:
+        rest, self._pending = self._pending, b""
+        return [decode_line(rest)] if rest else []
 
 
 def _iter_lines(stream: Any) -> Iterable[str]:
-    """Lines of a urllib3 response (or any iterable of str/bytes chunks), split on newlines."""
-    chunks = stream.stream(4096, decode_content=True) if hasattr(stream, "stream") else stream
-    pending = b""
+    """Lines of a urllib3 response (or any iterable of str/bytes chunks). A followed log arrives
+    chunked, so a read returns what has arrived (up to 64 KiB) without waiting for more."""
+    chunks = stream.stream(65536, decode_content=True) if hasattr(stream, "stream") else stream
+    splitter = LineSplitter()
     for chunk in chunks:
-        if isinstance(chunk, str):
-            chunk = chunk.encode()
-        pending += chunk
-        *complete, pending = pending.split(b"\n")
-        for line in complete:
-            yield decode_line(line)
-    if pending:
-        yield decode_line(pending)
+        yield from splitter.feed(chunk.encode() if isinstance(chunk, str) else chunk)
+    yield from splitter.end()
 
 
 def _close(stream: Any) -> None:

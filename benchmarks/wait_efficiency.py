@@ -164,7 +164,7 @@ def main() -> None:
         thread.join()
     watcher.join(timeout=30)
 
-    print(f"{args.jobs} Jobs running {args.run_for}, both waiters on each Job at once")
+    print(f"{args.jobs} Jobs running {args.run_for}, the three waiters on each Job at once")
     print(f"{'waiter':42} {'latency median':>15} {'latency max':>12} {'requests/job-min':>17}")
     for kind, label in (("ours", "airflow-volcano, worker (own watch)"),
                         ("triggers", "airflow-volcano, deferred (shared watch)"),

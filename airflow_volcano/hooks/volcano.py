@@ -584,21 +584,29 @@ class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
         items = (await self.call(f"list PodGroups in {namespace}", podgroups)).get("items") or []
         return next((podgroup for podgroup in items if owned_by(podgroup, job)), None)
 
-    async def read_pod_log_bytes(
-        self, name: str, namespace: str, *, container: str | None, since_seconds: int | None, limit_bytes: int
-    ) -> bytes:
-        """The log as bytes: the client would decode them strictly, and a multi-byte character cut
-        by `limit_bytes` (or a script's invalid UTF-8) would fail the whole read."""
-        async def read(api: Any) -> bytes:
-            kwargs: dict[str, Any] = {"timestamps": True, "limit_bytes": limit_bytes, "_preload_content": False}
-            if container:
-                kwargs["container"] = container
-            if since_seconds:
-                kwargs["since_seconds"] = since_seconds
-            return await _checked_body(await async_client.CoreV1Api(api).read_namespaced_pod_log(
-                name, namespace, **kwargs))
-
-        return await self.call(f"read log of pod {namespace}/{name}", read)
+    async def pod_log_chunks(
+        self, name: str, namespace: str, *, container: str | None, since_seconds: int | None, chunk_bytes: int
+    ) -> AsyncIterator[bytes]:
+        """The log (with timestamps) from `since_seconds` ago to its end as of now, not followed, as
+        raw bytes in chunks of at most `chunk_bytes` as they arrive: one chunk in memory at a time
+        however much was written, and no decoding here (a chunk may end inside a character)."""
+        kwargs: dict[str, Any] = {"timestamps": True, "_preload_content": False}
+        if container:
+            kwargs["container"] = container
+        if since_seconds:
+            kwargs["since_seconds"] = since_seconds
+        try:
+            async with self.get_conn() as api:
+                response = await async_client.CoreV1Api(api).read_namespaced_pod_log(name, namespace, **kwargs)
+                try:
+                    if not 200 <= response.status <= 299:
+                        await _checked_body(response)  # raises with the apiserver's message
+                    async for chunk in response.content.iter_chunked(chunk_bytes):
+                        yield chunk
+                finally:
+                    response.release()
+        except AsyncApiException as error:
+            raise VolcanoApiError.from_api_exception(f"read log of pod {namespace}/{name}", error) from None
 
     async def delete_job(self, name: str, namespace: str) -> None:
         async def delete(api: Any) -> None:

@@ -21,7 +21,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_volcano.events import JobEvent, WaitOutcome
 from airflow_volcano.job_runner import JobRef, task_state_key
-from airflow_volcano.logs import LogCursor, complete_lines, emit_new_lines
+from airflow_volcano.logs import LineSplitter, LogCursor, emit_unseen
 from airflow_volcano.status import waited_view
 from airflow_volcano.triggers.job_watch import DELETED, Changes, JobPods, shared_job_watch, shared_pod_watch
 from airflow_volcano.wait_engine import (
@@ -36,8 +36,7 @@ from airflow_volcano.wait_engine import (
     scheduling_subjects,
 )
 
-LOG_FETCH_BYTES = 256 * 1024  # what one log read may hold in the triggerer's memory
-LOG_FETCH_MAX_BYTES = 16 * 1024 * 1024  # ... when one second of log is larger than that
+LOG_CHUNK_BYTES = 64 * 1024  # what copying a log holds in the triggerer's memory at a time
 # Airflow 3.3+ calls a trigger's on_kill when a user kills its deferred task. Before that a
 # user's kill and a triggerer shutdown both just cancel run(); only the task state tells them apart.
 TRIGGERER_CALLS_ON_KILL = "on_kill" in vars(BaseTrigger)
@@ -220,24 +219,21 @@ class VolcanoJobTrigger(BaseTrigger):
             await asyncio.sleep(self.log_interval)
 
     async def _copy_new_log_lines(self, hook: Any, ref: JobRef, cursor: LogCursor) -> None:
-        """Incremental fetch: only what is newer than the cursor, at most LOG_FETCH_BYTES per read."""
-        limit = LOG_FETCH_BYTES
-        while True:
-            try:
-                data = await hook.read_pod_log_bytes(ref.master_pod, ref.namespace, container=ref.log_container,
-                                                     since_seconds=cursor.since_seconds(), limit_bytes=limit)
-            except Exception:  # noqa: BLE001 - master not started yet, or no log: try again later
-                return
-            shown = emit_new_lines(complete_lines(data, limit), cursor,
-                                   lambda line: self.log.info("[%s] %s", ref.master_pod, line))
-            if len(data) < limit:
-                return  # all there is
-            # Capped: read on now. A read starts at a whole second (the log API's granularity), so
-            # more than the cap written within one second shows nothing new: then read more at once.
-            if not shown:
-                if limit >= LOG_FETCH_MAX_BYTES:
-                    return  # the worker's final read at resume shows the rest
-                limit *= 4
+        """Everything newer than the cursor, streamed: one read from the cursor's second to the
+        log's current end, one chunk in memory at a time, each line shown once."""
+        splitter = LineSplitter()
+        cursor.start_read()
+
+        def emit(line: str) -> None:
+            self.log.info("[%s] %s", ref.master_pod, line)
+
+        try:
+            async for chunk in hook.pod_log_chunks(ref.master_pod, ref.namespace, container=ref.log_container,
+                                                   since_seconds=cursor.since_seconds(), chunk_bytes=LOG_CHUNK_BYTES):
+                emit_unseen(splitter.feed(chunk), cursor, emit)
+            emit_unseen(splitter.end(), cursor, emit)
+        except Exception:  # noqa: BLE001 - master not started yet, no log, a dropped read: the next copy resumes
+            return
 
     async def _kill_if_task_left_deferral(self, ref: JobRef) -> None:
         """Before Airflow 3.3: delete the Job only if the task is no longer deferred (a user acted).

@@ -113,10 +113,10 @@ STAMP_BYTES = len("2026-11-23T18:11:03.059379000Z ")  # the apiserver's timestam
 
 
 def hostile_log() -> list[str | bytes]:
-    """A master log over one trigger read (LOG_FETCH_BYTES): numbered Chinese lines, one line of
-    invalid UTF-8, and a padding line chosen so that the first read's cap falls inside a 3-byte
-    character."""
-    from airflow_volcano.triggers.job import LOG_FETCH_BYTES
+    """A master log over one chunk of the trigger's read (LOG_CHUNK_BYTES): numbered Chinese lines,
+    one line of invalid UTF-8, and a padding line chosen so that a full first chunk would end inside
+    a 3-byte character."""
+    from airflow_volcano.triggers.job import LOG_CHUNK_BYTES
 
     body = [f"{i:04d} " + "训练" * 50 for i in range(1100)]
     body[500] = b"0500 bad bytes \xff\xfe then " + "训练".encode()
@@ -125,14 +125,14 @@ def hostile_log() -> list[str | bytes]:
         offset = 0
         for line in lines:
             size = STAMP_BYTES + len(line if isinstance(line, bytes) else line.encode()) + 1
-            if offset + size > LOG_FETCH_BYTES:
-                cut = LOG_FETCH_BYTES - offset - STAMP_BYTES  # where the cap falls in this line's text
+            if offset + size > LOG_CHUNK_BYTES:
+                cut = LOG_CHUNK_BYTES - offset - STAMP_BYTES  # where the chunk ends in this line's text
                 text = line if isinstance(line, str) else ""
                 if text and cut > 5 and (cut - 5) % 6 in (1, 2, 4, 5):  # after "NNNN ", inside a character
                     return lines
                 break
             offset += size
-    raise AssertionError("no padding puts the cap inside a character")
+    raise AssertionError("no padding puts the chunk's end inside a character")
 
 
 def assert_whole(lines: list[str]) -> None:
@@ -143,9 +143,9 @@ def assert_whole(lines: list[str]) -> None:
 
 
 def test_a_hostile_master_log_is_copied_whole_by_the_trigger(cluster, operator_kubeconfig, monkeypatch):
-    """Split across reads by the trigger's byte cap in the middle of a character, with invalid
-    UTF-8 inside: every line reaches the task log once (the client's strict decoding used to fail
-    every read, and the trigger copied nothing more, silently)."""
+    """Larger than one chunk of the trigger's streamed read (chunks may end inside a character), with
+    invalid UTF-8 inside: every line reaches the task log once (the client's strict decoding used
+    to fail every read, and the trigger copied nothing more, silently)."""
     from airflow_volcano.hooks.volcano import VolcanoHook
 
     cluster.write_log("hostile-master-0", hostile_log())

@@ -42,12 +42,15 @@ def test_since_seconds_reaches_back_past_the_last_line():
     assert LogCursor().since_seconds(now) is None
 
 
-def test_a_capped_read_keeps_whole_lines_and_decodes_what_is_not_utf8():
-    from airflow_volcano.logs import complete_lines
+def test_lines_split_across_chunks_anywhere_come_out_whole_and_decoded():
+    from airflow_volcano.logs import LineSplitter
 
-    data = "a 训练\n".encode() + b"b \xff\n" + "c 训练".encode()
-    cut = data[:-2]  # the cap fell inside the last character
-    assert complete_lines(cut, limit=len(cut)) == ["a 训练", "b \ufffd"], "the cut line waits for the next read"
-    assert complete_lines(data, limit=len(data) + 1) == ["a 训练", "b \ufffd", "c 训练"], "under the cap: all"
-    long_line = "训".encode() * 10
-    assert complete_lines(long_line[:-1], limit=29) == ["训" * 9 + "\ufffd"], "one line over the cap is shown cut"
+    data = "a 训练\n".encode() + b"b \xff\n" + "c 训练\n".encode() + "d 末".encode()
+    expected = ["a 训练", "b \ufffd", "c 训练", "d 末"]
+    for cut in range(1, len(data)):  # every place a chunk can end: inside a line, inside a character
+        splitter = LineSplitter()
+        lines = splitter.feed(data[:cut]) + splitter.feed(data[cut:]) + splitter.end()
+        assert lines == expected, cut
+    one_byte_at_a_time = LineSplitter()
+    lines = [line for byte in data for line in one_byte_at_a_time.feed(bytes([byte]))] + one_byte_at_a_time.end()
+    assert lines == expected
