@@ -1,6 +1,8 @@
-"""What the benchmarks share: the one-pod Volcano Job they wait on."""
+"""What the benchmarks share: the one-pod Volcano Job they wait on, and reading our own memory."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 
 def master_only_job(name: str, sim: dict[str, str], *, plugins: bool = True) -> dict:
@@ -22,3 +24,11 @@ def master_only_job(name: str, sim: dict[str, str], *, plugins: bool = True) -> 
     if not plugins:
         del job["spec"]["plugins"]
     return job
+
+
+def rss_mib() -> float:
+    """This process's resident memory now."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0

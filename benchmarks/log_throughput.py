@@ -29,19 +29,13 @@ import time
 from pathlib import Path
 
 import structlog
+from common import rss_mib
 
 REPO = Path(__file__).resolve().parent.parent
 NAMESPACE = "bench-logs"
 JOB = "logbench"
 POD = f"{JOB}-master-0"  # the name JobRef gives the master pod of Job `logbench`
 CONTAINER = "master"
-
-
-def rss_mib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def peak_rss_mib() -> float:

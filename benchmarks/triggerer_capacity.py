@@ -33,7 +33,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from common import master_only_job
+from common import master_only_job, rss_mib
 
 REPO = Path(__file__).resolve().parent.parent
 NAMESPACE = "bench-triggerer"
@@ -52,13 +52,6 @@ def signal_volcano(signum: int) -> None:
     pids = Path(os.environ.get("VOLCANO_CLUSTER_STATE", "/tmp/airflow-volcano-cluster")) / "pids"
     for name in ("vc-controller-manager", "vc-scheduler"):
         os.kill(int((pids / f"{name}.pid").read_text().split()[0]), signum)  # "<pid> <binary>"
-
-
-def rss_mib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def cpu_seconds() -> float:
