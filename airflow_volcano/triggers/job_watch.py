@@ -232,6 +232,9 @@ class SharedJobWatch(SharedWatch):
     async def _relist(self) -> None:
         """Every subscriber's Job as it is now, from a paged list; its resourceVersion to watch from."""
         self.relists += 1
+        # Only these can be told their Job is gone: a Job of a later subscriber may be newer than
+        # the list's snapshot (taken at its first page).
+        subscribed = set(self.subscribers)
         latest: dict[str, dict] = {}
         token: str | None = None
         while True:
@@ -242,8 +245,11 @@ class SharedJobWatch(SharedWatch):
             if token is None:
                 break
         self.latest = latest
-        for name in self.subscribers:
-            self._dispatch(name, latest.get(name, DELETED))
+        for name in list(self.subscribers):
+            if name in latest:
+                self._dispatch(name, latest[name])
+            elif name in subscribed:
+                self._dispatch(name, DELETED)
         self._resource_version = version
 
 
