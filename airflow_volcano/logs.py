@@ -169,14 +169,18 @@ class LineSplitter:
     end inside a line or inside a multi-byte character; that part waits for the next chunk."""
 
     def __init__(self) -> None:
-        self._pending = b""
+        self._pending: list[bytes] = []  # the unfinished line's parts: joined once, however long it gets
 
     def feed(self, chunk: bytes) -> list[str]:
-        *complete, self._pending = (self._pending + chunk).split(b"\n")
+        if b"\n" not in chunk:
+            self._pending.append(chunk)
+            return []
+        *complete, rest = b"".join([*self._pending, chunk]).split(b"\n")
+        self._pending = [rest] if rest else []
         return [decode_line(line) for line in complete]
 
     def end(self) -> list[str]:
-        rest, self._pending = self._pending, b""
+        rest, self._pending = b"".join(self._pending), []
         return [decode_line(rest)] if rest else []
 
 

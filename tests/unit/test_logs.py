@@ -54,3 +54,8 @@ def test_lines_split_across_chunks_anywhere_come_out_whole_and_decoded():
     one_byte_at_a_time = LineSplitter()
     lines = [line for byte in data for line in one_byte_at_a_time.feed(bytes([byte]))] + one_byte_at_a_time.end()
     assert lines == expected
+    long_line = "训练".encode() * 100_000  # one line over many chunks
+    splitter = LineSplitter()
+    pieces = [long_line[i:i + 65536] for i in range(0, len(long_line), 65536)]
+    lines = [line for piece in pieces for line in splitter.feed(piece)] + splitter.feed(b"\nnext") + splitter.end()
+    assert lines == ["训练" * 100_000, "next"]
