@@ -724,3 +724,50 @@ def test_deepspeed_debug_mode_lets_a_user_run_the_launcher_by_hand(cluster, oper
     assert shell["master"].returncode == 0, shell["master"]
     assert re.search(r"DeepSpeed trained 2 ranks: loss \d+\.\d+ -> \d+\.\d+", shell["master"].stdout), shell["master"]
     assert f"Volcano Job {cluster.namespace}/dsdbg was deleted: debug session over" in run.log
+
+
+def test_the_trigger_copies_a_real_containers_log_whole_in_one_streamed_read(
+        cluster, operator_kubeconfig, real_node, monkeypatch):
+    """The triggerer's log copy on a container the kubelet ran: 3,000 lines of Chinese (more than
+    one 64 KiB chunk, so chunks end inside characters) and one of invalid UTF-8, each shown once."""
+    import asyncio
+
+    from airflow_volcano.hooks.volcano import VolcanoHook
+    from airflow_volcano.job_runner import JobRef
+    from airflow_volcano.logs import LogCursor
+    from airflow_volcano.triggers.job import LOG_CHUNK_BYTES, VolcanoJobTrigger
+
+    write = ("import sys\n"
+             "for i in range(3000):\n"
+             "    line = f'{i:04d} ' + '训练' * 10 + '\\n'\n"
+             "    sys.stdout.buffer.write(line.encode() if i != 1500 else b'1500 bad \\xff\\xfe\\n')\n")
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "tlog-master-0"},
+           "spec": {"restartPolicy": "Never", "schedulerName": "volcano", "nodeSelector": real_node["node_selector"],
+                    "tolerations": real_node["tolerations"],
+                    "containers": [{"name": "master", "image": real_node["image"], "imagePullPolicy": "IfNotPresent",
+                                    "command": ["python3", "-c", write]}]}}
+    cluster.core.create_namespaced_pod(cluster.namespace, pod)
+    cluster.wait_for("the writer to finish", lambda: cluster.core.read_namespaced_pod(
+        "tlog-master-0", cluster.namespace).status.phase == "Succeeded", 120)
+    shown: list[str] = []
+
+    class TaskLog:
+        def info(self, message: str, *args: object) -> None:
+            shown.append(message % args)
+
+        def __getattr__(self, name: str) -> object:
+            return lambda *args, **kwargs: None
+
+    monkeypatch.setattr(VolcanoJobTrigger, "log", TaskLog())
+    ref = JobRef(name="tlog", namespace=cluster.namespace, master_container="master")
+    trigger = VolcanoJobTrigger(ref.to_dict(), VolcanoHook().trigger_connection())
+
+    async def copy() -> None:
+        await trigger._copy_new_log_lines(await trigger._hook(), ref, LogCursor())
+
+    asyncio.run(copy())
+    assert 3000 * len(("0000 " + "训练" * 10 + "\n").encode()) > LOG_CHUNK_BYTES, "more than one chunk"
+    lines = [line.removeprefix("[tlog-master-0] ") for line in shown]
+    assert [line[:4] for line in lines] == [f"{i:04d}" for i in range(3000)], "every line once, in order"
+    assert lines[2999] == "2999 " + "训练" * 10
+    assert lines[1500] == "1500 bad \ufffd\ufffd"
