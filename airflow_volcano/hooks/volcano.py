@@ -37,6 +37,13 @@ PLURAL = "jobs"
 PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL = "scheduling.volcano.sh", "v1beta1", "podgroups"
 
 
+def log_request(container: str | None, since_seconds: int | None, **options: Any) -> dict[str, Any]:
+    """The arguments of a pod log read, either client: with timestamps (the cursor needs them) and
+    undecoded (the client's own decoding mangles non-UTF-8 logs); options left out when unset."""
+    wanted = {"container": container, "since_seconds": since_seconds, **options}
+    return {"timestamps": True, "_preload_content": False} | {key: value for key, value in wanted.items() if value}
+
+
 def podgroup_name(job: dict) -> str:
     """The name Volcano's job controller gives a Job's PodGroup."""
     return f"{job['metadata']['name']}-{job['metadata'].get('uid', '')}"
@@ -301,13 +308,7 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
         self, name: str, namespace: str, *, container: str | None = None, since_seconds: int | None = None,
         tail_lines: int | None = None,
     ) -> str:
-        kwargs: dict[str, Any] = {"timestamps": True, "_preload_content": False}
-        if container:
-            kwargs["container"] = container
-        if since_seconds:
-            kwargs["since_seconds"] = since_seconds
-        if tail_lines:
-            kwargs["tail_lines"] = tail_lines
+        kwargs = log_request(container, since_seconds, tail_lines=tail_lines)
         # Raw bytes, decoded here: the client's own decoding mangles non-ASCII logs into "b'...'".
         response = self.call(
             f"read log of pod {namespace}/{name}",
@@ -319,12 +320,8 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
         self, name: str, namespace: str, *, container: str | None = None, since_seconds: int | None = None
     ) -> Any:
         """An open, following log stream (urllib3 response); the caller reads and closes it."""
-        kwargs: dict[str, Any] = {"follow": True, "timestamps": True, "_preload_content": False}
-        if container:
-            kwargs["container"] = container
-        if since_seconds:
-            kwargs["since_seconds"] = since_seconds
-        return self.core_v1_client.read_namespaced_pod_log(name, namespace, **kwargs)
+        return self.core_v1_client.read_namespaced_pod_log(
+            name, namespace, **log_request(container, since_seconds, follow=True))
 
     def list_events(self, namespace: str, names: set[str]) -> list[dict]:
         """Events about the named objects (the Job, its pods, its PodGroup)."""
@@ -590,11 +587,7 @@ class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
         """The log (with timestamps) from `since_seconds` ago to its end as of now, not followed, as
         raw bytes in chunks of at most `chunk_bytes` as they arrive: one chunk in memory at a time
         however much was written, and no decoding here (a chunk may end inside a character)."""
-        kwargs: dict[str, Any] = {"timestamps": True, "_preload_content": False}
-        if container:
-            kwargs["container"] = container
-        if since_seconds:
-            kwargs["since_seconds"] = since_seconds
+        kwargs = log_request(container, since_seconds)
         try:
             async with self.get_conn() as api:
                 response = await async_client.CoreV1Api(api).read_namespaced_pod_log(name, namespace, **kwargs)
