@@ -44,6 +44,15 @@ class VolcanoApiError(RuntimeError):
         return text
 
 
+class JobSpecError(ValueError):
+    """A bad argument or template, found before anything is submitted; the message names the
+    parameter and the bad value."""
+
+
+class VolcanoJobError(RuntimeError):
+    """The Job failed, timed out or could not start; the message says why."""
+
+
 class WatchExpired(RuntimeError):
     """The apiserver no longer has the resourceVersion a watch asked to resume from (410 Gone):
     the watcher must list again."""

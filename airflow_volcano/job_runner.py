@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from airflow_volcano.exceptions import VolcanoJobError
 from airflow_volcano.logs import Emit, LogCursor, LogFollower, emit_new_lines
 from airflow_volcano.manifest import CHECKED_LABEL
 from airflow_volcano.status import (
@@ -53,10 +54,6 @@ class OnFinishAction(StrEnum):
 def task_state_key(task_id: str, map_index: int | None) -> str:
     """How Airflow's get_task_states names a task instance: mapped ones carry their index."""
     return task_id if map_index is None or map_index < 0 else f"{task_id}_{map_index}"
-
-
-class VolcanoJobError(RuntimeError):
-    """The Job failed, timed out or could not start; the message says why."""
 
 
 @dataclass

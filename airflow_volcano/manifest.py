@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from airflow_volcano import hostfile_launch
+from airflow_volcano.exceptions import JobSpecError
 from airflow_volcano.hostfile_launch import HostfileLaunch
 
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
@@ -75,10 +76,6 @@ CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]+\Z")
 # Unprefixed container resources Kubernetes knows; anything else needs a domain (nvidia.com/gpu).
 STANDARD_RESOURCES = {"cpu", "memory", "ephemeral-storage"}
 QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|[KMGTPE]i|[numkMGTPE])?\Z")
-
-
-class JobSpecError(ValueError):
-    """A bad argument or template, found before anything is submitted."""
 
 
 # Request fields whose operator argument has another name (BaseOperator owns `resources` and

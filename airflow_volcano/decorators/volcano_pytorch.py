@@ -14,7 +14,8 @@ from typing import Any
 
 from airflow.sdk.bases.decorator import DecoratedOperator, TaskDecorator, task_decorator_factory
 
-from airflow_volcano.manifest import JobSpecError, TrainingScript
+from airflow_volcano.exceptions import JobSpecError
+from airflow_volcano.manifest import TrainingScript
 from airflow_volcano.operators.pytorch import VolcanoPyTorchJobOperator
 
 RUNNER = '''

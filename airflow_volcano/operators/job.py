@@ -23,14 +23,13 @@ import yaml
 from airflow.sdk import BaseOperator
 
 from airflow_volcano.compat import conf
-from airflow_volcano.exceptions import VolcanoApiError
+from airflow_volcano.exceptions import JobSpecError, VolcanoApiError, VolcanoJobError
 from airflow_volcano.links import LINKS, link_urls
 from airflow_volcano.manifest import (
     CHECKED_LABEL,
     DEBUG_ANNOTATION,
     TENSORBOARD_TASK,
     JobManifests,
-    JobSpecError,
     PyTorchJobRequest,
     TrainingScript,
     build_manifests,
@@ -488,10 +487,10 @@ class VolcanoJobOperator(BaseOperator):
         for copy in self._log_copies(ref, job or {"metadata": {"name": ref.name}}, cursor):
             job_runner.read_remaining_log(hook, ref.namespace, copy)
         if ended.status is WaitOutcome.ERROR:
-            raise job_runner.VolcanoJobError(f"Waiting for Volcano Job {ref.namespace}/{ref.name} failed: "
+            raise VolcanoJobError(f"Waiting for Volcano Job {ref.namespace}/{ref.name} failed: "
                                              f"{ended.message}")
         if job is None:
-            raise job_runner.VolcanoJobError(f"Volcano Job {ref.namespace}/{ref.name} no longer exists")
+            raise VolcanoJobError(f"Volcano Job {ref.namespace}/{ref.name} no longer exists")
         result = job_runner.WaitResult(
             state=job_state(job), job=job, log_cursor=cursor,
             timed_out=ended.message if ended.status is WaitOutcome.TIMEOUT else None,
@@ -504,7 +503,7 @@ class VolcanoJobOperator(BaseOperator):
 
     def _submit_or_reattach(self, hook: VolcanoHook, manifests: JobManifests, namespace: str,
                             state_store: Any = None) -> JobRef:
-        from airflow_volcano.job_runner import JobRef, VolcanoJobError, delete_job_and_script
+        from airflow_volcano.job_runner import JobRef, delete_job_and_script
         from airflow_volcano.status import job_state
 
         job = manifests.job

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
 from airflow_volcano.compat import AirflowFailException, conf
+from airflow_volcano.exceptions import VolcanoJobError
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -116,7 +117,7 @@ class VolcanoJobSensor(BaseSensorOperator):
         result = job_runner.WaitResult(state=state, job=job, log_cursor=master_log.cursor)
         try:
             summary = job_runner.finalize(hook, ref, result, on_finish_action=job_runner.OnFinishAction.KEEP_JOB)
-        except job_runner.VolcanoJobError as error:
+        except VolcanoJobError as error:
             # The Job's end is final: retrying the sensor cannot change it.
             raise AirflowFailException(str(error)) from error
         return PokeReturnValue(is_done=True, xcom_value=summary)

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes.client.rest import ApiException
 
-from airflow_volcano.manifest import JobSpecError
+from airflow_volcano.exceptions import JobSpecError
 from airflow_volcano.operators.deepspeed import VolcanoDeepSpeedJobOperator
 from airflow_volcano.operators.job import VolcanoJobOperator
 from airflow_volcano.operators.pytorch import VolcanoPyTorchJobOperator

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from airflow_volcano.exceptions import JobSpecError
 from airflow_volcano.hostfile_launch import LAUNCH_SCRIPT, SESSION_SCRIPT, SSHD_SCRIPT, HostfileLaunch
 from airflow_volcano.manifest import (
     MANAGED_BY_LABEL,
     SCRIPT_MOUNT_PATH,
-    JobSpecError,
     PyTorchJobRequest,
     TrainingScript,
     build_manifests,

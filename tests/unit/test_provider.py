@@ -89,7 +89,7 @@ def test_dry_run_prints_the_manifests_without_a_cluster(capsys):
 def test_operator_reports_a_missing_script_before_submitting():
     import pytest
 
-    from airflow_volcano.manifest import JobSpecError
+    from airflow_volcano.exceptions import JobSpecError
     from airflow_volcano.operators.pytorch import VolcanoPyTorchJobOperator
 
     op = VolcanoPyTorchJobOperator(task_id="train", image="img:1", training_script="/nope/train.py")
@@ -100,7 +100,7 @@ def test_operator_reports_a_missing_script_before_submitting():
 def test_operator_refuses_log_tasks_the_job_does_not_have_before_submitting():
     import pytest
 
-    from airflow_volcano.manifest import JobSpecError
+    from airflow_volcano.exceptions import JobSpecError
     from airflow_volcano.operators.pytorch import VolcanoPyTorchJobOperator
 
     for log_tasks, expected in ((["workers"], "log_tasks: the job has no task 'workers' (tasks: master, worker)"),
