@@ -237,7 +237,7 @@ def wait_until_running(
         problem = startup_problem(ref, found, podgroup, limits, time.monotonic() - started)
         if problem is not None:
             raise VolcanoJobError(problem)
-        time.sleep(limits.check_interval)
+        time.sleep(limits.poll_interval)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import datetime
 import hashlib
 import json
+import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +23,7 @@ import yaml
 from airflow_volcano import hostfile_launch
 from airflow_volcano.exceptions import JobSpecError
 from airflow_volcano.hostfile_launch import HostfileLaunch
+from airflow_volcano.kubelet import ExpandVars, container_string, process_string
 
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "airflow-volcano"
@@ -271,6 +274,20 @@ def _integer(parameter: str, value: Any, minimum: int = 0, maximum: int | None =
     return number
 
 
+def seconds(parameter: str, value: Any) -> float:
+    """A duration argument: a number of seconds or a timedelta, > 0. Checked before anything is
+    submitted, so "60" fails here with the parameter's name, not later inside the wait."""
+    number = value.total_seconds() if isinstance(value, datetime.timedelta) else value
+    if isinstance(number, bool) or not isinstance(number, int | float) or not math.isfinite(number) or number <= 0:
+        raise JobSpecError(f"{parameter} must be a number of seconds > 0 or a timedelta, got {value!r}")
+    return float(number)
+
+
+def optional_seconds(parameter: str, value: Any) -> float | None:
+    """As `seconds`, or None: that limit is off."""
+    return None if value is None else seconds(parameter, value)
+
+
 def _check_type(parameter: str, value: Any, kind: type, item: type | tuple[type, ...] | None = None) -> None:
     if value is None:
         return
@@ -316,8 +333,9 @@ def _normalize(req: PyTorchJobRequest) -> PyTorchJobRequest:
                            "must differ")
     _choice("image_pull_policy", req.image_pull_policy, PULL_POLICIES)
     _choice("restart_policy", req.restart_policy, RESTART_POLICIES)
-    for field in ("command", "args", "image_pull_secrets"):
-        _check_type(field, getattr(req, field), list, (str, int, float))
+    for field in ("command", "args"):
+        _check_type(field, getattr(req, field), list, (str, int, float, ExpandVars))
+    _check_type("image_pull_secrets", req.image_pull_secrets, list, (str, int, float))
     for field in ("tolerations", "volumes", "volume_mounts", "policies", "master_policies"):
         _check_type(field, getattr(req, field), list, dict)
     for field in ("node_selector", "labels", "annotations", "extra_plugins", "job_template", "full_job_spec"):
@@ -329,6 +347,8 @@ def _normalize(req: PyTorchJobRequest) -> PyTorchJobRequest:
             _check_label(parameter, str(key), str(value))
     for key in req.annotations or {}:
         _check_key("annotations", str(key))
+    for parameter in ("labels", "annotations"):
+        _check_not_reserved(parameter, getattr(req, parameter))
     _validate_policies("policies", req.policies)
     _validate_policies("master_policies", req.master_policies)
     _choice("restart_scope", req.restart_scope, set(RESTART_SCOPES))
@@ -344,7 +364,11 @@ def _normalize(req: PyTorchJobRequest) -> PyTorchJobRequest:
         changes["policies"] = exit_code_policies(DEFAULT_RETRYABLE_EXIT_CODES if req.retryable_exit_codes is None
                                                  else codes, scope)
     if req.env is not None:
-        changes["env"] = _env_list(req.env)
+        # The process gets each value as given: `$(VAR)` is not expanded unless it is ExpandVars.
+        changes["env"] = [{**item, "value": container_string(item["value"])} if "value" in item else item
+                          for item in _env_list(req.env)]
+    if req.hostfile_launch is not None:
+        _check_shell_env_names("env", changes.get("env") or [])
     if req.training_script is not None:
         _check_script(req.training_script)
     for field in ("resources", "master_resources", "worker_resources"):
@@ -402,7 +426,7 @@ def _launcher_options(req: PyTorchJobRequest) -> dict[str, Any]:
     elif not (isinstance(nproc, str) and nproc in NPROC_NAMES):
         nproc = _integer("nproc_per_node", nproc, 1, None, f" (or one of {', '.join(NPROC_NAMES)})")
     for option in req.torchrun_options or []:
-        if option.split("=", 1)[0].replace("-", "_") in TORCHRUN_MANAGED:
+        if managed_flag(option, TORCHRUN_MANAGED, abbreviations=True):
             raise JobSpecError(f"torchrun_options: {option!r} is set by the operator from the Job (nodes, ranks, "
                                "rendezvous); use nproc_per_node/max_restarts/min_available instead")
     return {"nproc_per_node": nproc}
@@ -420,7 +444,9 @@ def _hostfile_launch_options(req: PyTorchJobRequest) -> HostfileLaunch:
     if not isinstance(options.options, list | tuple) or not all(isinstance(item, str) for item in options.options):
         raise JobSpecError(f"launcher_options must be a list of strings, got {options.options!r}")
     for option in options.options:
-        if hostfile_launch.managed_option(options.launcher, option):
+        # DeepSpeed's runner parses its flags with argparse (abbreviations allowed); OpenMPI's mpirun does not.
+        if managed_flag(option, hostfile_launch.MANAGED_OPTIONS[options.launcher],
+                        abbreviations=options.launcher == "deepspeed"):
             raise JobSpecError(f"launcher_options: {option!r} is set by the operator (hostfile, hosts, ranks, "
                                "rendezvous); use worker_replicas/slots_per_worker/port instead")
     return dataclasses.replace(
@@ -431,8 +457,29 @@ def _hostfile_launch_options(req: PyTorchJobRequest) -> HostfileLaunch:
 
 
 # torchrun flags the operator derives from the Job; a user's copy would contradict Volcano's view.
-TORCHRUN_MANAGED = {"__nnodes", "__node_rank", "__master_addr", "__master_port", "__rdzv_backend", "__rdzv_endpoint",
-                    "__rdzv_id", "__nproc_per_node", "__max_restarts", "__standalone"}
+TORCHRUN_MANAGED = {"--nnodes", "--node_rank", "--master_addr", "--master_port", "--rdzv_backend", "--rdzv_endpoint",
+                    "--rdzv_id", "--nproc_per_node", "--max_restarts", "--standalone"}
+
+
+def managed_flag(option: str, managed: Iterable[str], *, abbreviations: bool) -> str | None:
+    """The managed flag that `option` (`--flag` or `--flag=value`) would set, if any. With
+    `abbreviations` (a launcher parsing with argparse, as torchrun and DeepSpeed's runner do) that
+    includes any prefix of a long flag (`--nnode=4` is `--nnodes`), `-` and `_` alike, and a short
+    flag with its value attached (`-Hhosts`)."""
+    name = option.split("=", 1)[0]
+    if not name.startswith("-"):
+        return None
+    for flag in managed:
+        if name == flag:
+            return flag
+        if not abbreviations:
+            continue
+        spelled, wanted = name.replace("_", "-"), flag.replace("_", "-")
+        if wanted.startswith("--") and spelled.startswith("--") and len(spelled) > 2 and wanted.startswith(spelled):
+            return flag
+        if len(wanted) == 2 and not spelled.startswith("--") and spelled.startswith(wanted):
+            return flag
+    return None
 
 
 def torchrun_command(job: dict, req: PyTorchJobRequest, script_path: str) -> list[str]:
@@ -454,7 +501,7 @@ def torchrun_command(job: dict, req: PyTorchJobRequest, script_path: str) -> lis
                   "--master_port=$(MASTER_PORT)"]
     if req.max_restarts is not None:
         flags.append(f"--max_restarts={req.max_restarts}")
-    return ["torchrun", *flags, *(req.torchrun_options or []), script_path]
+    return ["torchrun", *flags, *map(container_string, req.torchrun_options or []), script_path]
 
 
 def _tensorboard_options(options: Any) -> dict[str, Any]:
@@ -479,7 +526,8 @@ def _tensorboard_options(options: Any) -> dict[str, Any]:
 
 def _env_list(env: Any) -> list[dict]:
     if isinstance(env, Mapping):
-        items = [{"name": str(key), "value": str(value)} for key, value in env.items()]
+        items = [{"name": str(key), "value": value if isinstance(value, ExpandVars) else str(value)}
+                 for key, value in env.items()]
     elif isinstance(env, list):
         items = copy.deepcopy(env)  # EnvVar dicts pass through: valueFrom is allowed
     else:
@@ -487,12 +535,25 @@ def _env_list(env: Any) -> list[dict]:
     for item in items:
         if not isinstance(item, dict) or not ENV_NAME.match(str(item.get("name", ""))):
             raise JobSpecError(f"env: invalid environment variable {item!r} (names match [-._a-zA-Z][-._a-zA-Z0-9]*)")
-        if "value" in item and not isinstance(item["value"], str):
+        if "value" in item and not isinstance(item["value"], str | ExpandVars):
             raise JobSpecError(f"env: the value of {item['name']!r} must be a string, got {item['value']!r}")
     names = [item["name"] for item in items]
     if duplicates := sorted({name for name in names if names.count(name) > 1}):
         raise JobSpecError(f"env: each variable once; given more than once: {', '.join(map(repr, duplicates))}")
     return items
+
+
+SHELL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _check_shell_env_names(parameter: str, env: list[dict]) -> None:
+    """A hostfile launch's ranks get their pod's environment through a shell (the ssh session
+    restores it), which cannot carry names such as `MY-VAR` or `my.var`: refuse them, not lose them."""
+    for item in env:
+        if not SHELL_NAME.match(str(item.get("name", ""))):
+            raise JobSpecError(f"{parameter}: {item.get('name')!r} cannot reach the ranks of a DeepSpeed/mpirun "
+                               "launch, which get the pod's environment through a shell: use letters, digits and "
+                               "'_', not starting with a digit")
 
 
 def _check_script(script: TrainingScript) -> None:
@@ -570,8 +631,10 @@ def build_manifests(req: PyTorchJobRequest, *, run_labels: dict[str, str], defau
             raise JobSpecError(f"full_job_spec is used as is: {', '.join(conflicting)} cannot be combined with it "
                                "(use job_template to override fields)")
         job, origin = copy.deepcopy(req.full_job_spec), "full_job_spec"
+        _check_template_keys(job, origin)
     elif req.job_template is not None:
         job, origin = copy.deepcopy(req.job_template), "job_template"
+        _check_template_keys(job, origin)
         _apply_arguments(job, req)
     else:
         job, origin = _default_job(req), "job"
@@ -633,7 +696,9 @@ def _apply_debug(job: dict, keep: set[str]) -> None:
         if not containers or task.get("name") in {TENSORBOARD_TASK, *keep}:
             continue
         container = containers[0]
-        original = [*(container.get("command") or []), *(container.get("args") or [])]
+        # As the process would get it (printed for the user to run by hand).
+        original = [process_string(str(part)) for part in (*(container.get("command") or []),
+                                                            *(container.get("args") or []))]
         metadata = task.setdefault("template", {}).setdefault("metadata", {})
         metadata.setdefault("annotations", {})[DEBUG_ANNOTATION] = json.dumps(original)
         container["command"] = list(DEBUG_COMMAND)
@@ -787,8 +852,8 @@ def _apply_pod_arguments(task: dict, req: PyTorchJobRequest, resources: dict) ->
     if not containers:
         containers.append({"name": task.get("name", "main")})
     container = containers[0]
-    command = [str(part) for part in req.command] if req.command is not None else None
-    args = [str(part) for part in req.args] if req.args is not None else None
+    command = [container_string(part) for part in req.command] if req.command is not None else None
+    args = [container_string(part) for part in req.args] if req.args is not None else None
     for key, value in (("image", req.image), ("imagePullPolicy", req.image_pull_policy), ("command", command),
                        ("args", args), ("env", req.env), ("resources", resources or None),
                        ("volumeMounts", req.volume_mounts)):
@@ -917,7 +982,8 @@ def _add_tensorboard(job: dict, req: PyTorchJobRequest) -> None:
     tensorboard_container: dict[str, Any] = {
         "name": TENSORBOARD_TASK,
         "image": options.get("image") or container.get("image"),
-        "command": ["python", "-m", "tensorboard.main", f"--logdir={logdir}", "--bind_all", f"--port={port}"],
+        "command": ["python", "-m", "tensorboard.main", container_string(f"--logdir={logdir}"), "--bind_all",
+                    f"--port={port}"],
         "ports": [{"name": TENSORBOARD_TASK, "containerPort": port}],
         "volumeMounts": [{**copy.deepcopy(mount), "readOnly": True}],
     }
@@ -1056,6 +1122,27 @@ def _check_key(parameter: str, key: str) -> None:
             or len(name) > 63:
         raise JobSpecError(f"{parameter}: invalid key {key!r} (an optional DNS prefix and '/', then <= 63 "
                            "characters of [A-Za-z0-9._-], starting and ending alphanumeric)")
+
+
+def _check_not_reserved(parameter: str, keys: Iterable[Any] | None) -> None:
+    """Labels and annotations the provider sets itself (a user's `airflow-volcano.io/checked` would make
+    every retry ignore its Job and train again): refused in arguments and templates."""
+    for key in keys or ():
+        if str(key).startswith(LABEL_PREFIX) or str(key) == MANAGED_BY_LABEL:
+            raise JobSpecError(f"{parameter}: {str(key)!r} is reserved for airflow-volcano's own bookkeeping "
+                               f"(keys {LABEL_PREFIX}* and {MANAGED_BY_LABEL}); choose another key")
+
+
+def _check_template_keys(job: dict, origin: str) -> None:
+    """A template's labels and annotations, of the Job and of each pod template, are not ours."""
+    metadatas = [("metadata", job.get("metadata"))] + [
+        (f"spec.tasks[{index}].template.metadata", (task.get("template") or {}).get("metadata"))
+        for index, task in enumerate((job.get("spec") or {}).get("tasks") or []) if isinstance(task, dict)]
+    for path, metadata in metadatas:
+        if isinstance(metadata, dict):
+            for kind in ("labels", "annotations"):
+                if isinstance(metadata.get(kind), dict):
+                    _check_not_reserved(f"{origin} {path}.{kind}", metadata[kind])
 
 
 def _check_label(parameter: str, key: str, value: str) -> None:

@@ -15,12 +15,14 @@ asyncio) are thin drivers of this one engine: the same policy, contract and dead
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from airflow_volcano.logs import Emit, LogCursor
+from airflow_volcano.manifest import optional_seconds, seconds
 from airflow_volcano.status import JobProgress, JobState, image_pull_problem, job_state, unschedulable_message
 
 if TYPE_CHECKING:
@@ -30,13 +32,28 @@ RUNNING_WATCH_SECONDS = 300.0  # a Running Job costs one watch request per five 
 MAX_BACKOFF_SECONDS = 30.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class WaitLimits:
-    """Client-side deadlines (Volcano has no job deadline of its own)."""
+    """Client-side deadlines (Volcano has no job deadline of its own) and the pod check interval,
+    in seconds: the operator's arguments of the same names. Travels to the trigger as `to_dict()`."""
 
     startup_timeout: float | None = 900.0
     job_timeout: float | None = None
-    check_interval: float = 5.0  # how often to look at pods while the Job has not started
+    poll_interval: float = 5.0  # how often to look at pods while the Job has not started
+
+    @classmethod
+    def checked(cls, *, startup_timeout: Any, job_timeout: Any, poll_interval: Any) -> WaitLimits:
+        """From the operator's arguments; a bad value raises JobSpecError naming its parameter."""
+        return cls(startup_timeout=optional_seconds("startup_timeout", startup_timeout),
+                   job_timeout=optional_seconds("job_timeout", job_timeout),
+                   poll_interval=seconds("poll_interval", poll_interval))
+
+    def to_dict(self) -> dict[str, float | None]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> WaitLimits:
+        return cls(**data)
 
 
 @dataclass
@@ -92,7 +109,7 @@ def backoff_after_drops(drops: int, jitter: float) -> float:
 def pod_check_interval(limits: WaitLimits, elapsed: float) -> float:
     """How often to look at pods of a Job that has not started: often at first (image pull errors
     show up early), then backing off to once a minute for a Job waiting long in a busy queue."""
-    return min(60.0, max(limits.check_interval, elapsed / 10))
+    return min(60.0, max(limits.poll_interval, elapsed / 10))
 
 
 def next_step(job: dict, limits: WaitLimits, elapsed: float, since_pod_check: float) -> WaitStep:
@@ -208,7 +225,7 @@ class WaitEngine:
             # The scheduler's view (PodGroup, events: two reads) once the Job has been Pending a while:
             # one that starts within a check interval needs no explaining.
             self._scheduling = startup_timed_out(self.limits, waited) or (
-                job_state(self.job).phase == "Pending" and waited >= self.limits.check_interval)
+                job_state(self.job).phase == "Pending" and waited >= self.limits.poll_interval)
             return CheckPods(scheduling=self._scheduling)
         seconds = step.wait_seconds
         if self.deadline is not None:

@@ -103,16 +103,12 @@ def read_with(reader: str, kubeconfig: str, lines: int) -> dict:
     else:
         import asyncio
 
-        import yaml
-
         from airflow_volcano.job_runner import JobRef
         from airflow_volcano.logs import LogCursor
         from airflow_volcano.triggers.job import VolcanoJobTrigger
 
-        connection = {"config_dict": yaml.safe_load(Path(kubeconfig).read_text()), "in_cluster": False,
-                      "cluster_context": None}
         ref = JobRef(name=JOB, namespace=NAMESPACE, master_container=CONTAINER)
-        trigger = VolcanoJobTrigger(ref.to_dict(), connection)
+        trigger = VolcanoJobTrigger(ref.to_dict(), "kubernetes_default")
 
         async def copy() -> float:
             hook = await trigger._hook()

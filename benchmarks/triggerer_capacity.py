@@ -59,14 +59,14 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-async def per_trigger_watch(ref: dict, connection: dict) -> dict:
+async def per_trigger_watch(ref: dict, kubernetes_conn_id: str) -> dict:
     """The design before the shared watch: its own client, a GET, then a watch of its one Job."""
     from kubernetes_asyncio import client as async_client
     from kubernetes_asyncio import watch as async_watch
 
     from airflow_volcano.hooks.volcano import AsyncVolcanoHook
 
-    hook = AsyncVolcanoHook(connection)
+    hook = AsyncVolcanoHook(kubernetes_conn_id)
     job = await hook.get_job(ref["name"], ref["namespace"])
     while True:
         async with hook.get_conn() as api:
@@ -129,16 +129,16 @@ def running_jobs(api, expected: int, limit_seconds: float) -> list[dict]:
         time.sleep(10)
 
 
-async def watch_all(refs: list[dict], connection: dict, seconds: float, design: str, kubectl: list[str]) -> dict:
+async def watch_all(refs: list[dict], kubernetes_conn_id: str, seconds: float, design: str, kubectl: list[str]) -> dict:
     import airflow_volcano.hooks.volcano  # noqa: F401 - the clients' one-time import is not the waiters' memory
     from airflow_volcano.triggers.job import VolcanoJobTrigger
 
     logging.getLogger("airflow_volcano").setLevel(logging.WARNING)  # 2 lines per trigger otherwise
     baseline = rss_mib()
     if design == "shared":
-        waits = [anext(VolcanoJobTrigger(ref, connection, get_logs=False).run()) for ref in refs]
+        waits = [anext(VolcanoJobTrigger(ref, kubernetes_conn_id, get_logs=False).run()) for ref in refs]
     else:
-        waits = [per_trigger_watch(ref, connection) for ref in refs]
+        waits = [per_trigger_watch(ref, kubernetes_conn_id) for ref in refs]
     tasks = [asyncio.create_task(wait) for wait in waits]
     started = time.monotonic()
     before = await settled(kubectl)
@@ -228,9 +228,9 @@ def run_and_report(args: argparse.Namespace, running: list[dict], kubeconfig: st
     from airflow_volcano.job_runner import JobRef
 
     refs = [JobRef.from_job(job, "master").to_dict() for job in running]
-    connection = {"config_dict": __import__("yaml").safe_load(Path(kubeconfig).read_text()), "in_cluster": False,
-                  "cluster_context": None}
-    result = asyncio.run(watch_all(refs, connection, args.seconds, args.design, kubectl))
+    os.environ["AIRFLOW_CONN_KUBERNETES_DEFAULT"] = json.dumps(
+        {"conn_type": "kubernetes", "extra": {"kube_config_path": kubeconfig}})
+    result = asyncio.run(watch_all(refs, "kubernetes_default", args.seconds, args.design, kubectl))
     print(f"one event loop, {len(refs)} waiters ({args.design} watch) on Running Jobs for {args.seconds:.0f}s:")
     print(f"  RSS: {result['baseline_mib']:.0f} MiB before, {result['rss_mib']:.0f} MiB with all watching "
           f"({(result['rss_mib'] - result['baseline_mib']) * 1024 / max(1, len(refs)):.0f} KiB per trigger), "

@@ -71,7 +71,6 @@ def triggers(names: list[str], results: dict[str, dict]) -> None:
     from airflow_volcano.triggers.job import VolcanoJobTrigger
 
     hook = VolcanoHook()
-    connection = hook.trigger_connection()
     refs = {name: JobRef.from_job(hook.get_job(name, NAMESPACE), "master").to_dict() for name in names}
     requests = 0
     original = rest.RESTClientObject.request
@@ -85,7 +84,7 @@ def triggers(names: list[str], results: dict[str, dict]) -> None:
 
     async def wait(name: str) -> None:
         start = time.time()
-        await anext(VolcanoJobTrigger(refs[name], connection, get_logs=False).run())
+        await anext(VolcanoJobTrigger(refs[name], "kubernetes_default", get_logs=False).run())
         results[name].update(returned=time.time(), waited=time.time() - start)
 
     async def wait_all() -> None:

@@ -15,11 +15,9 @@ import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from functools import cached_property
-from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp
-import yaml
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook, KubernetesHook
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
@@ -152,27 +150,6 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
             return self._get_field(name)
         except Exception:  # noqa: BLE001 - no connection (in-cluster defaults): no extras
             return None
-
-    def trigger_connection(self) -> dict[str, Any]:
-        """This hook's connection, resolved here on the worker, for the triggerer: kubeconfig as a
-        dict (it holds credentials: Airflow stores trigger arguments encrypted; never log it)."""
-        in_cluster = self._coalesce_param(self.in_cluster, self._get_field("in_cluster"))
-        context = self._coalesce_param(self.cluster_context, self._get_field("cluster_context"))
-        config_dict = None
-        if not in_cluster:
-            path = self._coalesce_param(self.config_file, self._get_field("kube_config_path"))
-            inline = self._get_field("kube_config")
-            if self.config_dict:
-                config_dict = self.config_dict
-            elif path:
-                config_dict = yaml.safe_load(Path(path).expanduser().read_text())
-            elif inline:
-                config_dict = inline if isinstance(inline, dict) else yaml.safe_load(inline)
-            else:
-                from kubernetes.config.kube_config import KUBE_CONFIG_DEFAULT_LOCATION
-
-                config_dict = yaml.safe_load(Path(KUBE_CONFIG_DEFAULT_LOCATION).expanduser().read_text())
-        return {"config_dict": config_dict, "in_cluster": bool(in_cluster), "cluster_context": context}
 
     def to_dict(self, obj: Any) -> dict:
         return self.api_client.sanitize_for_serialization(obj)
@@ -436,17 +413,15 @@ def _short(error: BaseException) -> str:
 class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
     """The trigger's side of VolcanoHook: the same calls on kubernetes_asyncio, same JSON dicts.
 
-    Built from a connection resolved on the worker (`VolcanoHook.trigger_connection()`), so a
-    connection that exists only in the worker's environment works in the triggerer too."""
+    The triggerer resolves the connection by its id, as cncf-kubernetes' own triggers do: no
+    credential travels in a trigger's arguments.
 
-    def __init__(self, connection: dict[str, Any], retries: int = 6) -> None:
-        super().__init__(
-            config_dict=connection.get("config_dict"),
-            connection_extras={},  # everything needed came resolved in `connection`
-            kubernetes_conn_id=None,
-            in_cluster=connection.get("in_cluster") or None,
-            cluster_context=connection.get("cluster_context"),
-        )
+    :param kubernetes_conn_id: the cncf-kubernetes `kubernetes` connection.
+    :param retries: how many times a transient failure (429, 5xx, a dropped connection) is retried.
+    """
+
+    def __init__(self, kubernetes_conn_id: str | None = VolcanoHook.default_conn_name, retries: int = 6) -> None:
+        super().__init__(kubernetes_conn_id=kubernetes_conn_id)
         self.retries = retries
         self._client: Any = None  # one client for every call while shared_client() is open
 

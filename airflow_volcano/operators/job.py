@@ -12,6 +12,7 @@ parsing a DAG stays cheap.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 import shlex
@@ -39,9 +40,11 @@ from airflow_volcano.manifest import (
     max_job_name_length,
     run_labels,
     script_configmap_name,
+    seconds,
     task_pods,
     tensorboard_endpoint,
 )
+from airflow_volcano.wait_engine import WaitLimits
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -266,13 +269,17 @@ class VolcanoJobOperator(BaseOperator):
         # Sized for the common task names; a template's longer ones shorten it (manifest._fit_default_name).
         default_name = default_job_name(dag_id, self.task_id, suffix=secrets.token_hex(3),
                                         max_len=self._default_name_limit())
+        self._wait_limits()  # bad timeouts fail here, before submitting
+        if self.debug:
+            seconds("debug_timeout", self.debug_timeout)
         request = self._job_request(context)
-        if self.debug and (isinstance(self.debug_timeout, bool) or not isinstance(self.debug_timeout, int | float)
-                           or self.debug_timeout <= 0):
-            raise JobSpecError(f"debug_timeout must be a number of seconds > 0, got {self.debug_timeout!r}")
         manifests = build_manifests(request, run_labels=labels, default_name=default_name)
         self._log_pods(manifests.job, manifests.main_task)  # an unknown task name fails here, before submitting
         return manifests
+
+    def _wait_limits(self) -> WaitLimits:
+        return WaitLimits.checked(startup_timeout=self.startup_timeout, job_timeout=self.job_timeout,
+                                  poll_interval=self.poll_interval)
 
     def _default_name_limit(self) -> int:
         return max_job_name_length(["master", "worker"], max_index=9)
@@ -376,8 +383,7 @@ class VolcanoJobOperator(BaseOperator):
             return self._debug_session(hook, ref, manifests.job)
         if self.deferrable:
             self._defer(hook, ref, context)
-        limits = job_runner.WaitLimits(self.startup_timeout, self.job_timeout, self.poll_interval)
-        result = job_runner.wait_for_job(hook, ref, limits, logs=self._log_copies(ref, manifests.job),
+        result = job_runner.wait_for_job(hook, ref, self._wait_limits(), logs=self._log_copies(ref, manifests.job),
                                          report=self.log.info)
         return self._finalize(hook, ref, result, context)
 
@@ -391,7 +397,7 @@ class VolcanoJobOperator(BaseOperator):
         job = {**job, "metadata": {**job["metadata"], "name": ref.name}}  # a reattached Job has its own name
         pods = task_pods(job, [task["name"] for task in job["spec"]["tasks"] if task["name"] != TENSORBOARD_TASK],
                          "debug")
-        limits = job_runner.WaitLimits(self.startup_timeout, None, self.poll_interval)
+        limits = dataclasses.replace(self._wait_limits(), job_timeout=None)
         try:
             job_runner.wait_until_running(hook, ref, [name for name, _ in pods], limits)
             annotations = {task["name"]: (task["template"].get("metadata") or {}).get("annotations") or {}
@@ -409,7 +415,7 @@ class VolcanoJobOperator(BaseOperator):
                 command = commands[task]
                 self.log.info("  kubectl exec -it -n %s %s -c %s -- bash   # then: %s", ref.namespace, name, container,
                               shlex.join(command) if command else "the image's entrypoint")
-            deadline = time.monotonic() + float(self.debug_timeout)
+            deadline = time.monotonic() + seconds("debug_timeout", self.debug_timeout)
             while time.monotonic() < deadline:
                 if hook.get_job(ref.name, ref.namespace) is None:
                     self.log.info("Volcano Job %s/%s was deleted: debug session over", ref.namespace, ref.name)
@@ -461,8 +467,7 @@ class VolcanoJobOperator(BaseOperator):
             if start is not None:
                 deadline = (start + self.execution_timeout).timestamp()
         trigger = VolcanoJobTrigger(
-            ref.to_dict(), hook.trigger_connection(), startup_timeout=self.startup_timeout,
-            job_timeout=self.job_timeout, deadline=deadline, check_interval=self.poll_interval,
+            ref.to_dict(), self.kubernetes_conn_id, limits=self._wait_limits().to_dict(), deadline=deadline,
             get_logs=self.get_logs, on_kill_action=self.on_kill_action,
         )
         self.log.info("Deferring: the triggerer waits for Volcano Job %s/%s; this worker slot is free",

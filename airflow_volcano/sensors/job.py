@@ -59,6 +59,7 @@ class VolcanoJobSensor(BaseSensorOperator):
         from airflow_volcano.job_runner import JobRef
         from airflow_volcano.status import job_state
         from airflow_volcano.triggers.job import VolcanoJobTrigger
+        from airflow_volcano.wait_engine import WaitLimits
 
         result = self.poke(context)
         if isinstance(result, PokeReturnValue):
@@ -75,8 +76,9 @@ class VolcanoJobSensor(BaseSensorOperator):
         self.log.info("Deferring: the triggerer waits for Volcano Job %s/%s (%s)", ref.namespace, ref.name,
                       job_state(job).phase)
         self.defer(
-            trigger=VolcanoJobTrigger(ref.to_dict(), hook.trigger_connection(), startup_timeout=None,
-                                      deadline=deadline, get_logs=False, on_kill_action="keep_job"),
+            trigger=VolcanoJobTrigger(ref.to_dict(), self.kubernetes_conn_id,
+                                      limits=WaitLimits(startup_timeout=None).to_dict(), deadline=deadline,
+                                      get_logs=False, on_kill_action="keep_job"),
             method_name="execute_complete",
         )
 

@@ -86,12 +86,13 @@ class VolcanoJobTrigger(BaseTrigger):
     """Waits in the triggerer for a Volcano Job to finish, fail to start, or pass a deadline, and
     copies the master's new log lines into the task log meanwhile.
 
+    Its arguments hold no credentials (Airflow before 3.2 returns a deferred task's trigger
+    arguments through its REST API): the triggerer resolves the connection by its id.
+
     :param job: the Job's reference (`JobRef.to_dict()`).
-    :param connection: the connection resolved on the worker (`VolcanoHook.trigger_connection()`).
-    :param startup_timeout: seconds pods may stay unscheduled.
-    :param job_timeout: the Job's deadline in seconds from its creation.
+    :param kubernetes_conn_id: the cncf-kubernetes `kubernetes` connection, resolved in the triggerer.
+    :param limits: startup_timeout, job_timeout and poll_interval (`WaitLimits.to_dict()`).
     :param deadline: the task's execution_timeout, as an epoch timestamp.
-    :param check_interval: seconds between pod checks while the Job has not started.
     :param get_logs: copy the master's log into the task log.
     :param log_interval: seconds between two log copies.
     :param log_cursor: how far the log was shown already (`LogCursor.to_dict()`).
@@ -101,12 +102,10 @@ class VolcanoJobTrigger(BaseTrigger):
     def __init__(
         self,
         job: dict[str, Any],
-        connection: dict[str, Any],
+        kubernetes_conn_id: str,
         *,
-        startup_timeout: float | None = 900.0,
-        job_timeout: float | None = None,
+        limits: dict[str, Any] | None = None,
         deadline: float | None = None,
-        check_interval: float = 5.0,
         get_logs: bool = True,
         log_interval: float = 30.0,
         log_cursor: dict[str, int] | None = None,
@@ -114,11 +113,9 @@ class VolcanoJobTrigger(BaseTrigger):
     ) -> None:
         super().__init__()
         self.job = job
-        self.connection = connection
-        self.startup_timeout = startup_timeout
-        self.job_timeout = job_timeout
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.limits = WaitLimits.from_dict(limits) if limits is not None else WaitLimits()
         self.deadline = deadline  # epoch seconds: the task's execution_timeout, if any
-        self.check_interval = check_interval
         self.get_logs = get_logs
         self.log_interval = log_interval
         self.log_cursor = log_cursor
@@ -128,10 +125,9 @@ class VolcanoJobTrigger(BaseTrigger):
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
             {
-                "job": self.job, "connection": self.connection, "startup_timeout": self.startup_timeout,
-                "job_timeout": self.job_timeout, "deadline": self.deadline, "check_interval": self.check_interval,
-                "get_logs": self.get_logs, "log_interval": self.log_interval, "log_cursor": self.log_cursor,
-                "on_kill_action": self.on_kill_action,
+                "job": self.job, "kubernetes_conn_id": self.kubernetes_conn_id, "limits": self.limits.to_dict(),
+                "deadline": self.deadline, "get_logs": self.get_logs, "log_interval": self.log_interval,
+                "log_cursor": self.log_cursor, "on_kill_action": self.on_kill_action,
             },
         )
 
@@ -139,12 +135,12 @@ class VolcanoJobTrigger(BaseTrigger):
         # The first import of the Kubernetes clients takes seconds; in a thread, so the triggerer's
         # other triggers keep running meanwhile (its event loop would report itself blocked).
         hooks = await asyncio.to_thread(importlib.import_module, "airflow_volcano.hooks.volcano")
-        return hooks.AsyncVolcanoHook(self.connection)
+        return hooks.AsyncVolcanoHook(self.kubernetes_conn_id)
 
     async def _shared_hook(self, namespace: str) -> Any:
         """The hook of this connection's shared watch: its calls share one client with the watch."""
         await asyncio.to_thread(importlib.import_module, "airflow_volcano.hooks.volcano")
-        return shared_job_watch(self.connection, namespace).hook
+        return shared_job_watch(self.kubernetes_conn_id, namespace).hook
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         ref = JobRef.from_dict(self.job)
@@ -174,10 +170,9 @@ class VolcanoJobTrigger(BaseTrigger):
         """The asyncio driver of the wait engine (job_runner._watch_until_done is the blocking one).
         Changes come from the triggerer's one shared watch of the namespace's Jobs; while the Job
         is starting, its pods come from the shared pod watch."""
-        limits = WaitLimits(self.startup_timeout, self.job_timeout, self.check_interval)
-        engine = WaitEngine(ref, limits, started_at=ref.created_at or time.time(),
+        engine = WaitEngine(ref, self.limits, started_at=ref.created_at or time.time(),
                             report=lambda line: self.log.info("%s", line), deadline=self.deadline)
-        watch = shared_job_watch(self.connection, ref.namespace)
+        watch = shared_job_watch(self.kubernetes_conn_id, ref.namespace)
         async with watch.subscribe(ref.name) as changes, contextlib.AsyncExitStack() as pod_subscription:
             job_pods: JobPods | None = None
             job = watch.latest.get(ref.name)
@@ -197,7 +192,7 @@ class VolcanoJobTrigger(BaseTrigger):
                     case CheckPods(scheduling=scheduling):
                         if job_pods is None:
                             pod_changes = await pod_subscription.enter_async_context(
-                                shared_pod_watch(self.connection, ref.namespace).subscribe(ref.name))
+                                shared_pod_watch(self.kubernetes_conn_id, ref.namespace).subscribe(ref.name))
                             job_pods = JobPods(pod_changes, lambda: hook.list_job_pods(ref.name, ref.namespace))
                         async with watch.reads:
                             pods = await job_pods.current()

@@ -22,8 +22,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import hashlib
-import json
 import logging
 import random
 import time
@@ -90,8 +88,8 @@ class SharedWatch:
     resource = ""  # what AsyncVolcanoHook.list_page / watch call it
     label_selector: str | None = None
 
-    def __init__(self, connection: dict[str, Any], namespace: str, hook: Any = None) -> None:
-        self.connection, self.namespace = connection, namespace
+    def __init__(self, kubernetes_conn_id: str, namespace: str, hook: Any = None) -> None:
+        self.kubernetes_conn_id, self.namespace = kubernetes_conn_id, namespace
         self.subscribers: dict[str, set[Changes]] = {}
         self.watch_requests = 0  # how many watch requests were opened (for tests and benchmarks)
         self.relists = 0
@@ -126,7 +124,7 @@ class SharedWatch:
         if self._hook is None:
             from airflow_volcano.hooks.volcano import AsyncVolcanoHook  # loaded by the trigger already
 
-            self._hook = AsyncVolcanoHook(self.connection)
+            self._hook = AsyncVolcanoHook(self.kubernetes_conn_id)
         return self._hook
 
     async def close(self) -> None:
@@ -202,7 +200,7 @@ class SharedWatch:
             queue.put(item)
 
     def _key(self) -> tuple[str, str, str]:
-        return _connection_key(self.connection), self.namespace, self.resource
+        return self.kubernetes_conn_id, self.namespace, self.resource
 
 
 class SharedJobWatch(SharedWatch):
@@ -213,8 +211,8 @@ class SharedJobWatch(SharedWatch):
 
     resource = "jobs"
 
-    def __init__(self, connection: dict[str, Any], namespace: str) -> None:
-        super().__init__(connection, namespace)
+    def __init__(self, kubernetes_conn_id: str, namespace: str) -> None:
+        super().__init__(kubernetes_conn_id, namespace)
         self.reads = asyncio.Semaphore(CONCURRENT_READS)  # held by a subscriber around each of its API reads
         self.latest: dict[str, dict] = {}
 
@@ -323,10 +321,6 @@ def _older(pod: dict, than: dict) -> bool:
     return mine.isdigit() and theirs.isdigit() and int(mine) < int(theirs)
 
 
-def _connection_key(connection: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(connection, sort_keys=True, default=str).encode()).hexdigest()
-
-
 _WATCHES: dict[int, dict[tuple[str, str, str], SharedWatch]] = {}
 
 
@@ -338,19 +332,20 @@ def _registry() -> dict[tuple[str, str, str], SharedWatch]:
     return _WATCHES.setdefault(id(loop), {})
 
 
-def shared_job_watch(connection: dict[str, Any], namespace: str) -> SharedJobWatch:
+def shared_job_watch(kubernetes_conn_id: str, namespace: str) -> SharedJobWatch:
     """The shared watch of this connection's Jobs in `namespace`, created on first use."""
     registry = _registry()
-    key = (_connection_key(connection), namespace, SharedJobWatch.resource)
+    key = (kubernetes_conn_id, namespace, SharedJobWatch.resource)
     if key not in registry:
-        registry[key] = SharedJobWatch(connection, namespace)
+        registry[key] = SharedJobWatch(kubernetes_conn_id, namespace)
     return registry[key]  # type: ignore[return-value]
 
 
-def shared_pod_watch(connection: dict[str, Any], namespace: str) -> SharedPodWatch:
+def shared_pod_watch(kubernetes_conn_id: str, namespace: str) -> SharedPodWatch:
     """The shared watch of this connection's Volcano pods in `namespace` (with the Job watch's hook)."""
     registry = _registry()
-    key = (_connection_key(connection), namespace, SharedPodWatch.resource)
+    key = (kubernetes_conn_id, namespace, SharedPodWatch.resource)
     if key not in registry:
-        registry[key] = SharedPodWatch(connection, namespace, hook=shared_job_watch(connection, namespace).hook)
+        registry[key] = SharedPodWatch(kubernetes_conn_id, namespace,
+                                       hook=shared_job_watch(kubernetes_conn_id, namespace).hook)
     return registry[key]  # type: ignore[return-value]

@@ -64,18 +64,19 @@ def test_execution_timeout_holds_while_deferred(cluster, operator_kubeconfig, ru
     cluster.wait_for("the timed-out Job to be deleted", lambda: cluster.job("dexec") is None)
 
 
-def test_trigger_works_with_a_connection_only_the_worker_has(cluster, operator_kubeconfig, monkeypatch):
-    """The trigger gets the kubeconfig resolved on the worker: no Airflow connection in the triggerer."""
-    from airflow_volcano.hooks.volcano import VolcanoHook
-
-    connection = VolcanoHook().trigger_connection()
-    monkeypatch.delenv("AIRFLOW_CONN_KUBERNETES_DEFAULT")
+def test_trigger_arguments_hold_no_credentials_and_the_triggerer_resolves_the_connection(cluster,
+                                                                                         operator_kubeconfig):
+    """Airflow before 3.2 returns a deferred task's trigger arguments through its REST API: they name
+    the connection, and the triggerer resolves it (here from the environment, as a worker would)."""
     cluster.create_job(pytorch_job("trig", master_sim={"run-for": "2s"}))
     job = cluster.wait_phase("trig", {"Running", "Completed"})
-    trigger = VolcanoJobTrigger(JobRef.from_job(job, "master").to_dict(), connection, get_logs=False)
+    trigger = VolcanoJobTrigger(JobRef.from_job(job, "master").to_dict(), "kubernetes_default", get_logs=False)
     classpath, kwargs = trigger.serialize()
     assert classpath == "airflow_volcano.triggers.job.VolcanoJobTrigger"
-    json.dumps(kwargs)  # trigger arguments must be storable
+    stored = json.dumps(kwargs)  # trigger arguments must be storable
+    token = json.loads(operator_kubeconfig.read_text())["users"][0]["user"]["token"]
+    assert token not in stored and str(operator_kubeconfig) not in stored
+    assert kwargs["kubernetes_conn_id"] == "kubernetes_default"
 
     async def first_event():
         return await anext(VolcanoJobTrigger(**kwargs).run())
@@ -86,12 +87,11 @@ def test_trigger_works_with_a_connection_only_the_worker_has(cluster, operator_k
 
 @pytest.mark.parametrize("action", ["delete_job", "keep_job"])
 def test_killing_a_deferred_task_deletes_the_job_unless_kept(cluster, operator_kubeconfig, action):
-    from airflow_volcano.hooks.volcano import VolcanoHook
 
     cluster.create_job(pytorch_job("dkill", master_sim={"outcome": "run-forever"},
                                    worker_sim={"outcome": "run-forever"}))
     job = cluster.wait_phase("dkill", {"Running"})
-    trigger = VolcanoJobTrigger(JobRef.from_job(job, "master").to_dict(), VolcanoHook().trigger_connection(),
+    trigger = VolcanoJobTrigger(JobRef.from_job(job, "master").to_dict(), "kubernetes_default",
                                 on_kill_action=action)
     asyncio.run(trigger.on_kill())
     if action == "keep_job":
@@ -146,8 +146,6 @@ def test_a_hostile_master_log_is_copied_whole_by_the_trigger(cluster, operator_k
     """Larger than one chunk of the trigger's streamed read (chunks may end inside a character), with
     invalid UTF-8 inside: every line reaches the task log once (the client's strict decoding used
     to fail every read, and the trigger copied nothing more, silently)."""
-    from airflow_volcano.hooks.volcano import VolcanoHook
-
     cluster.write_log("hostile-master-0", hostile_log())
     cluster.create_job(pytorch_job("hostile", master_sim={"run-for": "6s"}))
     job = cluster.wait_phase("hostile", {"Running", "Completed"})
@@ -163,8 +161,7 @@ def test_a_hostile_master_log_is_copied_whole_by_the_trigger(cluster, operator_k
             return lambda *args, **kwargs: None
 
     monkeypatch.setattr(VolcanoJobTrigger, "log", TaskLog())
-    trigger = VolcanoJobTrigger(JobRef.from_job(job, "master").to_dict(), VolcanoHook().trigger_connection(),
-                                log_interval=1)
+    trigger = VolcanoJobTrigger(JobRef.from_job(job, "master").to_dict(), "kubernetes_default", log_interval=1)
 
     async def first_event():
         return await anext(trigger.run())

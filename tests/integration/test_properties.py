@@ -32,7 +32,9 @@ resources = st.one_of(
     st.text(max_size=5),
 )
 label_keys = st.one_of(st.from_regex(r"([a-z0-9.]{1,20}/)?[A-Za-z0-9][-A-Za-z0-9_.]{0,20}", fullmatch=True),
-                       st.text(max_size=30))
+                       st.text(max_size=30),
+                       # the provider's own keys: a user's copy would break reattach
+                       st.sampled_from(["airflow-volcano.io/checked", "app.kubernetes.io/managed-by"]))
 label_values = st.one_of(st.from_regex(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,30}[A-Za-z0-9])?", fullmatch=True),
                          st.text(max_size=70))
 env_names = st.one_of(st.from_regex(r"[A-Z_][A-Z0-9_]{0,20}", fullmatch=True), st.text(max_size=10))
@@ -61,17 +63,27 @@ arguments = st.fixed_dictionaries({}, optional={
     "policies": policies,
     # (A queue that does not exist is the cluster's state, not bad input: the webhook's message
     # reaches the task at submit time.)
-    "args": st.lists(st.text(max_size=15), max_size=3),
+    "args": st.lists(st.one_of(st.text(max_size=15), st.sampled_from(["$(id)", "$(HOSTNAME)", "a$$b"])), max_size=3),
+    "job_timeout": st.one_of(st.none(), st.integers(-5, 100), st.just("60"), st.floats(allow_nan=True)),
+    "poll_interval": st.one_of(st.integers(-1, 10), st.just("5")),
+})
+pytorch_arguments = st.fixed_dictionaries({}, optional={
+    "launcher": st.sampled_from(["python", "torchrun", "mpi"]),
+    # the operator's own torchrun flags, under argparse's abbreviations too, among the user's own
+    "torchrun_options": st.lists(st.sampled_from(["--nnode=4", "--node-ra=1", "--master_addr=x", "--log_dir=/x",
+                                                  "--tee=3", "--rdzv_conf=a=1"]), max_size=2),
 })
 deepspeed_arguments = st.fixed_dictionaries({}, optional={
     "launcher": st.sampled_from(["deepspeed", "mpirun", "torchrun", ""]),
     "slots_per_worker": st.one_of(st.integers(-1, 8), st.sampled_from(["2", "x"])),
-    "launcher_options": st.one_of(st.lists(st.sampled_from(["--bind_cores_to_rank", "--hostfile=/h", "-np", "4",
-                                                            "--mca", "btl"]), max_size=3), st.text(max_size=5)),
+    "launcher_options": st.one_of(st.lists(st.sampled_from(["--bind_cores_to_rank", "--hostfile=/h", "--hostf=/h",
+                                                            "-Hh", "-np", "4", "--mca", "btl"]), max_size=3),
+                                  st.text(max_size=5)),
     "ssh_wait_timeout": st.one_of(st.integers(-1, 600), st.just("60")),
 })
 operators = st.one_of(
-    st.tuples(st.just(VolcanoPyTorchJobOperator), arguments),
+    st.tuples(st.just(VolcanoPyTorchJobOperator), st.builds(lambda common, own: {**common, **own}, arguments,
+                                                             pytorch_arguments)),
     st.tuples(st.just(VolcanoDeepSpeedJobOperator), st.builds(lambda common, own: {**common, **own}, arguments,
                                                                deepspeed_arguments)),
 )
@@ -93,7 +105,7 @@ def test_generated_arguments_fail_early_naming_a_parameter_or_are_accepted(clust
     @given(operators)
     def check(drawn: tuple[type[VolcanoJobOperator], dict]) -> None:
         operator_class, kwargs = drawn
-        if operator_class is VolcanoDeepSpeedJobOperator:
+        if operator_class is VolcanoDeepSpeedJobOperator or kwargs.get("launcher") == "torchrun":
             kwargs = {"training_script": str(script), **kwargs}
         try:
             operator = operator_class(task_id="prop", image="img:1", namespace=cluster.namespace, **kwargs)

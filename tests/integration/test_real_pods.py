@@ -732,7 +732,6 @@ def test_the_trigger_copies_a_real_containers_log_whole_in_one_streamed_read(
     one 64 KiB chunk, so chunks end inside characters) and one of invalid UTF-8, each shown once."""
     import asyncio
 
-    from airflow_volcano.hooks.volcano import VolcanoHook
     from airflow_volcano.job_runner import JobRef
     from airflow_volcano.logs import LogCursor
     from airflow_volcano.triggers.job import LOG_CHUNK_BYTES, VolcanoJobTrigger
@@ -760,7 +759,7 @@ def test_the_trigger_copies_a_real_containers_log_whole_in_one_streamed_read(
 
     monkeypatch.setattr(VolcanoJobTrigger, "log", TaskLog())
     ref = JobRef(name="tlog", namespace=cluster.namespace, master_container="master")
-    trigger = VolcanoJobTrigger(ref.to_dict(), VolcanoHook().trigger_connection())
+    trigger = VolcanoJobTrigger(ref.to_dict(), "kubernetes_default")
 
     async def copy() -> None:
         await trigger._copy_new_log_lines(await trigger._hook(), ref, LogCursor())

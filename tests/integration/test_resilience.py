@@ -100,10 +100,10 @@ def test_two_hundred_deferred_triggers_share_one_watch_through_an_apiserver_rest
     apiserver restarts under them, and every other trigger fires exactly once with its own Job."""
     import asyncio
 
-    from airflow_volcano.hooks.volcano import VolcanoHook
     from airflow_volcano.job_runner import JobRef
     from airflow_volcano.triggers.job import VolcanoJobTrigger
     from airflow_volcano.triggers.job_watch import shared_job_watch
+    from airflow_volcano.wait_engine import WaitLimits
 
     from .jobs import pytorch_job
 
@@ -120,14 +120,14 @@ def test_two_hundred_deferred_triggers_share_one_watch_through_an_apiserver_rest
             body["spec"]["minAvailable"] = 1
             cluster.create_job(body)
         jobs = {job["metadata"]["name"]: job for job in cluster.jobs()}
-        connection = VolcanoHook().trigger_connection()
 
         async def wait_all() -> tuple[list, dict]:
             tasks = {name: asyncio.create_task(anext(VolcanoJobTrigger(
-                JobRef.from_job(job, "master").to_dict(), connection, get_logs=False, check_interval=10).run()))
+                JobRef.from_job(job, "master").to_dict(), "kubernetes_default", get_logs=False,
+                limits=WaitLimits(poll_interval=10).to_dict()).run()))
                 for name, job in jobs.items()}
             await asyncio.sleep(5)
-            watch = shared_job_watch(connection, cluster.namespace)
+            watch = shared_job_watch("kubernetes_default", cluster.namespace)
             seen = {"subscribed": len(watch.subscribers)}
             victim = tasks.pop("share-0")
             victim.cancel()

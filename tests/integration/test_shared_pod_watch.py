@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-from airflow_volcano.hooks.volcano import VolcanoHook
 from airflow_volcano.job_runner import JobRef
 from airflow_volcano.triggers.job import VolcanoJobTrigger
 from airflow_volcano.triggers.job_watch import JobPods, shared_job_watch, shared_pod_watch
+from airflow_volcano.wait_engine import WaitLimits
 
 from .jobs import pytorch_job
 
@@ -17,7 +17,7 @@ from .jobs import pytorch_job
 def test_pods_created_after_the_first_list_arrive_through_the_watch(cluster, operator_kubeconfig):
     """Listed once while the Job does not exist yet (no pods); its pods then appear, run and are
     seen Running through the watch alone."""
-    connection = VolcanoHook().trigger_connection()
+    connection = "kubernetes_default"
     seen: dict[str, object] = {}
 
     async def follow() -> None:
@@ -63,7 +63,7 @@ def test_deferred_jobs_that_cannot_pull_share_one_pod_watch(cluster, operator_ku
         return await list_job_pods(self, job_name, namespace)
 
     monkeypatch.setattr(AsyncVolcanoHook, "list_job_pods", counted)
-    connection = VolcanoHook().trigger_connection()
+    connection = "kubernetes_default"
     names = [f"nopull-{i}" for i in range(count)]
     refs = []
     for name in names:
@@ -73,7 +73,8 @@ def test_deferred_jobs_that_cannot_pull_share_one_pod_watch(cluster, operator_ku
         refs.append(JobRef.from_job(cluster.create_job(body), "master").to_dict())
 
     async def wait_all() -> tuple[list, dict]:
-        triggers = [VolcanoJobTrigger(ref, connection, get_logs=False, check_interval=1, startup_timeout=120)
+        triggers = [VolcanoJobTrigger(ref, connection, get_logs=False,
+                                      limits=WaitLimits(poll_interval=1, startup_timeout=120).to_dict())
                     for ref in refs]
         tasks = [asyncio.create_task(anext(trigger.run())) for trigger in triggers]
         await asyncio.sleep(0.5)

@@ -80,7 +80,7 @@ def test_startup_timeout_reports_pending_pods_with_the_scheduler_reason():
 
 
 def test_next_step_waits_long_on_a_running_job_and_short_while_pending():
-    limits = WaitLimits(check_interval=5)
+    limits = WaitLimits(poll_interval=5)
     running = next_step(job("Running", running=3), limits, elapsed=10, since_pod_check=1)
     assert running.done is None and running.wait_seconds == 300 and not running.check_pods
     pending = next_step(job("Pending", pending=3), limits, elapsed=10, since_pod_check=6)

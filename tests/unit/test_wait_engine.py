@@ -28,11 +28,11 @@ def test_a_running_job_is_watched_for_five_minutes_from_its_resource_version():
 
 
 def test_a_pending_job_has_its_pods_and_scheduler_checked_and_an_image_pull_error_ends_the_wait():
-    wait, _ = engine(WaitLimits(check_interval=5))
+    wait, _ = engine(WaitLimits(poll_interval=5))
     assert wait.job_read(job("Pending", pending=3), now=1001) == CheckPods(scheduling=False), (
         "pods at once (an image pull error shows early); the scheduler once it has been Pending a while")
     watching = wait.pods_seen([pod("train-master-0", "master", "Pending")], None, [], now=1001)
-    assert watching == Watch(resource_version="7", seconds=5), "the next pod check in check_interval"
+    assert watching == Watch(resource_version="7", seconds=5), "the next pod check in poll_interval"
     assert wait.job_changed(job("Pending", pending=3), now=1003) is None
     assert wait.watch_ended(now=1006) == CheckPods(scheduling=True), "a full-length watch: the next check is due"
     done = wait.pods_seen([pod("train-master-0", "master", "Pending", waiting="ImagePullBackOff")], None, [],
@@ -78,7 +78,7 @@ def test_a_deleted_job_ends_the_wait_saying_so():
 
 
 def test_the_scheduler_reason_is_reported_once_while_pending():
-    wait, reported = engine(WaitLimits(check_interval=5))
+    wait, reported = engine(WaitLimits(poll_interval=5))
     wait.job_read(job("Pending", pending=2), now=1001)
     podgroup = {"metadata": {"name": "train-pg"}, "status": {"conditions": [
         {"type": "Unschedulable", "status": "True", "reason": "NotEnoughResources",

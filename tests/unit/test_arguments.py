@@ -1,0 +1,194 @@
+"""Operator arguments checked before anything is submitted, and user strings kept literal on the way
+to the process (pure: no cluster)."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+
+from airflow_volcano.exceptions import JobSpecError
+from airflow_volcano.hostfile_launch import HostfileLaunch
+from airflow_volcano.kubelet import ExpandVars, container_string, process_string
+from airflow_volcano.manifest import TrainingScript, managed_flag
+from airflow_volcano.operators.deepspeed import VolcanoDeepSpeedJobOperator
+from airflow_volcano.operators.pytorch import VolcanoPyTorchJobOperator
+from airflow_volcano.wait_engine import WaitLimits
+
+from .test_manifest import build, build_template, container, error_of, seed, template_error
+
+SCRIPT = TrainingScript("train.py", "print('hi')\n")
+
+
+# -- durations ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("argument", "value"), [
+    ("job_timeout", "60"), ("job_timeout", 0), ("job_timeout", -5), ("job_timeout", True),
+    ("startup_timeout", float("nan")), ("startup_timeout", "15m"), ("poll_interval", None), ("poll_interval", 0),
+    ("poll_interval", datetime.timedelta(0)),
+])
+def test_a_bad_duration_fails_before_submitting_naming_the_parameter(argument, value):
+    operator = VolcanoPyTorchJobOperator(task_id="train", image="img:1", **{argument: value})
+    with pytest.raises(JobSpecError) as error:
+        operator.build_manifests()
+    assert str(error.value).startswith(f"{argument} must be a number of seconds > 0 or a timedelta, got {value!r}")
+
+
+def test_durations_may_be_timedeltas_and_limits_may_be_off():
+    limits = WaitLimits.checked(startup_timeout=None, job_timeout=datetime.timedelta(hours=2), poll_interval=1)
+    assert limits == WaitLimits(startup_timeout=None, job_timeout=7200.0, poll_interval=1.0)
+    assert WaitLimits.from_dict(limits.to_dict()) == limits
+
+
+def test_a_bad_debug_timeout_fails_before_submitting():
+    operator = VolcanoPyTorchJobOperator(task_id="train", image="img:1", debug=True, debug_timeout="1h")
+    with pytest.raises(JobSpecError, match="debug_timeout must be a number of seconds > 0"):
+        operator.build_manifests()
+
+
+# -- reserved keys -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argument", ["labels", "annotations"])
+@pytest.mark.parametrize("key", ["airflow-volcano.io/checked", "airflow-volcano.io/try-number",
+                                 "app.kubernetes.io/managed-by", "airflow-volcano.io/debug-command"])
+def test_the_providers_own_label_and_annotation_keys_are_refused(argument, key):
+    assert f"{argument}: '{key}' is reserved for airflow-volcano's own bookkeeping" in error_of(
+        **{argument: {key: "true"}})
+
+
+def test_a_template_with_the_providers_keys_is_refused_naming_where():
+    template = seed()
+    template["metadata"]["labels"] = {"airflow-volcano.io/checked": "true"}
+    assert "job_template metadata.labels: 'airflow-volcano.io/checked' is reserved" in template_error(template)
+    template = seed()
+    template["spec"]["tasks"][1]["template"]["metadata"] = {"annotations": {"airflow-volcano.io/debug-command": "[]"}}
+    assert ("job_template spec.tasks[1].template.metadata.annotations: 'airflow-volcano.io/debug-command' is "
+            "reserved") in template_error(template)
+    full = seed() | {"metadata": {"name": "x", "labels": {"app.kubernetes.io/managed-by": "helm"}}}
+    with pytest.raises(JobSpecError, match="full_job_spec metadata.labels: 'app.kubernetes.io/managed-by' is reserved"):
+        build(full_job_spec=full, image=None)
+
+
+def test_other_keys_of_our_domain_family_are_the_users():
+    job = build(labels={"team.airflow-volcano.io/owner": "ml"}, annotations={"airflow-volcano.io": "x"}).job
+    assert job["metadata"]["labels"]["team.airflow-volcano.io/owner"] == "ml"
+
+
+# -- launcher flags under any spelling ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("option", ["--nnodes=4", "--nnode=4", "--nn=4", "--node-rank=1", "--node_ra=1",
+                                    "--master-addr=x", "--master_p=1", "--rdzv-endpoint=x:1", "--nproc-per-node=8",
+                                    "--max-restarts", "--standalone", "--stand"])
+def test_torchrun_flags_the_operator_sets_are_refused_under_any_abbreviation(option):
+    assert f"torchrun_options: {option!r} is set by the operator" in error_of(
+        launcher="torchrun", training_script=SCRIPT, torchrun_options=[option])
+
+
+@pytest.mark.parametrize("option", ["--rdzv_conf=last_call_timeout=5", "--log_dir=/logs", "--tee=3", "--redirects=3",
+                                    "--monitor-interval=1", "-m"])
+def test_torchrun_flags_of_the_users_pass(option):
+    job = build(launcher="torchrun", training_script=SCRIPT, torchrun_options=[option]).job
+    assert option in container(job, "master")["command"]
+
+
+@pytest.mark.parametrize(("launcher", "option", "managed"), [
+    ("deepspeed", "--hostf=/h", True), ("deepspeed", "--master_ad=x", True), ("deepspeed", "-Hhosts", True),
+    ("deepspeed", "--num-gpus=2", True), ("deepspeed", "--force", True), ("deepspeed", "--bind_cores_to_rank", False),
+    ("mpirun", "-np", True), ("mpirun", "--host=a,b", True), ("mpirun", "-npernode", False), ("mpirun", "--mca", False),
+])
+def test_hostfile_launcher_flags_the_operator_sets_are_refused_as_the_launcher_would_read_them(launcher, option,
+                                                                                               managed):
+    from airflow_volcano.hostfile_launch import MANAGED_OPTIONS
+
+    assert bool(managed_flag(option, MANAGED_OPTIONS[launcher], abbreviations=launcher == "deepspeed")) is managed
+
+
+def test_an_option_value_is_not_a_flag():
+    assert managed_flag("nnodes", {"--nnodes"}, abbreviations=True) is None
+    assert managed_flag("--", {"--nnodes"}, abbreviations=True) is None
+
+
+# -- DeepSpeed: environment names a shell can carry ---------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["MY-VAR", "my.var", "a.b-c"])
+def test_a_hostfile_launch_refuses_env_names_its_ranks_would_lose(name):
+    assert f"env: {name!r} cannot reach the ranks of a DeepSpeed/mpirun launch" in error_of(
+        worker_replicas=1, training_script=SCRIPT, hostfile_launch=HostfileLaunch(), env={name: "1"})
+
+
+def test_env_names_with_dots_stay_allowed_where_no_shell_carries_them():
+    job = build(env={"my.var": "1"}).job
+    assert {"name": "my.var", "value": "1"} in container(job, "master")["env"]
+
+
+# -- user strings reach the process exactly -------------------------------------------------------------
+
+
+HOSTILE = ["$(HF_TOKEN)", "$(id)", "`id`", "cost $5", "pa$$word", "$", "it's \"quoted\"", "a\nb", ""]
+
+
+@pytest.mark.parametrize("value", HOSTILE)
+def test_the_kubelet_gives_the_process_each_string_as_given(value):
+    assert process_string(container_string(value)) == value
+
+
+def test_command_args_env_and_torchrun_options_are_written_so_the_kubelet_expands_nothing():
+    job = build(command=["python", "-c", "print('$(HF_TOKEN)')"], args=["--token=$(HF_TOKEN)", 5],
+                env={"GREETING": "$(HOSTNAME) says hi", "PASSWORD": "pa$$word"}).job
+    master = container(job, "master")
+    assert master["command"] == ["python", "-c", "print('$$(HF_TOKEN)')"]
+    assert master["args"] == ["--token=$$(HF_TOKEN)", "5"]
+    assert {"name": "GREETING", "value": "$$(HOSTNAME) says hi"} in master["env"]
+    assert {"name": "PASSWORD", "value": "pa$$$$word"} in master["env"]
+    torchrun = container(build(launcher="torchrun", training_script=SCRIPT,
+                               torchrun_options=["--log_dir=/logs/$(RANK)"]).job, "master")["command"]
+    assert "--log_dir=/logs/$$(RANK)" in torchrun
+    assert "--node_rank=$(RANK)" in torchrun, "the operator's own references are still expanded"
+
+
+def test_expand_vars_opts_a_value_in_to_the_kubelets_expansion():
+    job = build(args=[ExpandVars("/ckpt/$(POD_NAME)"), "$(POD_NAME)"],
+                env=[{"name": "OUT", "value": ExpandVars("/data/$(RANK)")}, {"name": "RAW", "value": "$(RANK)"}]).job
+    master = container(job, "master")
+    assert master["args"] == ["/ckpt/$(POD_NAME)", "$$(POD_NAME)"]
+    assert {"name": "OUT", "value": "/data/$(RANK)"} in master["env"]
+    assert {"name": "RAW", "value": "$$(RANK)"} in master["env"]
+
+
+def test_expand_vars_is_rendered_by_jinja_like_any_templated_string():
+    from airflow.sdk import DAG
+
+    with DAG("expand", schedule=None, start_date=datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)):
+        operator = VolcanoPyTorchJobOperator(task_id="train", image="img:1", worker_replicas=0,
+                                             args=[ExpandVars("{{ params.out }}/$(RANK)"), "{{ params.out }}"],
+                                             params={"out": "/ckpt"})
+    operator.render_template_fields({"params": {"out": "/ckpt"}, "run_id": "manual"})
+    assert container(operator._manifests.job, "master")["args"] == ["/ckpt/$(RANK)", "/ckpt"]
+
+
+def test_a_template_keeps_kubernetes_own_semantics():
+    template = seed()
+    template["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["args"] = ["$(MASTER_ADDR)"]
+    job = build_template(template).job
+    assert container(job, "master")["args"] == ["$(MASTER_ADDR)"], "a template is written as the user wrote it"
+
+
+def test_debug_mode_prints_the_command_as_the_process_would_get_it():
+    import json
+
+    from airflow_volcano.manifest import DEBUG_ANNOTATION
+
+    job = build(command=["python", "train.py", "$(id)"], debug=True).job
+    annotation = job["spec"]["tasks"][0]["template"]["metadata"]["annotations"][DEBUG_ANNOTATION]
+    assert json.loads(annotation) == ["python", "train.py", "$(id)"]
+
+
+def test_deepspeed_operator_refuses_a_bad_duration_too():
+    operator = VolcanoDeepSpeedJobOperator(task_id="train", image="img:1", training_script="/x.py",
+                                           job_timeout="1h")
+    with pytest.raises(JobSpecError, match="job_timeout must be a number of seconds"):
+        operator.build_manifests()
