@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import secrets
 import shlex
 from collections.abc import Sequence
@@ -106,9 +107,13 @@ class VolcanoJobOperator(BaseOperator):
         adds a one-pod `tensorboard` task serving the event files the training writes under
         `logdir`, which must be on a volume the master mounts and shares (PVC, NFS, hostPath). It is
         not a rank (WORLD_SIZE counts master and workers only) and not part of the gang.
-    :param training_script: a local file (absolute or relative to the DAG file), shipped in a
-        ConfigMap owned by the Job and run with python in every pod.
-    :param job_template: a Job YAML/JSON file path (Jinja-rendered) or text: the escape hatch.
+    :param training_script: a local file, relative to the DAG file's folder or the DAG's
+        template_searchpath (or absolute, inside one of them or of `allowed_file_dirs`), shipped in
+        a ConfigMap owned by the Job and run with python in every pod.
+    :param job_template: a Job YAML/JSON file path (found like `training_script`, Jinja-rendered)
+        or text: the escape hatch.
+    :param allowed_file_dirs: more absolute folders `training_script` and `job_template` may be read
+        from (not templated: a rendered path can never leave the folders the DAG author chose).
     :param full_job_spec: a whole Job dict, used as is apart from name, namespace and labels.
     :param kubernetes_conn_id: the cncf-kubernetes `kubernetes` connection.
     :param get_logs: stream the master's log into the task log.
@@ -186,6 +191,7 @@ class VolcanoJobOperator(BaseOperator):
         debug_timeout: float = 3600,
         training_script: str | None = None,
         job_template: str | dict | None = None,
+        allowed_file_dirs: Sequence[str] | None = None,
         full_job_spec: dict | None = None,
         kubernetes_conn_id: str = "kubernetes_default",
         get_logs: bool = True,
@@ -222,6 +228,7 @@ class VolcanoJobOperator(BaseOperator):
         self.debug, self.debug_timeout = debug, debug_timeout
         self.training_script = training_script
         self.job_template = job_template
+        self.allowed_file_dirs = _folders("allowed_file_dirs", allowed_file_dirs)
         self.full_job_spec = full_job_spec
         self.kubernetes_conn_id = kubernetes_conn_id
         self.get_logs = get_logs
@@ -311,21 +318,39 @@ class VolcanoJobOperator(BaseOperator):
         main_pod = f"{job['metadata']['name']}-{main}-0"
         return [pod for pod in task_pods(job, list(self.log_tasks), "log_tasks") if pod[0] != main_pod]
 
-    def _local_path(self, value: str) -> Path:
-        """A local file named in an argument: absolute, or relative to the DAG file's folder."""
-        path = Path(value)
-        if path.is_absolute():
-            return path
-        base = Path(self.dag.fileloc).parent if self.has_dag() and self.dag.fileloc else Path.cwd()
-        candidates = [base / path]
+    def _file_folders(self) -> list[Path]:
+        """Where `training_script` and `job_template` may be read from: the DAG file's folder and its
+        template_searchpath (as Airflow's own template files), and `allowed_file_dirs`; without a DAG,
+        the working directory."""
+        folders = [Path(folder) for folder in self.allowed_file_dirs or []]
         if self.has_dag():
-            candidates += [Path(folder) / path for folder in self.dag.template_searchpath or []]
-        return next((candidate for candidate in candidates if candidate.exists()), candidates[0])
+            if self.dag.fileloc:
+                folders.insert(0, Path(self.dag.fileloc).parent)
+            searchpath = self.dag.template_searchpath or []
+            folders += [Path(folder) for folder in ([searchpath] if isinstance(searchpath, str) else searchpath)]
+        else:
+            folders.append(Path.cwd())
+        return [Path(os.path.normpath(folder.absolute())) for folder in folders]
+
+    def _local_path(self, parameter: str, value: str) -> Path:
+        """A local file named in a (rendered) argument: relative to one of `_file_folders`, or absolute
+        inside one. A rendered value comes from whoever triggers the DAG run, so `../` may not leave them."""
+        folders = self._file_folders()
+        path = Path(value)
+        candidates = [path] if path.is_absolute() else [folder / path for folder in folders]
+        inside = [Path(os.path.normpath(candidate)) for candidate in candidates]
+        inside = [candidate for candidate in inside if any(candidate.is_relative_to(folder) for folder in folders)]
+        if not inside:
+            raise JobSpecError(
+                f"{parameter}: {value!r} is outside the folders files are read from "
+                f"({', '.join(map(str, folders))}: the DAG file's folder and the DAG's template_searchpath); "
+                "name a file there, or add its folder to allowed_file_dirs")
+        return next((candidate for candidate in inside if candidate.exists()), inside[0])
 
     def _read_training_script(self) -> TrainingScript | None:
         if not self.training_script:
             return None
-        path = self._local_path(self.training_script)
+        path = self._local_path("training_script", self.training_script)
         try:
             return TrainingScript(filename=path.name, content=path.read_text())
         except OSError as error:
@@ -337,7 +362,7 @@ class VolcanoJobOperator(BaseOperator):
         value = str(self.job_template)
         if not value.strip().endswith(TEMPLATE_EXTENSIONS) or "\n" in value.strip():
             return value, "<string>"
-        path = self._local_path(value.strip())
+        path = self._local_path("job_template", value.strip())
         try:
             text = path.read_text()
         except OSError as error:
@@ -616,6 +641,15 @@ class VolcanoJobOperator(BaseOperator):
 
         state = (states.get(ti.run_id) or {}).get(task_state_key(ti.task_id, ti.map_index))
         return str(getattr(state, "value", state)) == "running"
+
+
+def _folders(parameter: str, value: Sequence[str] | None) -> list[str] | None:
+    """Absolute folders, checked at DAG parse (the argument is not templated, by design)."""
+    if value is None:
+        return None
+    if isinstance(value, str) or not all(isinstance(item, str) and os.path.isabs(item) for item in value):
+        raise JobSpecError(f"{parameter} must be a list of absolute folder paths, got {value!r}")
+    return list(value)
 
 
 def _choice(parameter: str, value: str, allowed: Sequence[str]) -> str:

@@ -219,8 +219,9 @@ def airflow_db() -> None:
 
 
 @pytest.fixture
-def run_task(airflow_db: None, capfd: pytest.CaptureFixture) -> Callable[..., TaskRun]:
-    """Run one operator as a one-task DAG with dag.test(); return its state, log and XComs."""
+def run_task(airflow_db: None, capfd: pytest.CaptureFixture, tmp_path: Path) -> Callable[..., TaskRun]:
+    """Run one operator as a one-task DAG with dag.test(); return its state, log and XComs. The DAG
+    reads files (scripts, templates) from the test's tmp_path and the example DAGs' folder."""
 
     def run(make_task: Callable[[], Any], dag_id: str | None = None) -> TaskRun:
         from airflow.models.xcom import XComModel
@@ -230,7 +231,8 @@ def run_task(airflow_db: None, capfd: pytest.CaptureFixture) -> Callable[..., Ta
         from .dag_runner import run_dag
 
         with DAG(dag_id or f"test_{uuid.uuid4().hex[:8]}", schedule=None,
-                 start_date=datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)) as dag:
+                 start_date=datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC),
+                 template_searchpath=[str(tmp_path), str(REPO / "dags")]) as dag:
             task = make_task()
         capfd.readouterr()
         run = run_dag(dag)

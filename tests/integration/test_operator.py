@@ -245,8 +245,8 @@ def test_the_ui_shows_each_mapped_tasks_job_then_its_script(cluster, operator_ku
 
     from .dag_runner import run_dag
 
-    with DAG("mapped_manifests", schedule=None,
-             start_date=datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)) as dag:
+    with DAG("mapped_manifests", schedule=None, start_date=datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC),
+             template_searchpath=[str(SEED_SCRIPT.parent)]) as dag:
         VolcanoPyTorchJobOperator.partial(
             task_id="train", namespace=cluster.namespace, image="img:1", training_script=str(SEED_SCRIPT),
             annotations={SIM + "run-for": "1s"}, startup_timeout=60, poll_interval=1, deferrable=False,

@@ -108,7 +108,8 @@ def test_generated_arguments_fail_early_naming_a_parameter_or_are_accepted(clust
         if operator_class is VolcanoDeepSpeedJobOperator or kwargs.get("launcher") == "torchrun":
             kwargs = {"training_script": str(script), **kwargs}
         try:
-            operator = operator_class(task_id="prop", image="img:1", namespace=cluster.namespace, **kwargs)
+            operator = operator_class(task_id="prop", image="img:1", namespace=cluster.namespace,
+                                      allowed_file_dirs=[str(tmp_path)], **kwargs)
             manifests = operator.build_manifests()
         except JobSpecError as error:
             named = [parameter for parameter in parameters if str(error).startswith(parameter)

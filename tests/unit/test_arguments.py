@@ -192,3 +192,65 @@ def test_deepspeed_operator_refuses_a_bad_duration_too():
                                            job_timeout="1h")
     with pytest.raises(JobSpecError, match="job_timeout must be a number of seconds"):
         operator.build_manifests()
+
+
+# -- files are read only from the DAG author's folders ------------------------------------------------
+
+
+def dag_with(tmp_path, **operator_kwargs):
+    """An operator in a DAG whose file is in tmp_path/dags, with tmp_path/shared on its template_searchpath."""
+    from airflow.sdk import DAG
+
+    (tmp_path / "dags" / "scripts").mkdir(parents=True)
+    (tmp_path / "dags" / "scripts" / "train.py").write_text("print('train')\n")
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "job.yaml").write_text(
+        "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nspec:\n  tasks:\n  - name: main\n    replicas: 1\n"
+        "    template: {spec: {containers: [{name: main, image: img}]}}\n")
+    (tmp_path / "secret.txt").write_text("token\n")
+    with DAG("files", schedule=None, start_date=datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC),
+             template_searchpath=[str(tmp_path / "shared")]) as dag:
+        dag.fileloc = str(tmp_path / "dags" / "files.py")
+        operator = VolcanoPyTorchJobOperator(task_id="train", image="img:1", worker_replicas=0, **operator_kwargs)
+    return operator
+
+
+def render(operator, **params):
+    operator.render_template_fields({"params": params, "run_id": "manual"})
+    return operator._manifests
+
+
+@pytest.mark.parametrize("value", ["../secret.txt", "scripts/../../secret.txt", "{path}/secret.txt", "/etc/passwd"])
+def test_a_rendered_script_path_cannot_leave_the_dags_folders(tmp_path, value):
+    operator = dag_with(tmp_path, training_script="{{ params.s }}")
+    with pytest.raises(JobSpecError) as error:
+        render(operator, s=value.format(path=tmp_path))
+    assert str(error.value).startswith(f"training_script: {value.format(path=tmp_path)!r} is outside the folders")
+    assert "token" not in str(error.value)
+
+
+def test_job_template_cannot_leave_them_either(tmp_path):
+    from airflow_volcano.operators.job import VolcanoJobOperator
+
+    operator = dag_with(tmp_path)
+    generic = VolcanoJobOperator(task_id="generic", image="img:1", job_template="{{ params.t }}", dag=operator.dag)
+    with pytest.raises(JobSpecError, match="job_template: '../secret.yaml' is outside the folders"):
+        render(generic, t="../secret.yaml")
+
+
+def test_files_in_the_dags_folder_its_searchpath_and_allowed_dirs_are_read(tmp_path):
+    assert render(dag_with(tmp_path, training_script="scripts/{{ params.s }}"), s="train.py").configmap["data"] == {
+        "train.py": "print('train')\n"}
+    from airflow_volcano.operators.job import VolcanoJobOperator
+
+    operator = dag_with(tmp_path / "b", training_script=str(tmp_path / "b" / "secret.txt"),
+                        allowed_file_dirs=[str(tmp_path / "b")])
+    assert "secret.txt" in render(operator).configmap["data"], "an explicit, untemplated folder"
+    generic = VolcanoJobOperator(task_id="generic", job_template="job.yaml", dag=operator.dag)
+    assert render(generic).job["spec"]["tasks"][0]["name"] == "main", "found on the template_searchpath"
+
+
+@pytest.mark.parametrize("value", ["relative/dir", "/abs", ["relative"]])
+def test_allowed_file_dirs_must_be_absolute_folders(value):
+    with pytest.raises(JobSpecError, match="allowed_file_dirs must be a list of absolute folder paths"):
+        VolcanoPyTorchJobOperator(task_id="train", allowed_file_dirs=value)

@@ -92,7 +92,8 @@ def test_operator_reports_a_missing_script_before_submitting():
     from airflow_volcano.exceptions import JobSpecError
     from airflow_volcano.operators.pytorch import VolcanoPyTorchJobOperator
 
-    op = VolcanoPyTorchJobOperator(task_id="train", image="img:1", training_script="/nope/train.py")
+    op = VolcanoPyTorchJobOperator(task_id="train", image="img:1", training_script="/nope/train.py",
+                                   allowed_file_dirs=["/nope"])
     with pytest.raises(JobSpecError, match="training_script: cannot read '/nope/train.py'"):
         op.dry_run()
 
