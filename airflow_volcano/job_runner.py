@@ -16,13 +16,15 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from airflow_volcano.exceptions import VolcanoJobError
-from airflow_volcano.logs import Emit, LogCursor, LogFollower, emit_new_lines
+from airflow_volcano.logs import Emit, LogCursor, LogFollower, emit_new_lines, iter_lines
 from airflow_volcano.manifest import CHECKED_LABEL
 from airflow_volcano.status import (
+    LOG_TAIL_LINES,
     Outcome,
     failed_pods,
     failure_message,
     termination_result,
+    unstarted_pods,
 )
 from airflow_volcano.wait_engine import (
     Action,
@@ -43,6 +45,8 @@ if TYPE_CHECKING:
     from airflow_volcano.hooks.volcano import VolcanoHook
 
 log = logging.getLogger(__name__)
+# How many troubled pods' events a failure report reads (one request each).
+EVENT_PODS = 5
 
 
 class OnFinishAction(StrEnum):
@@ -138,15 +142,15 @@ def pod_log_stream(hook: VolcanoHook, namespace: str, copy: PodLogCopy) -> Calla
     return open_stream
 
 
-def read_remaining_log(hook: VolcanoHook, namespace: str, copy: PodLogCopy) -> int:
-    """Show whatever the pod's log holds that its cursor has not shown; 0 if it cannot be read."""
+def read_remaining_log(hook: VolcanoHook, namespace: str, copy: PodLogCopy) -> None:
+    """Show whatever the pod's log holds that its cursor has not shown (nothing if it cannot be read).
+    Streamed and split like every other read: one chunk in memory, each line bounded and escaped."""
     try:
-        text = hook.read_pod_log(copy.pod, namespace, container=copy.container,
-                                 since_seconds=copy.cursor.since_seconds())
+        chunks = hook.pod_log_chunks(copy.pod, namespace, container=copy.container,
+                                     since_seconds=copy.cursor.since_seconds())
+        emit_new_lines(iter_lines(chunks), copy.cursor, copy.emit)
     except Exception as error:  # noqa: BLE001 - a missing log must not hide the Job's result
         log.warning("Could not read the log of pod %s/%s: %s", namespace, copy.pod, error)
-        return 0
-    return emit_new_lines(text.splitlines(), copy.cursor, copy.emit)
 
 
 def wait_for_job(
@@ -251,8 +255,11 @@ def explain_failure(hook: VolcanoHook, ref: JobRef, result: WaitResult) -> str:
     events: list[dict] = []
     try:
         pods = hook.list_job_pods(ref.name, ref.namespace)
-        names = {ref.name, *((pod.get("metadata") or {}).get("name", "") for pod in pods)}
-        if result.job is not None and (podgroup := hook.get_podgroup(result.job)) is not None:
+        podgroup = hook.get_podgroup(result.job) if result.job is not None else None
+        # The events of the Job, its PodGroup, the master and the pods that failed or never started.
+        troubled = [problem.pod for problem in failed_pods(pods, ref.master_task)] + unstarted_pods(pods)
+        names = {ref.name, ref.master_pod, *troubled[:EVENT_PODS]}
+        if podgroup is not None:
             names.add(podgroup["metadata"]["name"])
         events = hook.list_events(ref.namespace, names)
     except Exception as error:  # noqa: BLE001 - explain with what we have
@@ -263,8 +270,8 @@ def explain_failure(hook: VolcanoHook, ref: JobRef, result: WaitResult) -> str:
     log_container = problems[0].container if problems else ref.log_container
     log_tail: list[str] = []
     try:
-        text = hook.read_pod_log(log_pod, ref.namespace, container=log_container, tail_lines=20)
-        log_tail = [line.partition(" ")[2] or line for line in text.splitlines()[-20:]]
+        chunks = hook.pod_log_chunks(log_pod, ref.namespace, container=log_container, tail_lines=LOG_TAIL_LINES)
+        log_tail = [line.partition(" ")[2] or line for line in iter_lines(chunks)][-LOG_TAIL_LINES:]
     except Exception:  # noqa: BLE001 - no log is not worth hiding the real failure
         pass
     headline = None

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -135,7 +136,7 @@ class LogFollower(threading.Thread):
                         _close(stream)
                         return
                     self._stream = stream
-                emit_new_lines(_iter_lines(stream), self.cursor, self.emit)
+                emit_new_lines(iter_lines(stream), self.cursor, self.emit)
             except Exception:  # noqa: BLE001 - pod not there yet, or the stream dropped: reconnect
                 pass
             finally:
@@ -159,32 +160,81 @@ class LogFollower(threading.Thread):
         self.join(timeout)
 
 
+# Control characters (but tab) and Unicode line separators would move the cursor of a terminal or
+# log viewer (tqdm's `\r` redraws, ANSI colours, a forged line of its own): shown escaped instead.
+CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+LOG_CHUNK_BYTES = 64 * 1024  # what copying a log holds in memory at a time, in either mode
+# A longer line is cut (and says so): a pod printing without newlines must not grow our memory.
+MAX_LINE_BYTES = 64 * 1024
+
+
+ESCAPES = {"\r": "\\r", "\n": "\\n", "\x1b": "\\x1b"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    code = ord(char)
+    return ESCAPES.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+
+
 def decode_line(line: bytes) -> str:
-    """One log line as text: invalid UTF-8 (a script may print anything) becomes U+FFFD, not an error."""
-    return line.decode("utf-8", errors="replace").rstrip("\r")
+    """One log line as text safe to print: invalid UTF-8 (a script may print anything) becomes
+    U+FFFD, control characters other than tab are escaped (`\x1b`, `\r`), a CRLF's CR dropped."""
+    text = line.decode("utf-8", errors="replace")
+    text = text.removesuffix("\r")
+    return CONTROL.sub(_escape, text)
 
 
 class LineSplitter:
     """A log's bytes, fed in chunks as they arrive, as whole lines decoded one by one: a chunk may
-    end inside a line or inside a multi-byte character; that part waits for the next chunk."""
+    end inside a line or inside a multi-byte character; that part waits for the next chunk. A line
+    longer than `max_line_bytes` keeps only its beginning, with a note of how much was cut, so the
+    memory held is bounded whatever the pod prints."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_line_bytes: int = MAX_LINE_BYTES) -> None:
+        self.max_line_bytes = max_line_bytes
         self._pending: list[bytes] = []  # the unfinished line's parts: joined once, however long it gets
+        self._pending_bytes = 0
+        self._cut = 0  # bytes of the unfinished line dropped past max_line_bytes
 
     def feed(self, chunk: bytes) -> list[str]:
         if b"\n" not in chunk:
-            self._pending.append(chunk)
+            self._keep(chunk)
             return []
-        *complete, rest = b"".join([*self._pending, chunk]).split(b"\n")
-        self._pending = [rest] if rest else []
-        return [decode_line(line) for line in complete]
+        first, *middle, rest = chunk.split(b"\n")
+        self._keep(first)
+        lines = [self._line()]
+        for line in middle:
+            if len(line) <= self.max_line_bytes:
+                lines.append(decode_line(line))
+            else:
+                self._keep(line)
+                lines.append(self._line())
+        self._keep(rest)
+        return lines
 
     def end(self) -> list[str]:
-        rest, self._pending = b"".join(self._pending), []
-        return [decode_line(rest)] if rest else []
+        return [self._line()] if self._pending_bytes or self._cut else []
+
+    def _keep(self, part: bytes) -> None:
+        room = self.max_line_bytes - self._pending_bytes
+        if len(part) > room:
+            self._cut += len(part) - room
+            part = part[:room]
+        if part:
+            self._pending.append(part)
+            self._pending_bytes += len(part)
+
+    def _line(self) -> str:
+        text = decode_line(b"".join(self._pending))
+        if self._cut:
+            # A cut may fall inside a character: its first bytes decode as U+FFFD, not worth showing.
+            text = f"{text.rstrip(chr(0xFFFD))} [... line cut: {self._cut} more bytes not shown]"
+        self._pending, self._pending_bytes, self._cut = [], 0, 0
+        return text
 
 
-def _iter_lines(stream: Any) -> Iterable[str]:
+def iter_lines(stream: Any) -> Iterator[str]:
     """Lines of a urllib3 response (or any iterable of str/bytes chunks). A followed log arrives
     chunked, so a read returns what has arrived (up to 64 KiB) without waiting for more."""
     chunks = stream.stream(65536, decode_content=True) if hasattr(stream, "stream") else stream

@@ -161,6 +161,13 @@ def failed_pods(pods: Iterable[Mapping[str, Any]], master_task: str | None = Non
     return sorted(problems, key=lambda problem: (problem.task != master_task, problem.pod))
 
 
+def unstarted_pods(pods: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Names of the pods not yet running (nor ended), sorted."""
+    started = ("Running", "Succeeded", "Failed")
+    return sorted((pod.get("metadata") or {}).get("name", "") for pod in pods
+                  if (pod.get("status") or {}).get("phase") not in started)
+
+
 def image_pull_problem(pods: Iterable[Mapping[str, Any]]) -> PodProblem | None:
     for pod in pods:
         problem = pod_problem(pod)

@@ -23,11 +23,20 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_volcano.logs import Emit, LogCursor
 from airflow_volcano.manifest import optional_seconds, seconds
-from airflow_volcano.status import JobProgress, JobState, image_pull_problem, job_state, unschedulable_message
+from airflow_volcano.status import (
+    JobProgress,
+    JobState,
+    image_pull_problem,
+    job_state,
+    unschedulable_message,
+    unstarted_pods,
+)
 
 if TYPE_CHECKING:
     from airflow_volcano.job_runner import JobRef
 
+# A gang's pods share one scheduling story: the events of this many of them (one read each) tell it.
+SCHEDULING_EVENT_PODS = 3
 RUNNING_WATCH_SECONDS = 300.0  # a Running Job costs one watch request per five minutes
 MAX_BACKOFF_SECONDS = 30.0
 
@@ -245,8 +254,9 @@ def startup_timed_out(limits: WaitLimits, waited: float) -> bool:
 
 
 def scheduling_subjects(podgroup: dict | None, pods: list[dict]) -> set[str]:
-    """Names of the objects whose events explain scheduling: the PodGroup and the pods."""
-    names = {pod["metadata"]["name"] for pod in pods}
+    """Names of the objects whose events explain scheduling: the PodGroup and a few pods not
+    started (their events say the same thing for every pod of a gang; one read each)."""
+    names = set(unstarted_pods(pods)[:SCHEDULING_EVENT_PODS])
     if podgroup is not None:
         names.add(podgroup["metadata"]["name"])
     return names
@@ -263,8 +273,7 @@ def startup_problem(
         return f"Volcano Job {ref.namespace}/{ref.name} cannot start: {pull.describe()}"
     if not startup_timed_out(limits, waited):
         return None
-    started = ("Running", "Succeeded", "Failed")
-    pending = sorted(pod["metadata"]["name"] for pod in pods if (pod.get("status") or {}).get("phase") not in started)
+    pending = unstarted_pods(pods)
     if pods and not pending:
         return None
     reason = unschedulable_message(podgroup, events or [])

@@ -27,6 +27,7 @@ from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiExcepti
 from urllib3.exceptions import HTTPError as Urllib3HTTPError
 
 from airflow_volcano.exceptions import VolcanoApiError, WatchExpired
+from airflow_volcano.logs import LOG_CHUNK_BYTES
 from airflow_volcano.manifest import JOB_NAME_LABEL, TASK_LABEL
 
 GROUP = "batch.volcano.sh"
@@ -40,6 +41,11 @@ def log_request(container: str | None, since_seconds: int | None, **options: Any
     undecoded (the client's own decoding mangles non-UTF-8 logs); options left out when unset."""
     wanted = {"container": container, "since_seconds": since_seconds, **options}
     return {"timestamps": True, "_preload_content": False} | {key: value for key, value in wanted.items() if value}
+
+
+def event_selector(name: str) -> str:
+    """The field selector of the events about one object of the namespace."""
+    return f"involvedObject.name={name}"
 
 
 def podgroup_name(job: dict) -> str:
@@ -59,6 +65,11 @@ AUTH_WARMUP_SECONDS = 30.0
 T = TypeVar("T")
 
 
+def refused_credentials(error: BaseException) -> bool:
+    """A 401: the credentials are no longer valid (an expired token), worth reading once more."""
+    return isinstance(error, ApiException | AsyncApiException) and error.status == 401
+
+
 def is_transient(error: BaseException) -> bool:
     """Errors worth another try: throttling, server errors, dropped or refused connections."""
     if isinstance(error, ApiException | AsyncApiException):
@@ -66,13 +77,24 @@ def is_transient(error: BaseException) -> bool:
     return isinstance(error, Urllib3HTTPError | aiohttp.ClientError | ConnectionError | TimeoutError)
 
 
+# The longest Retry-After honoured: an apiserver (or a proxy) asking for an hour must not park a task.
+MAX_RETRY_AFTER_SECONDS = 30.0
+
+
 def retry_after(error: BaseException) -> float | None:
     headers = getattr(error, "headers", None) or {}
     value = headers.get("Retry-After") if hasattr(headers, "get") else None
     try:
-        return float(value) if value is not None else None
+        seconds = float(value) if value is not None else None
     except ValueError:
         return None
+    return None if seconds is None or seconds != seconds else max(0.0, seconds)
+
+
+def retry_delay(error: BaseException, backoff: float) -> float:
+    """How long to wait before retrying after `error`: the back-off, or the server's Retry-After if
+    longer, capped at MAX_RETRY_AFTER_SECONDS. Both hooks wait (and log) exactly this."""
+    return max(backoff, min(retry_after(error) or 0.0, MAX_RETRY_AFTER_SECONDS))
 
 
 def backoff_delays(attempts: int, base: float = 0.5, cap: float = 10.0) -> Iterator[float]:
@@ -131,18 +153,30 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
         """Run one API call, retrying transient failures with backoff; an API error that stays is
         raised as VolcanoApiError (status, reason, the apiserver's message; never the headers)."""
         delays = backoff_delays(self.retries)
+        reloaded = False
         while True:
             try:
                 return fn()
             except Exception as error:  # noqa: BLE001 - filtered just below
+                if refused_credentials(error) and not reloaded:
+                    reloaded = True
+                    self.reload_credentials()
+                    continue
                 delay = next(delays, None) if self.retriable(error) else None
                 if delay is None:
                     if isinstance(error, ApiException):
                         raise VolcanoApiError.from_api_exception(what, error) from None
                     raise
-                delay = max(delay, retry_after(error) or 0)
+                delay = retry_delay(error, delay)
                 self.log.warning("%s failed (%s); retrying in %.1fs", what, _short(error), delay)
                 time.sleep(delay)
+
+    def reload_credentials(self) -> None:
+        """Build the client again from the connection: a token that expired (a rotated token file, an
+        exec plugin's short-lived token) is read anew, as kubectl does after a 401."""
+        self.log.info("The apiserver refused the connection's credentials; reading them again")
+        for cached in ("api_client", "core_v1_client", "custom_objects"):
+            self.__dict__.pop(cached, None)
 
     def connection_extra(self, name: str) -> Any:
         """One field of the connection's extras (None if absent, or if there is no connection)."""
@@ -281,17 +315,22 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
             raise
         return self.to_dict(pod)
 
-    def read_pod_log(
+    def pod_log_chunks(
         self, name: str, namespace: str, *, container: str | None = None, since_seconds: int | None = None,
-        tail_lines: int | None = None,
-    ) -> str:
+        tail_lines: int | None = None, chunk_bytes: int = LOG_CHUNK_BYTES,
+    ) -> Iterator[bytes]:
+        """The log (with timestamps) to its end as of now, not followed, as raw bytes in chunks of at
+        most `chunk_bytes` (one in memory at a time however much was written; undecoded: the
+        client's own decoding mangles non-UTF-8 logs, and a chunk may end inside a character)."""
         kwargs = log_request(container, since_seconds, tail_lines=tail_lines)
-        # Raw bytes, decoded here: the client's own decoding mangles non-ASCII logs into "b'...'".
         response = self.call(
             f"read log of pod {namespace}/{name}",
             lambda: self.core_v1_client.read_namespaced_pod_log(name, namespace, **kwargs),
         )
-        return response.data.decode("utf-8", errors="replace")
+        try:
+            yield from response.stream(chunk_bytes, decode_content=True)
+        finally:
+            response.release_conn()
 
     def stream_pod_log(
         self, name: str, namespace: str, *, container: str | None = None, since_seconds: int | None = None
@@ -301,13 +340,14 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
             name, namespace, **log_request(container, since_seconds, follow=True))
 
     def list_events(self, namespace: str, names: set[str]) -> list[dict]:
-        """Events about the named objects (the Job, its pods, its PodGroup)."""
-        events = self.call(f"list events in {namespace}", lambda: self.core_v1_client.list_namespaced_event(namespace))
-        return [
-            self.to_dict(event)
-            for event in events.items
-            if event.involved_object is not None and event.involved_object.name in names
-        ]
+        """Events about the named objects (the Job, some of its pods, its PodGroup): one read each,
+        selected by the apiserver, never the namespace's every event."""
+        events = []
+        for name in sorted(names):
+            found = self.call(f"list events of {namespace}/{name}", lambda name=name: (
+                self.core_v1_client.list_namespaced_event(namespace, field_selector=event_selector(name))))
+            events += [self.to_dict(event) for event in found.items]
+        return events
 
     def get_podgroup(self, job: dict) -> dict | None:
         """The PodGroup Volcano made for this Job: one GET by its name (`<job>-<uid>`), else (a
@@ -423,12 +463,12 @@ class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
     def __init__(self, kubernetes_conn_id: str | None = VolcanoHook.default_conn_name, retries: int = 6) -> None:
         super().__init__(kubernetes_conn_id=kubernetes_conn_id)
         self.retries = retries
-        self._client: Any = None  # one client for every call while shared_client() is open
+        self._shared: tuple[Any, Any] | None = None  # (its context, the client) while shared_client() is open
 
     @contextlib.asynccontextmanager
     async def get_conn(self) -> AsyncIterator[Any]:
-        if self._client is not None:
-            yield self._client
+        if self._shared is not None:
+            yield self._shared[1]
             return
         async with super().get_conn() as api:
             yield api
@@ -437,27 +477,47 @@ class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
     async def shared_client(self) -> AsyncIterator[AsyncVolcanoHook]:
         """Every call made through this hook meanwhile uses one client (one connection pool, one TLS
         context) instead of one each: the triggerer's triggers of one connection share it."""
-        async with super().get_conn() as api:
-            self._client = api
-            try:
-                yield self
-            finally:
-                self._client = None
+        self._shared = await self._open_client()
+        try:
+            yield self
+        finally:
+            shared, self._shared = self._shared, None
+            await shared[0].__aexit__(None, None, None)
+
+    async def _open_client(self) -> tuple[Any, Any]:
+        opening = AsyncKubernetesHook.get_conn(self)
+        return opening, await opening.__aenter__()
+
+    async def reload_credentials(self) -> None:
+        """Load the connection again and, if one client is shared, replace it: a token that expired
+        (a rotated token file, an exec plugin's short-lived token) is read anew, as kubectl does."""
+        self.log.info("The apiserver refused the connection's credentials; reading them again")
+        self._config_loaded = False
+        self.client_configuration = None
+        if self._shared is not None:
+            old, self._shared = self._shared, await self._open_client()
+            await old[0].__aexit__(None, None, None)
 
     async def call(self, what: str, fn: Callable[[Any], Awaitable[T]]) -> T:
         delays = backoff_delays(self.retries)
+        reloaded = False
         while True:
             try:
                 async with self.get_conn() as api:
                     return await fn(api)
             except Exception as error:  # noqa: BLE001 - filtered just below
+                if refused_credentials(error) and not reloaded:
+                    reloaded = True
+                    await self.reload_credentials()
+                    continue
                 delay = next(delays, None) if self.retriable(error) else None
                 if delay is None:
                     if isinstance(error, AsyncApiException):
                         raise VolcanoApiError.from_api_exception(what, error) from None
                     raise
+                delay = retry_delay(error, delay)
                 self.log.warning("%s failed (%s); retrying in %.1fs", what, _short(error), delay)
-                await asyncio.sleep(max(delay, retry_after(error) or 0))
+                await asyncio.sleep(delay)
 
     async def get_job(self, name: str, namespace: str) -> dict | None:
         async def get(api: Any) -> dict | None:
@@ -525,12 +585,16 @@ class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
         return await self.call(f"list pods of Job {namespace}/{job_name}", pods)
 
     async def list_events(self, namespace: str, names: set[str]) -> list[dict]:
-        async def events(api: Any) -> list[dict]:
-            result = await async_client.CoreV1Api(api).list_namespaced_event(namespace)
-            return [api.sanitize_for_serialization(event) for event in result.items
-                    if event.involved_object is not None and event.involved_object.name in names]
+        """As VolcanoHook.list_events: one selected read per object."""
+        events = []
+        for name in sorted(names):
+            async def read(api: Any, name: str = name) -> list[dict]:
+                result = await async_client.CoreV1Api(api).list_namespaced_event(
+                    namespace, field_selector=event_selector(name))
+                return [api.sanitize_for_serialization(event) for event in result.items]
 
-        return await self.call(f"list events in {namespace}", events)
+            events += await self.call(f"list events of {namespace}/{name}", read)
+        return events
 
     async def get_podgroup(self, job: dict) -> dict | None:
         """As VolcanoHook.get_podgroup: a GET by name, else a search by owner."""

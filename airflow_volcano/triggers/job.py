@@ -21,9 +21,16 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_volcano.events import JobEvent, WaitOutcome
 from airflow_volcano.job_runner import JobRef, task_state_key
-from airflow_volcano.logs import LineSplitter, LogCursor, emit_unseen
+from airflow_volcano.logs import LOG_CHUNK_BYTES, LineSplitter, LogCursor, emit_unseen
 from airflow_volcano.status import waited_view
-from airflow_volcano.triggers.job_watch import DELETED, Changes, JobPods, shared_job_watch, shared_pod_watch
+from airflow_volcano.triggers.job_watch import (
+    DELETED,
+    WATCH_BROKEN,
+    Changes,
+    JobPods,
+    shared_job_watch,
+    shared_pod_watch,
+)
 from airflow_volcano.wait_engine import (
     Action,
     CheckPods,
@@ -36,7 +43,6 @@ from airflow_volcano.wait_engine import (
     scheduling_subjects,
 )
 
-LOG_CHUNK_BYTES = 64 * 1024  # what copying a log holds in the triggerer's memory at a time
 # Airflow 3.3+ calls a trigger's on_kill when a user kills its deferred task. Before that a
 # user's kill and a triggerer shutdown both just cancel run(); only the task state tells them apart.
 TRIGGERER_CALLS_ON_KILL = "on_kill" in vars(BaseTrigger)
@@ -62,8 +68,8 @@ async def _follow(engine: WaitEngine, changes: Changes, seconds: float) -> Actio
                 item = await changes.get()
         except TimeoutError:
             break
-        if isinstance(item, BaseException):
-            raise item
+        if item == WATCH_BROKEN:  # the shared watch is down: this wait reads its Job after a back-off
+            return engine.watch_ended(time.time())
         if item == DELETED:
             return engine.job_read(None, time.time())
         if (action := engine.job_changed(item, time.time())) is not None:

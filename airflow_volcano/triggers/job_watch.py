@@ -41,10 +41,17 @@ LIST_PAGE = 500
 # a triggerer starts with thousands of deferred tasks they all read at the same moment; unbounded,
 # the burst of pending requests is what stays in the loop's memory afterwards.
 CONCURRENT_READS = 20
-# What a subscriber's queue receives besides Job objects: the Job is gone (or an exception: the
-# shared watch failed for good, and so does every wait on it).
+# What a subscriber's queue receives besides Job objects: the Job is gone.
 DELETED = "DELETED"
 RESYNC = "RESYNC"  # to a pod subscriber: the watch restarted, list your pods again
+# The shared watch failed again (the apiserver refuses it, e.g. a permission taken away): read your
+# own object after your back-off, as after a dropped watch. A single failure (an expired token read
+# anew) is not told: the restarted watch's list brings every subscriber its object.
+WATCH_BROKEN = "WATCH_BROKEN"
+# A new subscriber starts from the objects of the watch's first list for this long after it, so a
+# triggerer starting with thousands of deferred tasks does not GET each Job; after that the watch
+# keeps only the Jobs someone waits on.
+LIST_GRACE_SECONDS = 60.0
 
 
 class Changes:
@@ -93,6 +100,7 @@ class SharedWatch:
         self.subscribers: dict[str, set[Changes]] = {}
         self.watch_requests = 0  # how many watch requests were opened (for tests and benchmarks)
         self.relists = 0
+        self.failures = 0  # failed (re)starts in a row
         self._resource_version: str | None = None
         self._task: asyncio.Task | None = None
         self._hook: Any = hook
@@ -115,6 +123,7 @@ class SharedWatch:
             queues.discard(queue)
             if not queues:
                 self.subscribers.pop(name, None)
+                self.forget(name)
             if not self.subscribers:
                 await self.close()
 
@@ -135,22 +144,31 @@ class SharedWatch:
             await asyncio.gather(task, return_exceptions=True)
 
     async def _started(self) -> None:
-        """Return once the watch has a resourceVersion: changes after that reach the queue."""
+        """Return once the watch has a resourceVersion (changes after that reach the queue), or has
+        failed to start (the subscriber then reads on its own)."""
         await self._ready.wait()
-        task = self._task
-        if task is not None and task.done() and not task.cancelled() and (error := task.exception()) is not None:
-            raise error
 
     async def _run(self) -> None:
-        try:
-            await self._watch()
-        except Exception as error:  # noqa: BLE001 - e.g. a permission taken away: every subscriber fails with it
-            _registry().pop(self._key(), None)  # the next trigger starts anew
-            self._ready.set()
-            for queues in self.subscribers.values():
-                for queue in queues:
-                    queue.put(error)
-            raise
+        """Watch until the last subscriber leaves. A failure fails no subscriber: the watch reads the
+        connection's credentials again (an expired token) and restarts after a back-off; meanwhile,
+        from its second failure in a row, subscribers read their own objects (their reads fail or not)."""
+        while True:
+            try:
+                await self._watch()
+            except Exception as error:  # noqa: BLE001 - e.g. 401 or 403: retried, never fatal to the waits
+                self.failures += 1
+                self._ready.set()  # subscribers waiting for the first list read on their own
+                log.warning("The shared watch of %s in %s failed (%s: %s); restarting it", self.resource,
+                            self.namespace, type(error).__name__, error)
+                if self.failures > 1:
+                    for queues in self.subscribers.values():
+                        for queue in queues:
+                            queue.put(WATCH_BROKEN)
+                try:
+                    await self.hook.reload_credentials()
+                except Exception:  # noqa: BLE001 - the next start says what is wrong
+                    log.debug("reloading the credentials failed", exc_info=True)
+                await asyncio.sleep(backoff_after_drops(self.failures, random.random()))
 
     async def _watch(self) -> None:
         async with self.hook.shared_client():
@@ -169,15 +187,17 @@ class SharedWatch:
                 changes = hook.watch(self.resource, self.namespace, resource_version=self._resource_version,
                                      timeout_seconds=WATCH_SECONDS, label_selector=self.label_selector)
                 async for kind, obj in changes:
+                    self.failures = 0  # the watch works again
                     self._resource_version = (obj.get("metadata") or {}).get("resourceVersion") or \
                         self._resource_version
                     if kind in ("ADDED", "MODIFIED", "DELETED") and (owner := self.owner(obj)):
                         self._dispatch(owner, self.item(kind, obj))
             except WatchExpired:
-                self._resource_version = None
-                continue
+                self._resource_version = None  # list again, after the back-off below if it repeats
+            else:
+                self.failures = 0
             if time.monotonic() - opened < WATCH_SECONDS - 1:
-                # Dropped or refused: resume from the last resourceVersion after a jittered back-off.
+                # Dropped, refused or expired: resume (or list again) after a jittered back-off.
                 drops += 1
                 await asyncio.sleep(backoff_after_drops(drops, random.random()))
             else:
@@ -186,6 +206,9 @@ class SharedWatch:
     def owner(self, obj: dict) -> str | None:
         """The name of the Job whose subscribers get `obj`."""
         raise NotImplementedError
+
+    def forget(self, name: str) -> None:
+        """The last subscriber of this Job left."""
 
     def item(self, kind: str, obj: dict) -> Any:
         """What a subscriber receives for a change."""
@@ -215,6 +238,7 @@ class SharedJobWatch(SharedWatch):
         super().__init__(kubernetes_conn_id, namespace)
         self.reads = asyncio.Semaphore(CONCURRENT_READS)  # held by a subscriber around each of its API reads
         self.latest: dict[str, dict] = {}
+        self._keep_all_until = 0.0  # monotonic time: every Job is kept until then (LIST_GRACE_SECONDS)
 
     def owner(self, obj: dict) -> str | None:
         return (obj.get("metadata") or {}).get("name")
@@ -224,8 +248,22 @@ class SharedJobWatch(SharedWatch):
         if kind == "DELETED":
             self.latest.pop(name, None)
             return DELETED
-        self.latest[name] = view = waited_view(obj)
+        view = waited_view(obj)
+        if name in self.subscribers or self._keeping_all():
+            self.latest[name] = view
         return view
+
+    def forget(self, name: str) -> None:
+        """Nobody waits on this Job any more: drop it (other people's Jobs cost no memory)."""
+        if not self._keeping_all():
+            self.latest.pop(name, None)
+
+    def _keeping_all(self) -> bool:
+        if time.monotonic() < self._keep_all_until:
+            return True
+        if len(self.latest) > len(self.subscribers):  # the list's grace is over: keep the waited Jobs only
+            self.latest = {name: job for name, job in self.latest.items() if name in self.subscribers}
+        return False
 
     async def _relist(self) -> None:
         """Every subscriber's Job as it is now, from a paged list; its resourceVersion to watch from."""
@@ -243,6 +281,7 @@ class SharedJobWatch(SharedWatch):
             if token is None:
                 break
         self.latest = latest
+        self._keep_all_until = time.monotonic() + LIST_GRACE_SECONDS
         for name in list(self.subscribers):
             if name in latest:
                 self._dispatch(name, latest[name])
@@ -291,9 +330,7 @@ class JobPods:
     async def current(self) -> list[dict]:
         while self.changes.ready():
             item = self.changes.get_nowait()
-            if isinstance(item, BaseException):
-                raise item
-            if item == RESYNC:
+            if item in (RESYNC, WATCH_BROKEN):  # the watch restarted, or is down: list anew
                 self.pods = None
             elif self.pods is not None:
                 self._apply(*item)

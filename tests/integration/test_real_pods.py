@@ -733,8 +733,8 @@ def test_the_trigger_copies_a_real_containers_log_whole_in_one_streamed_read(
     import asyncio
 
     from airflow_volcano.job_runner import JobRef
-    from airflow_volcano.logs import LogCursor
-    from airflow_volcano.triggers.job import LOG_CHUNK_BYTES, VolcanoJobTrigger
+    from airflow_volcano.logs import LOG_CHUNK_BYTES, LogCursor
+    from airflow_volcano.triggers.job import VolcanoJobTrigger
 
     write = ("import sys\n"
              "for i in range(3000):\n"
@@ -770,3 +770,89 @@ def test_the_trigger_copies_a_real_containers_log_whole_in_one_streamed_read(
     assert [line[:4] for line in lines] == [f"{i:04d}" for i in range(3000)], "every line once, in order"
     assert lines[2999] == "2999 " + "训练" * 10
     assert lines[1500] == "1500 bad \ufffd\ufffd"
+
+
+HOSTILE_WRITER = ("import sys\n"
+                  "w = sys.stdout.buffer.write\n"
+                  "w(b'before\\n')\n"
+                  "w(b'x\\r2999-01-01T00:00:00Z forged\\n')\n"  # a carriage return, then a fake timestamp
+                  "w(b'\\x1b[31mred\\x1b[0m 10%\\r 20%\\r\\n')\n"  # ANSI colours, tqdm's redraws
+                  "for _ in range(50):\n"
+                  "    w(b'y' * (1 << 20))\n"  # 50 MiB without a newline
+                  "w(b'\\nafter\\n')\n")
+
+
+def test_a_hostile_real_log_is_copied_escaped_and_cut_in_bounded_memory_in_both_modes(
+        cluster, operator_kubeconfig, real_node, monkeypatch, caplog):
+    """What a real container wrote, through the kubelet: a carriage return followed by a forged
+    timestamp, ANSI escapes, and a 50 MiB line without a newline (the kubelet joins its partial
+    lines into one). Both copies, the worker's final read and the trigger's streamed read, show
+    each line once with control characters escaped, cut the long line and say so, hold at most a
+    few MiB, and the cursor stays at the real timestamps."""
+    import asyncio
+    import tracemalloc
+
+    from airflow_volcano.hooks.volcano import VolcanoHook
+    from airflow_volcano.job_runner import JobRef, PodLogCopy, read_remaining_log
+    from airflow_volcano.logs import MAX_LINE_BYTES, LogCursor
+    from airflow_volcano.triggers.job import VolcanoJobTrigger
+
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hostile-master-0"},
+           "spec": {"restartPolicy": "Never", "schedulerName": "volcano", "nodeSelector": real_node["node_selector"],
+                    "tolerations": real_node["tolerations"],
+                    "containers": [{"name": "master", "image": real_node["image"], "imagePullPolicy": "IfNotPresent",
+                                    "command": ["python3", "-c", HOSTILE_WRITER]}]}}
+    cluster.core.create_namespaced_pod(cluster.namespace, pod)
+    cluster.wait_for("the writer to finish", lambda: cluster.core.read_namespaced_pod(
+        "hostile-master-0", cluster.namespace).status.phase == "Succeeded", 120)
+    expected = ["before", "x\\r2999-01-01T00:00:00Z forged", "\\x1b[31mred\\x1b[0m 10%\\r 20%", "<cut>", "after"]
+
+    def cut(lines: list[str]) -> list[str]:
+        """The 50 MiB line as `<cut>` if it was cut right: its first bytes, then how many were not shown
+        (the line's first MAX_LINE_BYTES include the kubelet's timestamp)."""
+        found = len(lines) > 3 and re.fullmatch(r"(y+) \[\.\.\. line cut: (\d+) more bytes not shown\]", lines[3])
+        if found:
+            head, rest = len(found.group(1)), int(found.group(2))
+            if MAX_LINE_BYTES - 40 < head < MAX_LINE_BYTES and head + rest == 50 << 20:
+                return [*lines[:3], "<cut>", *lines[4:]]
+        return lines
+
+    def copied(copy: object) -> tuple[list[str], int]:
+        tracemalloc.start()
+        copy()
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        return peak
+
+    worker_lines: list[str] = []
+    worker_copy = PodLogCopy("hostile-master-0", "master", worker_lines.append)
+    worker_peak = copied(lambda: read_remaining_log(VolcanoHook(), cluster.namespace, worker_copy))
+    assert "Could not read" not in caplog.text, caplog.text
+
+    trigger_lines: list[str] = []
+
+    class TaskLog:
+        def info(self, message: str, *args: object) -> None:
+            trigger_lines.append((message % args).removeprefix("[hostile-master-0] "))
+
+        def __getattr__(self, name: str) -> object:
+            return lambda *args, **kwargs: None
+
+    monkeypatch.setattr(VolcanoJobTrigger, "log", TaskLog())
+    ref = JobRef(name="hostile", namespace=cluster.namespace, master_container="master")
+    trigger = VolcanoJobTrigger(ref.to_dict(), "kubernetes_default")
+    trigger_cursor = LogCursor()
+
+    async def trigger_copy() -> None:
+        await trigger._copy_new_log_lines(await trigger._hook(), ref, trigger_cursor)
+
+    asyncio.run(trigger_copy())  # the clients' first import, outside the measured copy
+    trigger_lines.clear()
+    trigger_cursor = LogCursor()
+    trigger_peak = copied(lambda: asyncio.run(trigger_copy()))
+
+    for lines, cursor, peak in ((worker_lines, worker_copy.cursor, worker_peak),
+                                (trigger_lines, trigger_cursor, trigger_peak)):
+        assert cut(lines) == expected, [line[:80] + f"... ({len(line)})" for line in lines]
+        assert peak < 8 << 20, f"copying held {peak >> 20} MiB"
+        assert cursor.last_ns // 10**9 < datetime.datetime(2999, 1, 1, tzinfo=datetime.UTC).timestamp()

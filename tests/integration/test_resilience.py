@@ -156,3 +156,62 @@ def test_two_hundred_deferred_triggers_share_one_watch_through_an_apiserver_rest
         assert payload["job"]["name"] == name
     # One stream for all (reopened after the restart and at its 5-minute timeout), not one per trigger.
     assert seen["watch_requests"] <= 5 and seen["left"] == 0, seen
+
+
+def test_an_expired_token_on_the_shared_watch_fails_no_deferred_task(cluster, kubeconfig, tmp_path, monkeypatch,
+                                                                     caplog):
+    """The connection's token stops being valid while triggers wait (here: a token bound to a Secret,
+    which is deleted, so the apiserver answers 401 at once), and a new one is in the token file, as a
+    kubelet-projected or rotated token would be. The shared watch's next request is refused; it
+    reads the credentials again and goes on, and every deferred task gets its Job's real end."""
+    import asyncio
+
+    import yaml
+    from kubernetes import client
+
+    from airflow_volcano.job_runner import JobRef
+    from airflow_volcano.triggers import job_watch
+    from airflow_volcano.triggers.job import VolcanoJobTrigger
+    from airflow_volcano.wait_engine import WaitLimits
+
+    from .jobs import pytorch_job
+
+    def bound_token(anchor: str) -> str:
+        secret = cluster.core.create_namespaced_secret(cluster.namespace, client.V1Secret(
+            metadata=client.V1ObjectMeta(name=anchor)))
+        return cluster.core.create_namespaced_service_account_token(
+            "airflow-volcano", cluster.namespace, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(
+                audiences=[], expiration_seconds=3600, bound_object_ref=client.V1BoundObjectReference(
+                    kind="Secret", api_version="v1", name=anchor, uid=secret.metadata.uid)))).status.token
+
+    token_file = tmp_path / "token"
+    token_file.write_text(bound_token("anchor-1"))
+    server = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]
+    config = tmp_path / "kubeconfig.json"
+    config.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
+        "clusters": [{"name": "local", "cluster": server}],
+        "users": [{"name": "sa", "user": {"tokenFile": str(token_file)}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "local", "user": "sa", "namespace": cluster.namespace}}]}))
+    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(
+        {"conn_type": "kubernetes", "extra": {"kube_config_path": str(config), "namespace": cluster.namespace}}))
+    monkeypatch.setattr(job_watch, "WATCH_SECONDS", 3)  # the watch request reopens every 3 s instead of 5 min
+    names = [f"tok-{index}" for index in range(5)]
+    for name in names:
+        cluster.create_job(pytorch_job(name, master_sim={"run-for": "40s"}, worker_sim={"run-for": "40s"}))
+    jobs = {name: cluster.wait_phase(name, {"Running"}, timeout=90) for name in names}
+
+    async def wait_all() -> list[dict]:
+        tasks = [asyncio.create_task(anext(VolcanoJobTrigger(
+            JobRef.from_job(job, "master").to_dict(), "kubernetes_default", get_logs=False,
+            limits=WaitLimits(poll_interval=2).to_dict()).run())) for job in jobs.values()]
+        await asyncio.sleep(4)
+        # Rotate: the new token is in the file, the old one is refused from now on.
+        token_file.write_text(await asyncio.to_thread(bound_token, "anchor-2"))
+        await asyncio.to_thread(cluster.core.delete_namespaced_secret, "anchor-1", cluster.namespace)
+        return [event.payload for event in await asyncio.wait_for(asyncio.gather(*tasks), timeout=180)]
+
+    fired = asyncio.run(wait_all())
+    assert "HTTP 401 Unauthorized" in caplog.text, "the old token was refused: the fault happened"
+    for name, payload in zip(names, fired, strict=True):
+        assert payload["status"] == "finished" and payload["phase"] == "Completed", (name, payload)

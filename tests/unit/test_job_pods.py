@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from airflow_volcano.status import describe_progress, job_state, waited_view
-from airflow_volcano.triggers.job_watch import RESYNC, Changes, JobPods
+from airflow_volcano.triggers.job_watch import RESYNC, WATCH_BROKEN, Changes, JobPods
 
 
 def pod(name: str, version: int, phase: str = "Pending") -> dict:
@@ -75,14 +73,19 @@ def test_deleted_pods_leave_and_a_resync_lists_again():
     assert seen[-1]["status"]["phase"] == "Running" and calls == 2
 
 
-def test_a_failed_watch_fails_the_check():
-    async def scenario() -> None:
+def test_a_broken_shared_watch_makes_each_check_list_the_pods_itself():
+    """The shared watch failing (a token to read again, a permission taken away) fails no wait:
+    the trigger lists its own pods, and its own list fails or not."""
+    async def scenario() -> tuple[list[dict], int]:
         changes = Changes()
-        changes.put(PermissionError("watch pods forbidden"))
-        await JobPods(changes, Lister([])).current()
+        lister = Lister([pod("j-master-0", 10)], [pod("j-master-0", 12, "Running")])
+        pods = JobPods(changes, lister)
+        await pods.current()
+        changes.put(WATCH_BROKEN)
+        return await pods.current(), lister.calls
 
-    with pytest.raises(PermissionError, match="forbidden"):
-        asyncio.run(scenario())
+    current, calls = asyncio.run(scenario())
+    assert phases(current) == {"j-master-0": "Running"} and calls == 2
 
 
 def test_changes_wakes_a_waiting_getter_in_order():

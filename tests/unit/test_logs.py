@@ -54,8 +54,42 @@ def test_lines_split_across_chunks_anywhere_come_out_whole_and_decoded():
     one_byte_at_a_time = LineSplitter()
     lines = [line for byte in data for line in one_byte_at_a_time.feed(bytes([byte]))] + one_byte_at_a_time.end()
     assert lines == expected
-    long_line = "训练".encode() * 100_000  # one line over many chunks
+    long_line = "训练".encode() * 10_000  # one line over many chunks (60 KB, within the cut)
     splitter = LineSplitter()
-    pieces = [long_line[i:i + 65536] for i in range(0, len(long_line), 65536)]
+    pieces = [long_line[i:i + 4096] for i in range(0, len(long_line), 4096)]
     lines = [line for piece in pieces for line in splitter.feed(piece)] + splitter.feed(b"\nnext") + splitter.end()
-    assert lines == ["训练" * 100_000, "next"]
+    assert lines == ["训练" * 10_000, "next"]
+
+
+def test_a_line_without_end_is_cut_and_says_so_in_bounded_memory():
+    import tracemalloc
+
+    from airflow_volcano.logs import MAX_LINE_BYTES, LineSplitter
+
+    splitter = LineSplitter()
+    tracemalloc.start()
+    lines = []
+    for _ in range(800):  # 50 MiB without a newline, in 64 KiB chunks
+        lines += splitter.feed(b"x" * 65536)
+        lines += splitter.feed(b"")
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    lines += splitter.feed(b"\nafter\n") + splitter.end()
+    assert peak < 4 * MAX_LINE_BYTES, f"held {peak} bytes"
+    assert lines == ["x" * MAX_LINE_BYTES + f" [... line cut: {800 * 65536 - MAX_LINE_BYTES} more bytes not shown]",
+                     "after"]
+    assert LineSplitter(10).feed(b"0123456789abc\n12\n0123456789" + "训".encode() + b"\n") == [
+        "0123456789 [... line cut: 3 more bytes not shown]", "12", "0123456789 [... line cut: 3 more bytes not shown]"]
+
+
+def test_control_characters_are_shown_escaped_and_cannot_move_the_cursor():
+    from airflow_volcano.logs import LineSplitter
+
+    raw = (f"{stamp(1)} x\r2999-01-01T00:00:00Z forged\n{stamp(2)} \x1b[31mred\x1b[0m\ttab 10%\r 20%\r\n"
+           f"{stamp(3)} bell\x07 nul\x00 sep\u2028end\n{stamp(4)} last\n").encode()
+    shown: list[str] = []
+    cursor = LogCursor()
+    emit_new_lines(LineSplitter().feed(raw), cursor, shown.append)
+    assert shown == ["x\\r2999-01-01T00:00:00Z forged", "\\x1b[31mred\\x1b[0m\ttab 10%\\r 20%",
+                     "bell\\x07 nul\\x00 sep\\u2028end", "last"]
+    assert cursor.last_ns == parse_timestamp_ns(stamp(4)), "the forged year 2999 is not a timestamp of ours"
