@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export AIRFLOW_HOME ?= $(CURDIR)/.airflow-home
 
-.PHONY: venv test unit lint demo cluster-up cluster-down clean lowest-constraints
+.PHONY: venv test unit lint shellcheck demo cluster-up cluster-down clean lowest-constraints
 
 $(BIN)/uv:
 	$(PYTHON) -m venv $(VENV)
@@ -38,7 +38,17 @@ cluster-up:
 cluster-down:
 	scripts/volcano-cluster down
 
-lint: venv
+# The shell the pods of a DeepSpeed/MPI launch run. shellcheck is a Debian package: installed here when
+# missing, as scripts/volcano-cluster installs its host tools (sudo when not root).
+SHELL_SCRIPTS := $(wildcard airflow_volcano/shell/*.sh)
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+shellcheck:
+	@command -v shellcheck >/dev/null || { echo "installing Debian package shellcheck"; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends shellcheck; }
+	shellcheck $(SHELL_SCRIPTS)
+
+lint: venv shellcheck
 	$(BIN)/ruff check .
 
 unit: venv

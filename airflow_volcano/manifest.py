@@ -24,6 +24,7 @@ from airflow_volcano import hostfile_launch
 from airflow_volcano.exceptions import JobSpecError
 from airflow_volcano.hostfile_launch import HostfileLaunch
 from airflow_volcano.kubelet import ExpandVars, container_string, process_string
+from airflow_volcano.shell.hostfile_argv import INERT as INERT_WORD
 
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "airflow-volcano"
@@ -449,11 +450,28 @@ def _hostfile_launch_options(req: PyTorchJobRequest) -> HostfileLaunch:
                         abbreviations=options.launcher == "deepspeed"):
             raise JobSpecError(f"launcher_options: {option!r} is set by the operator (hostfile, hosts, ranks, "
                                "rendezvous); use worker_replicas/slots_per_worker/port instead")
+        if managed_flag(option, hostfile_launch.UNSUPPORTED_OPTIONS[options.launcher], abbreviations=True):
+            raise JobSpecError(f"launcher_options: {option!r} cannot be used: the ranks run training_script as a "
+                               f"Python file through {hostfile_launch.ARGV_SHIM}, which carries its arguments encoded")
+    _check_remote_values(options.launcher, list(options.options))
     return dataclasses.replace(
         options, options=tuple(options.options),
         slots_per_worker=_integer("slots_per_worker", options.slots_per_worker, 1),
         port=_integer("port", options.port, 1, 65535),
         ssh_wait_timeout=_integer("ssh_wait_timeout", options.ssh_wait_timeout, 1))
+
+
+def _check_remote_values(launcher: str, options: list[str]) -> None:
+    """DeepSpeed's runner writes some flags' values unquoted into the command line each worker's shell
+    runs (`--venv_script=X` as `source X;`): those must be shell-inert words."""
+    for index, option in enumerate(options):
+        if not managed_flag(option, hostfile_launch.REMOTE_VALUE_OPTIONS[launcher], abbreviations=True):
+            continue
+        value = option.split("=", 1)[1] if "=" in option else (options[index + 1] if index + 1 < len(options) else "")
+        if not INERT_WORD.match(value):
+            raise JobSpecError(f"launcher_options: {option!r}: DeepSpeed's runner writes this value unquoted into the "
+                               f"command line each worker's shell runs; use letters, digits and _@%+=:,./- (got "
+                               f"{value!r})")
 
 
 # torchrun flags the operator derives from the Job; a user's copy would contradict Volcano's view.
@@ -922,6 +940,12 @@ def _apply_script(job: dict, req: PyTorchJobRequest, labels: dict[str, str]) -> 
         env = container.setdefault("env", [])
         if not any(item.get("name") == "PYTHONUNBUFFERED" for item in env):
             env.append({"name": "PYTHONUNBUFFERED", "value": "1"})  # so the log streams as it is written
+        if req.hostfile_launch is not None:
+            # The launch scripts take every value from their container's environment; ours win.
+            ours = (hostfile_launch.worker_env(SCRIPT_MOUNT_PATH) if task_name == worker_name else
+                    hostfile_launch.master_env(req.hostfile_launch, worker_name, SCRIPT_MOUNT_PATH))
+            env[:] = [item for item in env if item.get("name") not in ours]
+            env.extend({"name": key, "value": value} for key, value in ours.items())
     metadata: dict[str, Any] = {"name": name, "labels": dict(labels)}
     if job["metadata"].get("namespace"):
         metadata["namespace"] = job["metadata"]["namespace"]
@@ -931,13 +955,13 @@ def _apply_script(job: dict, req: PyTorchJobRequest, labels: dict[str, str]) -> 
 def _script_command(job: dict, req: PyTorchJobRequest, script: TrainingScript, task: str, worker: str) -> list[str]:
     path = f"{SCRIPT_MOUNT_PATH}/{script.filename}"
     if req.hostfile_launch is not None:
-        launcher_script = hostfile_launch.SSHD_SCRIPT if task == worker else hostfile_launch.LAUNCH_SCRIPT
-        return ["/bin/sh", f"{SCRIPT_MOUNT_PATH}/{launcher_script}", *([] if task == worker else [path])]
+        return (hostfile_launch.worker_command(SCRIPT_MOUNT_PATH) if task == worker else
+                hostfile_launch.master_command(req.hostfile_launch, path, SCRIPT_MOUNT_PATH))
     return torchrun_command(job, req, path) if req.launcher == "torchrun" else ["python", path]
 
 
 def _hostfile_launch_data(job: dict, options: HostfileLaunch, worker: str) -> dict[str, str]:
-    """The master's launch script and the workers' sshd scripts, beside the training script."""
+    """The master's launch script, the workers' sshd scripts and the argv shim, beside the training script."""
     worker_task = _find_task(job, worker)
     if worker_task is None or not worker_task.get("replicas"):
         raise JobSpecError(f"launcher={options.launcher!r} runs the ranks on the workers: the job needs a task "
@@ -947,7 +971,7 @@ def _hostfile_launch_data(job: dict, options: HostfileLaunch, worker: str) -> di
     if missing:
         raise JobSpecError(f"launcher={options.launcher!r} needs the Volcano plugins ssh and svc; the job lacks "
                            f"{', '.join(missing)} (job_template spec.plugins)")
-    return hostfile_launch.scripts(options, worker, SCRIPT_MOUNT_PATH)
+    return hostfile_launch.scripts()
 
 
 def _add_tensorboard(job: dict, req: PyTorchJobRequest) -> None:

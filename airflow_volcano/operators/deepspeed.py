@@ -26,10 +26,11 @@ class VolcanoDeepSpeedJobOperator(MasterWorkerJobOperator):
     plugin VC_TASK_INDEX. Each worker runs sshd (the image needs sshd, and for `deepspeed` pdsh and
     DeepSpeed; for `mpirun` OpenMPI). The master writes a hostfile of the workers
     (`<pod>.<job> slots=<slots_per_worker>`), waits until every worker accepts an ssh login, then
-    runs `deepspeed --hostfile ... <script> <args>` or `mpirun --hostfile ... python <script>
-    <args>`; all ranks' output comes back through it into the master's log, and so into the task
-    log. The master only launches: rank 0 is on the first worker. Ranks see their pod's environment
-    (image, `env`, Volcano's) in the ssh sessions. The Job succeeds when the launcher does. Give the
+    runs `deepspeed --hostfile ...` or `mpirun --hostfile ...`, which start the script on every rank
+    with exactly the `args` given (they travel encoded, so no shell on a worker reads them); all
+    ranks' output comes back through it into the master's log, and so into the task log. The master
+    only launches: rank 0 is on the first worker. Ranks see their pod's environment (image, `env`,
+    Volcano's) in the ssh sessions. The Job succeeds when the launcher does. Give the
     script (`training_script`) and its `args`; every argument of VolcanoJobOperator and
     MasterWorkerJobOperator applies, except `command`, `main_task` and `full_job_spec`.
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from airflow_volcano.exceptions import JobSpecError
-from airflow_volcano.hostfile_launch import LAUNCH_SCRIPT, SESSION_SCRIPT, SSHD_SCRIPT, HostfileLaunch
+from airflow_volcano.hostfile_launch import ARGV_SHIM, LAUNCH_SCRIPT, SESSION_SCRIPT, SSHD_SCRIPT, HostfileLaunch
 from airflow_volcano.manifest import (
     MANAGED_BY_LABEL,
     SCRIPT_MOUNT_PATH,
@@ -640,35 +640,43 @@ def deepspeed(**kwargs) -> HostfileLaunch:
     return HostfileLaunch(**kwargs)
 
 
+def launch_env(job: dict, role: str = "master") -> dict[str, str]:
+    """The settings a hostfile launch's scripts read from their container's environment."""
+    return {item["name"]: item["value"] for item in container(job, role).get("env") or []
+            if item["name"].startswith("AIRFLOW_VOLCANO_")}
+
+
 def test_deepspeed_job_has_ssh_svc_env_plugins_sshd_workers_and_a_launching_master():
+    """The scripts themselves run in tests/unit/test_hostfile_launch.py; here, what the Job gives them."""
     manifests = build(worker_replicas=2, training_script=SCRIPT, args=["--steps", "5"],
                       hostfile_launch=deepspeed(slots_per_worker=2, options=["--bind_cores_to_rank"]))
     job, data = manifests.job, manifests.configmap["data"]
     assert job["spec"]["plugins"] == {"ssh": [], "svc": [], "env": []}
     assert container(job, "master")["command"] == [
-        "/bin/sh", f"{SCRIPT_MOUNT_PATH}/{LAUNCH_SCRIPT}", f"{SCRIPT_MOUNT_PATH}/train.py"]
+        "/bin/sh", f"{SCRIPT_MOUNT_PATH}/{LAUNCH_SCRIPT}", "--launcher-options", "1", "--bind_cores_to_rank",
+        f"{SCRIPT_MOUNT_PATH}/train.py"]
     assert container(job, "master")["args"] == ["--steps", "5"]
     assert container(job, "worker")["command"] == ["/bin/sh", f"{SCRIPT_MOUNT_PATH}/{SSHD_SCRIPT}"]
     assert "args" not in container(job, "worker"), "the script's arguments reach the ranks through the launcher"
-    assert set(data) == {"train.py", LAUNCH_SCRIPT, SSHD_SCRIPT, SESSION_SCRIPT}
-    launch = data[LAUNCH_SCRIPT]
-    assert "/etc/volcano/worker.host" in launch and 'echo "$host slots=2"' in launch
-    assert ('deepspeed --force_multi --hostfile=/tmp/airflow-volcano-hostfile --master_addr="$first_host" '
-            '--master_port=29500 --bind_cores_to_rank "$@"') in launch
-    assert "within 300s" in launch
-    assert f"ForceCommand /bin/sh {SCRIPT_MOUNT_PATH}/{SESSION_SCRIPT}" in data[SSHD_SCRIPT]
+    assert set(data) == {"train.py", LAUNCH_SCRIPT, SSHD_SCRIPT, SESSION_SCRIPT, ARGV_SHIM}
+    assert launch_env(job).items() >= {
+        "AIRFLOW_VOLCANO_LAUNCHER": "deepspeed", "AIRFLOW_VOLCANO_WORKER_HOSTS_FILE": "/etc/volcano/worker.host",
+        "AIRFLOW_VOLCANO_SLOTS_PER_WORKER": "2", "AIRFLOW_VOLCANO_PORT": "29500",
+        "AIRFLOW_VOLCANO_SSH_WAIT_TIMEOUT": "300"}.items()
+    assert launch_env(job, "worker")["AIRFLOW_VOLCANO_SSH_SESSION_SCRIPT"] == f"{SCRIPT_MOUNT_PATH}/{SESSION_SCRIPT}"
     assert manifests.main_task == "master"
     assert job["spec"]["minAvailable"] == 3 and task(job, "master")["policies"] == [
         {"event": "TaskCompleted", "action": "CompleteJob"}]
 
 
 def test_mpirun_launch_runs_python_on_every_slot_with_the_rendezvous_address():
-    launch = build(worker_replicas=3, training_script=SCRIPT, hostfile_launch=deepspeed(
-        launcher="mpirun", port="29600", ssh_wait_timeout="60", options=["--mca", "btl", "tcp,self"])
-    ).configmap["data"][LAUNCH_SCRIPT]
-    assert ('mpirun --allow-run-as-root --hostfile /tmp/airflow-volcano-hostfile -np "$ranks" '
-            '-x MASTER_ADDR="$first_host" -x MASTER_PORT=29600 --mca btl tcp,self python "$@"') in launch
-    assert "within 60s" in launch and 'echo "$host slots=1"' in launch
+    job = build(worker_replicas=3, training_script=SCRIPT, hostfile_launch=deepspeed(
+        launcher="mpirun", port="29600", ssh_wait_timeout="60", options=["--mca", "btl", "tcp,self"])).job
+    assert container(job, "master")["command"][2:] == [
+        "--launcher-options", "3", "--mca", "btl", "tcp,self", f"{SCRIPT_MOUNT_PATH}/train.py"]
+    assert launch_env(job).items() >= {
+        "AIRFLOW_VOLCANO_LAUNCHER": "mpirun", "AIRFLOW_VOLCANO_PORT": "29600",
+        "AIRFLOW_VOLCANO_SSH_WAIT_TIMEOUT": "60", "AIRFLOW_VOLCANO_SLOTS_PER_WORKER": "1"}.items()
 
 
 def test_a_template_gets_the_plugins_the_launch_needs_and_keeps_its_own():
@@ -694,6 +702,11 @@ def test_a_template_gets_the_plugins_the_launch_needs_and_keeps_its_own():
     ({"hostfile_launch": HostfileLaunch(), "worker_replicas": 0}, "a task 'worker' with worker_replicas >= 1"),
     ({"hostfile_launch": HostfileLaunch(), "training_script": TrainingScript(LAUNCH_SCRIPT, "x")},
      "training_script: the file name 'airflow-volcano-launch.sh' is one of the operator's own"),
+    ({"hostfile_launch": HostfileLaunch(), "training_script": TrainingScript(ARGV_SHIM, "x")},
+     "training_script: the file name 'airflow-volcano-argv.py' is one of the operator's own"),
+    ({"hostfile_launch": HostfileLaunch(options=["--module"])}, "launcher_options: '--module' cannot be used"),
+    ({"hostfile_launch": HostfileLaunch(options=["--venv_script", "/v/$(id)"])},
+     "DeepSpeed's runner writes this value unquoted"),
 ])
 def test_bad_hostfile_launch_arguments_are_refused_naming_the_parameter(kwargs, expected):
     kwargs.setdefault("training_script", SCRIPT)
@@ -815,17 +828,20 @@ def test_a_trailing_newline_does_not_pass_for_a_valid_name_or_label():
 
 @pytest.mark.parametrize("launcher", ["deepspeed", "mpirun"])
 def test_the_launch_scripts_are_valid_shell_with_hostile_options(launcher):
+    """The scripts are fixed files whatever the options; test_hostfile_launch.py runs them and checks
+    that the launcher gets exactly these words."""
     import subprocess
 
-    options = ["--tag", "it's a \"quoted\" $(value)", "--x=`id`"]
-    data = build(worker_replicas=2, training_script=SCRIPT, worker_task_name="gpu-workers",
-                 hostfile_launch=deepspeed(launcher=launcher, options=options if launcher == "mpirun" else
-                                           ["--comment=it's $(id)"])).configmap["data"]
+    from airflow_volcano.kubelet import process_string
+
+    options = ["--tag", "it's a \"quoted\" $(value)", "--x=`id`"] if launcher == "mpirun" else ["--comment=it's $(id)"]
+    manifests = build(worker_replicas=2, training_script=SCRIPT, worker_task_name="gpu-workers",
+                      hostfile_launch=deepspeed(launcher=launcher, options=options))
+    data = manifests.configmap["data"]
     for name in (LAUNCH_SCRIPT, SSHD_SCRIPT, SESSION_SCRIPT):
         checked = subprocess.run(["sh", "-n"], input=data[name], text=True, capture_output=True)
         assert checked.returncode == 0, (name, checked.stderr)
-    assert "/etc/volcano/gpu-workers.host" in data[LAUNCH_SCRIPT]
-    # The options reach the launcher as the words given, never expanded by the shell.
-    expected = ("--tag 'it'\"'\"'s a \"quoted\" $(value)' '--x=`id`'" if launcher == "mpirun"
-                else "'--comment=it'\"'\"'s $(id)'")
-    assert expected in data[LAUNCH_SCRIPT]
+    assert launch_env(manifests.job)["AIRFLOW_VOLCANO_WORKER_HOSTS_FILE"] == "/etc/volcano/gpu-workers.host"
+    # The options reach the launch script as the words given: counted, never expanded by the kubelet or a shell.
+    command = [process_string(word) for word in container(manifests.job, "master")["command"]]
+    assert command[2:-1] == ["--launcher-options", str(len(options)), *options]

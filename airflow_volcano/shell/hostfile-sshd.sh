@@ -1,0 +1,56 @@
+# shellcheck shell=sh
+# airflow-volcano-sshd.sh: a worker of a hostfile launch runs only sshd; the master's launcher starts
+# its ranks over ssh with the key pair Volcano's ssh plugin gave every pod of the Job.
+#
+# Usage: sh airflow-volcano-sshd.sh
+#
+# Environment (the operator sets it on the container):
+#   AIRFLOW_VOLCANO_POD_ENV_FILE        where this pod's environment is saved for the ssh sessions
+#   AIRFLOW_VOLCANO_SSH_SESSION_SCRIPT  airflow-volcano-ssh-session.sh, sshd's ForceCommand
+#
+# An ssh session starts with sshd's environment, not the pod's (the image's ENV, env=, Volcano's
+# variables): the pod's is saved here and every session restores it (ForceCommand), so the ranks see
+# what the pod sees. sshd's settings are given on its command line, which wins over any sshd_config
+# of the image: root logs in with a key only (no password, no keyboard-interactive, no empty
+# password), forwarding of ports, sockets, agents, X11 and tunnels is off, and every session runs
+# through ForceCommand.
+set -eu
+
+fail() {
+    echo "airflow-volcano: $*" >&2
+    exit 1
+}
+
+env_file=${AIRFLOW_VOLCANO_POD_ENV_FILE:?}
+session=${AIRFLOW_VOLCANO_SSH_SESSION_SCRIPT:?}
+# sshd runs ForceCommand as a command line (with the login shell's -c): its words must be inert.
+for path in "$env_file" "$session"; do
+    case $path in
+        /*[!A-Za-z0-9_./-]* | [!/]*) fail "'$path' must be an absolute path of letters, digits and _./-" ;;
+    esac
+done
+# sshd re-executes itself, so it needs its absolute path (which `command -v` gives).
+sshd=$(command -v sshd) || sshd=/usr/sbin/sshd
+if [ ! -x "$sshd" ]; then
+    fail "the image has no sshd (on PATH or /usr/sbin/sshd); a worker of a hostfile launch runs OpenSSH's server"
+fi
+(umask 077 && export -p > "$env_file")
+mkdir -p /run/sshd
+ssh-keygen -A >/dev/null
+echo "airflow-volcano: sshd listening on $(hostname) (port 22)"
+# Option names every OpenSSH since 7.x reads (ChallengeResponseAuthentication is the older name of
+# KbdInteractiveAuthentication, still read).
+exec "$sshd" -D -e \
+    -o PermitRootLogin=prohibit-password \
+    -o PubkeyAuthentication=yes \
+    -o AuthenticationMethods=publickey \
+    -o PasswordAuthentication=no \
+    -o PermitEmptyPasswords=no \
+    -o ChallengeResponseAuthentication=no \
+    -o AllowTcpForwarding=no \
+    -o AllowStreamLocalForwarding=no \
+    -o AllowAgentForwarding=no \
+    -o X11Forwarding=no \
+    -o PermitTunnel=no \
+    -o PermitUserEnvironment=no \
+    -o "ForceCommand=/bin/sh $session $env_file"
