@@ -12,4 +12,9 @@ try:
 except ImportError:  # Airflow < 3.2
     from airflow.exceptions import AirflowFailException  # type: ignore[no-redef]
 
-__all__ = ["AirflowFailException", "conf"]
+try:
+    from airflow.sdk.exceptions import TaskDeferred
+except ImportError:  # Airflow < 3.2
+    from airflow.exceptions import TaskDeferred  # type: ignore[no-redef]
+
+__all__ = ["AirflowFailException", "TaskDeferred", "conf"]

@@ -47,6 +47,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 # How many troubled pods' events a failure report reads (one request each).
 EVENT_PODS = 5
+# How long a cleanup keeps retrying an apiserver it cannot reach before the task fails (and its next
+# try, if any, reattaches and cleans up).
+CLEANUP_RETRY_SECONDS = 120.0
 
 
 class OnFinishAction(StrEnum):
@@ -295,17 +298,29 @@ def master_result(hook: VolcanoHook, ref: JobRef) -> Any:
 
 
 def cleanup(hook: VolcanoHook, ref: JobRef, *, succeeded: bool, action: OnFinishAction) -> bool:
-    """Apply `on_finish_action`; returns whether the Job was deleted."""
+    """Apply `on_finish_action`; returns whether the Job was deleted. A Job kept is labelled as
+    reported, so no later try takes it for its own; a Job to delete is not labelled first: if the
+    delete fails, the task fails, and its next try reattaches to the finished Job and deletes it
+    (never trains again, never leaves it behind)."""
     delete = action is OnFinishAction.DELETE_JOB or (action is OnFinishAction.DELETE_SUCCEEDED_JOB and succeeded)
     if not delete:
         log.info("Keeping Volcano Job %s/%s (on_finish_action=%s)", ref.namespace, ref.name, action.value)
+        mark_reported(hook, ref)
         return False
     delete_job_and_script(hook, ref)
     return True
 
 
+def mark_reported(hook: VolcanoHook, ref: JobRef) -> None:
+    """Label a kept Job as reported by this try: a later try of the task must not pick it up again."""
+    if ref.owned:
+        hook.label_job(ref.name, ref.namespace, {CHECKED_LABEL: "true"})
+
+
 def delete_job_and_script(hook: VolcanoHook, ref: JobRef) -> None:
-    hook.delete_job(ref.name, ref.namespace)
+    """Delete the Job (its pods, PodGroup, Service go with it), retrying an unreachable apiserver for
+    up to CLEANUP_RETRY_SECONDS: a Job nobody deletes trains on unwatched."""
+    hook.delete_job(ref.name, ref.namespace, retry_for=CLEANUP_RETRY_SECONDS)
     # The ConfigMap is owned by the Job, but a cluster without the garbage collector (or a Job that
     # was never created) would leave it behind: delete it explicitly.
     if ref.script_configmap:
@@ -322,9 +337,6 @@ def finalize(
     push_xcom: Callable[[str, Any], None] | None = None,
 ) -> dict[str, Any]:
     """Push the final phase, clean up, and return a summary or raise with the failure's reason."""
-    if ref.owned:
-        # This try has the result now: a later try of the task must not pick the Job up again.
-        hook.label_job(ref.name, ref.namespace, {CHECKED_LABEL: "true"})
     succeeded = result.state.outcome is Outcome.SUCCEEDED and not result.timed_out and not result.problem
     if push_xcom is not None:
         push_xcom("phase", result.state.phase)

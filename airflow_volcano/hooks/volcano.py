@@ -97,10 +97,13 @@ def retry_delay(error: BaseException, backoff: float) -> float:
     return max(backoff, min(retry_after(error) or 0.0, MAX_RETRY_AFTER_SECONDS))
 
 
-def backoff_delays(attempts: int, base: float = 0.5, cap: float = 10.0) -> Iterator[float]:
-    """Exponential backoff with full jitter (so many workers do not retry in step)."""
-    for attempt in range(attempts):
-        yield random.uniform(0, min(cap, base * 2**attempt))
+def backoff_delays(attempts: int, base: float = 0.5, cap: float = 10.0, until: float | None = None) -> Iterator[float]:
+    """Exponential backoff with full jitter (so many workers do not retry in step): `attempts`
+    delays, and more until the monotonic time `until` if one is given."""
+    attempt = 0
+    while attempt < attempts or (until is not None and time.monotonic() < until):
+        yield random.uniform(0, min(cap, base * 2**min(attempt, 16)))
+        attempt += 1
 
 
 class ConnectionLossAware:
@@ -149,10 +152,11 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
     def custom_objects(self) -> client.CustomObjectsApi:
         return client.CustomObjectsApi(self.api_client)
 
-    def call(self, what: str, fn: Callable[[], T]) -> T:
-        """Run one API call, retrying transient failures with backoff; an API error that stays is
-        raised as VolcanoApiError (status, reason, the apiserver's message; never the headers)."""
-        delays = backoff_delays(self.retries)
+    def call(self, what: str, fn: Callable[[], T], *, retry_for: float | None = None) -> T:
+        """Run one API call, retrying transient failures with backoff (`retries` times, or for
+        `retry_for` seconds if longer); an API error that stays is raised as VolcanoApiError
+        (status, reason, the apiserver's message; never the headers)."""
+        delays = backoff_delays(self.retries, until=None if retry_for is None else time.monotonic() + retry_for)
         reloaded = False
         while True:
             try:
@@ -227,9 +231,9 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
         )
         return list(result.get("items") or [])
 
-    def delete_job(self, name: str, namespace: str) -> bool:
-        """Delete a Job and, through owner references, its pods, PodGroup and ConfigMaps.
-        Returns False if it was already gone."""
+    def delete_job(self, name: str, namespace: str, *, retry_for: float | None = None) -> bool:
+        """Delete a Job and, through owner references, its pods, PodGroup and ConfigMaps (retrying
+        transient failures for `retry_for` seconds if given). Returns False if it was already gone."""
         try:
             self.call(
                 f"delete Job {namespace}/{name}",
@@ -237,6 +241,7 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
                     GROUP, VERSION, namespace, PLURAL, name,
                     body=client.V1DeleteOptions(propagation_policy="Background"),
                 ),
+                retry_for=retry_for,
             )
             return True
         except VolcanoApiError as error:
@@ -376,8 +381,10 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
 
     # -- the training script's ConfigMap ----------------------------------------------------------
 
-    def create_configmap(self, namespace: str, body: dict) -> dict:
-        """Create (or, after a lost answer or a retry, replace) the script ConfigMap."""
+    def create_configmap(self, namespace: str, body: dict, *, replace_if: Callable[[dict], bool]) -> dict:
+        """Create the script ConfigMap. One of that name already there (a create whose answer was
+        lost, an earlier try) is replaced only if `replace_if` says it is ours; otherwise the 409 is
+        raised: someone else's ConfigMap is never overwritten."""
         name = body["metadata"]["name"]
         try:
             created = self.call(
@@ -386,6 +393,10 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
             )
         except VolcanoApiError as error:
             if error.status != 409:
+                raise
+            existing = self.call(f"get ConfigMap {namespace}/{name}",
+                                 lambda: self.core_v1_client.read_namespaced_config_map(name, namespace))
+            if not replace_if(self.to_dict(existing)):
                 raise
             created = self.call(
                 f"replace ConfigMap {namespace}/{name}",

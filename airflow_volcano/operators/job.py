@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from airflow.sdk import BaseOperator
 
-from airflow_volcano.compat import conf
+from airflow_volcano.compat import AirflowFailException, TaskDeferred, conf
 from airflow_volcano.exceptions import JobSpecError, VolcanoApiError, VolcanoJobError
 from airflow_volcano.links import LINKS, link_urls
 from airflow_volcano.manifest import (
@@ -397,20 +397,69 @@ class VolcanoJobOperator(BaseOperator):
         manifests = self._manifests or self.build_manifests(context)
         hook = self.hook
         namespace = manifests.job["metadata"].get("namespace") or hook.get_namespace() or "default"
-        ref = self._submit_or_reattach(hook, manifests, namespace, context.get("task_state_store"))
-        self._job_ref = ref
         ti = context["ti"]
         self._ti = ti
-        for key, value in (("job_name", ref.name), ("namespace", ref.namespace), ("master_pod", ref.master_pod)):
-            ti.xcom_push(key=key, value=value)
-        self._push_links(hook, ref, manifests.job, ti)
-        if self.debug:
-            return self._debug_session(hook, ref, manifests.job)
-        if self.deferrable:
-            self._defer(hook, ref, context)
-        result = job_runner.wait_for_job(hook, ref, self._wait_limits(), logs=self._log_copies(ref, manifests.job),
-                                         report=self.log.info)
-        return self._finalize(hook, ref, result, context)
+        try:
+            ref = self._submit_or_reattach(hook, manifests, namespace, context.get("task_state_store"))
+            self._job_ref = ref
+            for key, value in (("job_name", ref.name), ("namespace", ref.namespace),
+                               ("master_pod", ref.master_pod)):
+                ti.xcom_push(key=key, value=value)
+            self._push_links(hook, ref, manifests.job, ti)
+            if self.debug:
+                return self._debug_session(hook, ref, manifests.job)
+            if self.deferrable:
+                self._defer(hook, ref, context)
+            result = job_runner.wait_for_job(hook, ref, self._wait_limits(),
+                                             logs=self._log_copies(ref, manifests.job), report=self.log.info)
+            return self._finalize(hook, ref, result, context)
+        except TaskDeferred:
+            raise
+        except BaseException as error:  # AirflowTaskTimeout (execution_timeout) is a BaseException too
+            self._settle_after_failure(error)
+            raise
+
+    def _settle_after_failure(self, error: BaseException) -> None:
+        """The task is failing with its Job submitted: keep the Job when a later try of this task will
+        reattach to it; otherwise delete it if it still runs (or waits to), so nothing trains (and
+        holds GPUs) unwatched. A finished Job is left to on_finish_action."""
+        from airflow_volcano.job_runner import delete_job_and_script
+        from airflow_volcano.status import job_state
+
+        ref, self._job_ref = self._job_ref, None  # on_kill, called next on a timeout, has nothing left to do
+        if ref is None or self.on_kill_action == "keep_job":
+            return
+        if self._later_try_will_reattach(error):
+            self.log.info("Keeping Volcano Job %s/%s for the next try of this task to reattach", ref.namespace,
+                          ref.name)
+            return
+        hook = self.hook
+        try:
+            job = hook.get_job(ref.name, ref.namespace)
+        except Exception:  # noqa: BLE001 - cannot tell whether it still runs: delete it rather than leave it running
+            job = {}
+        if job is None or (job and job_state(job).finished):
+            return  # gone, or finished: on_finish_action has had its say
+        self.log.info("No later try of this task will reattach: deleting Volcano Job %s/%s (%s), which would "
+                      "otherwise run unwatched", ref.namespace, ref.name, job_state(job).phase if job else "unreadable")
+        try:
+            delete_job_and_script(hook, ref)
+        except Exception as cleanup_error:  # noqa: BLE001 - the task's own error is the one to raise
+            self.log.error("Could not delete Volcano Job %s/%s (%s): delete it by hand (kubectl -n %s delete vcjob "
+                           "%s)", ref.namespace, ref.name, cleanup_error, ref.namespace, ref.name)
+
+    def _later_try_will_reattach(self, error: BaseException | None) -> bool:
+        """Whether Airflow will run another try of this task instance (which reattaches to the Job):
+        the server's own answer (`should_retry`), else the try count against max_tries."""
+        if isinstance(error, AirflowFailException):
+            return False
+        ti = self._ti
+        if ti is None:
+            return False
+        context = getattr(ti, "_ti_context_from_server", None)
+        if context is not None and getattr(context, "should_retry", None) is not None:
+            return bool(context.should_retry)
+        return int(getattr(ti, "try_number", 1) or 1) <= int(getattr(ti, "max_tries", 0) or 0)
 
     def _debug_session(self, hook: VolcanoHook, ref: JobRef, job: dict) -> dict[str, Any]:
         """Debug mode: once every pod runs, say how to get a shell in each, keep them up for
@@ -508,25 +557,28 @@ class VolcanoJobOperator(BaseOperator):
 
         ended = JobEvent.from_dict(event)
         ref = job_runner.JobRef.from_dict(ended.job)
-        self._job_ref = ref
+        self._job_ref, self._ti = ref, context["ti"]
         self.log.info("Resumed: the trigger reports Volcano Job %s/%s %s", ref.namespace, ref.name, ended.describe())
         hook = self.hook
         cursor = LogCursor.from_dict(ended.log_cursor)
-        job = hook.get_job(ref.name, ref.namespace)
-        # The trigger copied the master's log; the other tasks' logs are read whole now.
-        for copy in self._log_copies(ref, job or {"metadata": {"name": ref.name}}, cursor):
-            job_runner.read_remaining_log(hook, ref.namespace, copy)
-        if ended.status is WaitOutcome.ERROR:
-            raise VolcanoJobError(f"Waiting for Volcano Job {ref.namespace}/{ref.name} failed: "
-                                             f"{ended.message}")
-        if job is None:
-            raise VolcanoJobError(f"Volcano Job {ref.namespace}/{ref.name} no longer exists")
-        result = job_runner.WaitResult(
-            state=job_state(job), job=job, log_cursor=cursor,
-            timed_out=ended.message if ended.status is WaitOutcome.TIMEOUT else None,
-            problem=ended.message if ended.status is WaitOutcome.PROBLEM else None,
-        )
-        return self._finalize(hook, ref, result, context)
+        try:
+            if ended.status is WaitOutcome.ERROR:
+                raise VolcanoJobError(f"Waiting for Volcano Job {ref.namespace}/{ref.name} failed: {ended.message}")
+            job = hook.get_job(ref.name, ref.namespace)
+            # The trigger copied the master's log; the other tasks' logs are read whole now.
+            for copy in self._log_copies(ref, job or {"metadata": {"name": ref.name}}, cursor):
+                job_runner.read_remaining_log(hook, ref.namespace, copy)
+            if job is None:
+                raise VolcanoJobError(f"Volcano Job {ref.namespace}/{ref.name} no longer exists")
+            result = job_runner.WaitResult(
+                state=job_state(job), job=job, log_cursor=cursor,
+                timed_out=ended.message if ended.status is WaitOutcome.TIMEOUT else None,
+                problem=ended.message if ended.status is WaitOutcome.PROBLEM else None,
+            )
+            return self._finalize(hook, ref, result, context)
+        except BaseException as error:
+            self._settle_after_failure(error)
+            raise
 
     def _emit_master_log(self, line: str) -> None:
         self.log.info("[%s] %s", self._job_ref.master_pod if self._job_ref else "master", line)
@@ -588,7 +640,13 @@ class VolcanoJobOperator(BaseOperator):
         configmap = manifests.configmap
         if configmap is not None:
             configmap["metadata"]["namespace"] = namespace
-            hook.create_configmap(namespace, configmap)
+            try:
+                hook.create_configmap(namespace, configmap, replace_if=lambda existing: _same_identity(existing, job))
+            except VolcanoApiError as error:
+                if error.status != 409:
+                    raise
+                raise JobSpecError(f"name: a ConfigMap {namespace}/{configmap['metadata']['name']} already exists and "
+                                   "was not created by this task; choose another Job name or delete it") from None
         try:
             created = hook.create_job(namespace, job)
         except VolcanoApiError as error:
@@ -602,28 +660,31 @@ class VolcanoJobOperator(BaseOperator):
         if not ours <= (created["metadata"].get("labels") or {}).items():
             # Someone else created a Job of this name between our check and our create.
             raise JobSpecError(f"name: a Volcano Job {namespace}/{name} was created by someone else meanwhile")
+        ref = JobRef.from_job(created, master, configmap["metadata"]["name"] if configmap else None)
+        self._job_ref = ref  # from now on a failure must settle what becomes of this Job
         if configmap is not None:
             hook.set_configmap_owner(configmap["metadata"]["name"], namespace, created)
-        ref = JobRef.from_job(created, master, configmap["metadata"]["name"] if configmap else None)
         self.log.info("Submitted Volcano Job %s/%s (master pod %s)", namespace, name, ref.master_pod)
         return ref
 
     def on_kill(self) -> None:
-        """Delete the Job when a user kills the task; keep it when only the worker is going away.
+        """Delete the Job when a user kills the task, or when no later try will reattach to it.
 
-        Airflow sends SIGTERM both when a user marks the task failed/success or clears it and when
-        the worker shuts down (apache/airflow#39791). In the second case the task instance is still
-        `running` on the server and its retry will reattach to the Job, so deleting it would throw
-        the training away."""
+        Airflow calls this when a user marks the task failed/success or clears it, when the worker
+        shuts down (apache/airflow#39791) and when execution_timeout passes. In the last two the task
+        instance is still `running` on the server: if the task has a try left, that try reattaches
+        to the Job, so deleting it would throw the training away; with no try left, nobody would
+        ever watch it again."""
+        from airflow_volcano.job_runner import delete_job_and_script
+
         ref = self._job_ref
         if ref is None or self.on_kill_action == "keep_job":
             return
-        if self._still_running_on_server():
+        if self._still_running_on_server() and self._later_try_will_reattach(None):
             self.log.info("Worker stopping while the task instance is still running: keeping Volcano Job %s/%s "
                           "for the next try to reattach", ref.namespace, ref.name)
             return
-        from airflow_volcano.job_runner import delete_job_and_script
-
+        self._job_ref = None
         self.log.info("Task killed: deleting Volcano Job %s/%s", ref.namespace, ref.name)
         delete_job_and_script(self.hook, ref)
 

@@ -90,8 +90,13 @@ class VolcanoJobSensor(BaseSensorOperator):
             raise AirflowFailException(f"Sensor timed out waiting for Volcano Job {self.job_name}: {ended.message}")
         if ended.status is WaitOutcome.ERROR:
             raise AirflowFailException(f"Waiting for Volcano Job {self.job_name} failed: {ended.message}")
+        if ended.status is WaitOutcome.PROBLEM:  # e.g. its pods cannot pull their image: it cannot complete
+            raise VolcanoJobError(str(ended.message))
         result = self.poke(context)
-        return result.xcom_value if isinstance(result, PokeReturnValue) else None
+        if isinstance(result, PokeReturnValue):
+            return result.xcom_value
+        # Not finished after all (the event came early): wait again, never succeed on an unfinished Job.
+        return self.execute(context)
 
     def _namespace(self, hook: Any) -> str:
         return self.namespace or hook.get_namespace() or "default"

@@ -1,4 +1,5 @@
-"""An HTTP proxy in front of the test apiserver that answers some requests with 429 or 503.
+"""An HTTP proxy in front of the test apiserver that answers some requests with 429 or 503, or
+refuses every delete of a Volcano Job for a while (an apiserver the cleanup cannot reach).
 
 It forwards everything else (streaming, so watches and followed logs work) to the real
 kube-apiserver over TLS. Loopback only; it stops with the test.
@@ -11,6 +12,7 @@ import itertools
 import json
 import ssl
 import threading
+import time
 from pathlib import Path
 
 from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
@@ -19,10 +21,14 @@ HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "kee
 
 
 class FaultyProxy:
-    def __init__(self, upstream: str, ca_file: Path, every: int = 3) -> None:
+    def __init__(self, upstream: str, ca_file: Path, every: int = 3, job_deletes_fail_for: float = 0.0) -> None:
         self.upstream = upstream
         self.ca_file = ca_file
-        self.every = every
+        self.every = every  # every Nth request fails (0: none)
+        # From the first DELETE of a Volcano Job, every such DELETE fails with 503 for this many seconds.
+        self.job_deletes_fail_for = job_deletes_fail_for
+        self.job_deletes_fail_until: float | None = None
+        self.job_deletes_refused = 0
         self.injected = 0
         self.forwarded = 0
         self._counter = itertools.count(1)
@@ -69,7 +75,16 @@ class FaultyProxy:
         self.port = site._server.sockets[0].getsockname()[1]
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        if next(self._counter) % self.every == 0:
+        if request.method == "DELETE" and "/batch.volcano.sh/" in request.path and self.job_deletes_fail_for:
+            now = time.monotonic()
+            if self.job_deletes_fail_until is None:
+                self.job_deletes_fail_until = now + self.job_deletes_fail_for
+            if now < self.job_deletes_fail_until:
+                self.job_deletes_refused += 1
+                return web.Response(status=503, text=json.dumps({
+                    "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 503,
+                    "message": "injected by the test's faulty proxy: deletes fail"}), content_type="application/json")
+        if self.every and next(self._counter) % self.every == 0:
             self.injected += 1
             code = next(self._codes)
             body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,

@@ -61,7 +61,8 @@ def test_worker_dies_mid_job_and_the_retry_reattaches_without_a_duplicate(
     cluster, operator_kubeconfig, airflow_db, tmp_path, kill_signal, comes_back_as, found_by
 ):
     dag_id = f"reattach_{kill_signal.name.lower()}_{comes_back_as.replace('-', '_')}"
-    dag_file = write_dag(tmp_path, dag_id, cluster.namespace, annotations={SIM + "run-for": "25s"})
+    # A try is left: the task instance will come back, so a worker going away keeps its Job.
+    dag_file = write_dag(tmp_path, dag_id, cluster.namespace, annotations={SIM + "run-for": "25s"}, retries=1)
     logical_date = datetime.datetime.now(datetime.UTC).isoformat()
     log = tmp_path / "worker.log"
 
@@ -141,3 +142,21 @@ def test_if_job_exists_fail_refuses_and_replace_resubmits(cluster, operator_kube
         assert f"Replacing Volcano Job {cluster.namespace}/{old['metadata']['name']}" in text
         assert all(j["metadata"]["uid"] != old["metadata"]["uid"] for j in jobs), "the old Job is gone"
         assert len(jobs) <= 1, "one Job: the replacement (deleted after it succeeded, by default)"
+
+
+def test_a_worker_stopping_with_no_try_left_deletes_the_job(cluster, operator_kubeconfig, airflow_db, tmp_path):
+    """SIGTERM from a worker shutdown while the task instance is still running on the server, and
+    retries=0: no try will ever reattach, so the Job is deleted instead of training unwatched."""
+    dag_id = "stop_no_retry"
+    dag_file = write_dag(tmp_path, dag_id, cluster.namespace, name="orphan", retries=0,
+                         annotations={SIM + "outcome": "run-forever"})
+    log = tmp_path / "worker.log"
+    worker = start_worker(dag_file, dag_id, datetime.datetime.now(datetime.UTC).isoformat(), log)
+    cluster.wait_phase("orphan", {"Running"}, timeout=60)
+    worker.send_signal(signal.SIGTERM)
+    time.sleep(3)
+    worker.kill()
+    worker.wait(timeout=60)
+
+    cluster.wait_for("the Job to be deleted", lambda: cluster.job("orphan") is None, timeout=60)
+    assert "Task killed: deleting Volcano Job" in log.read_text()

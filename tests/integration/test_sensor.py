@@ -38,3 +38,18 @@ def test_sensor_waits_for_a_job_that_does_not_exist_yet(cluster, operator_kubeco
 
     assert run.state == "failed", run.log
     assert "does not exist (yet)" in run.log
+
+
+def test_the_deferred_sensor_does_not_succeed_on_a_job_that_cannot_pull_its_image(cluster, operator_kubeconfig,
+                                                                                 run_task):
+    """The trigger reports the image pull back-off at once (the sensor waits with no startup_timeout):
+    the task fails saying so, and the Job, not the sensor's, is left alone."""
+    cluster.create_job(pytorch_job("nopull", master_sim={"outcome": "image-pull-error"},
+                                   worker_sim={"outcome": "image-pull-error"}))
+
+    run = run_task(lambda: VolcanoJobSensor(task_id="wait", job_name="nopull", namespace=cluster.namespace,
+                                            poke_interval=1, timeout=120, deferrable=True))
+
+    assert run.state == "failed", run.log
+    assert f"Volcano Job {cluster.namespace}/nopull cannot start" in run.log and "ImagePullBackOff" in run.log
+    assert cluster.job("nopull") is not None
