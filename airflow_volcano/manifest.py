@@ -161,10 +161,9 @@ class JobManifests:
     configmap: dict | None  # the training-script ConfigMap
     main_task: str = DEFAULT_MASTER  # whose pod 0 is the Job's main pod (log, result, TensorBoard volume)
 
-    def to_yaml(self) -> str:
-        """ConfigMap first: it must exist before the pods that mount it."""
-        documents = [doc for doc in (self.configmap, self.job) if doc is not None]
-        return yaml.safe_dump_all(documents, sort_keys=False, allow_unicode=True)
+    def documents(self) -> list[dict]:
+        """What to apply, in order: the ConfigMap first (it must exist before the pods that mount it)."""
+        return [doc for doc in (self.configmap, self.job) if doc is not None]
 
 
 # -- names and labels -------------------------------------------------------------------------------

@@ -45,6 +45,7 @@ from airflow_volcano.manifest import (
     task_pods,
     tensorboard_endpoint,
 )
+from airflow_volcano.masking import register_secrets, shown_yaml
 from airflow_volcano.wait_engine import WaitLimits
 
 if TYPE_CHECKING:
@@ -257,10 +258,10 @@ class VolcanoJobOperator(BaseOperator):
         super()._do_render_template_fields(parent, template_fields, context, jinja_env, seen_oids)
         if parent is self:
             self._manifests = self.build_manifests(context)
-            self.job_manifest = yaml.safe_dump(self._manifests.job, sort_keys=False, allow_unicode=True)
+            # YAML text, which Airflow's masking of rendered fields cannot see into: shown masked.
+            self.job_manifest = shown_yaml(self._manifests.job)
             configmap = self._manifests.configmap
-            self.script_manifest = (yaml.safe_dump(configmap, sort_keys=False, allow_unicode=True)
-                                    if configmap else "")
+            self.script_manifest = shown_yaml(configmap) if configmap else ""
 
     def build_manifests(self, context: Context | None = None) -> JobManifests:
         """The ConfigMap and Job this task submits; raises JobSpecError before any API call."""
@@ -282,6 +283,7 @@ class VolcanoJobOperator(BaseOperator):
         request = self._job_request(context)
         manifests = build_manifests(request, run_labels=labels, default_name=default_name)
         self._log_pods(manifests.job, manifests.main_task)  # an unknown task name fails here, before submitting
+        register_secrets(manifests.job)  # the task log hides them from now on
         return manifests
 
     def _wait_limits(self) -> WaitLimits:
@@ -378,10 +380,13 @@ class VolcanoJobOperator(BaseOperator):
         return load_job_template(text, source=source)
 
     def dry_run(self) -> dict[str, Any]:  # type: ignore[override]
-        """Print the manifests (ConfigMap and Job) as YAML and return them; touches no cluster."""
+        """Print the manifests (ConfigMap and Job) as YAML and return them, secret env values masked;
+        touches no cluster."""
         manifests = self._manifests or self.build_manifests()
-        print(manifests.to_yaml())
-        return {"configmap": manifests.configmap, "job": manifests.job}
+        text = shown_yaml(*manifests.documents())
+        print(text)
+        *configmap, job = yaml.safe_load_all(text)
+        return {"configmap": configmap[0] if configmap else None, "job": job}
 
     # -- running ------------------------------------------------------------------------------------
 

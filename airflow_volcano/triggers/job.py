@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import importlib
 import time
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -22,6 +22,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_volcano.events import JobEvent, WaitOutcome
 from airflow_volcano.job_runner import JobRef, task_state_key
 from airflow_volcano.logs import LOG_CHUNK_BYTES, LineSplitter, LogCursor, emit_unseen
+from airflow_volcano.masking import register_secrets_in_triggerer
 from airflow_volcano.status import waited_view
 from airflow_volcano.triggers.job_watch import (
     DELETED,
@@ -164,15 +165,20 @@ class VolcanoJobTrigger(BaseTrigger):
 
     async def _wait(self, ref: JobRef, cursor: LogCursor) -> JobEvent:
         hook = await self._shared_hook(ref.namespace)
-        log_copier = asyncio.create_task(self._copy_logs_periodically(hook, ref, cursor)) if self.get_logs else None
-        try:
-            return await self._watch_until_done(hook, ref)
-        finally:
-            if log_copier is not None:
-                log_copier.cancel()
-                await asyncio.gather(log_copier, return_exceptions=True)
+        copiers: list[asyncio.Task] = []
 
-    async def _watch_until_done(self, hook: Any, ref: JobRef) -> JobEvent:
+        def copy_logs() -> None:
+            if self.get_logs and not copiers:
+                copiers.append(asyncio.create_task(self._copy_logs_periodically(hook, ref, cursor)))
+
+        try:
+            return await self._watch_until_done(hook, ref, copy_logs)
+        finally:
+            for copier in copiers:
+                copier.cancel()
+            await asyncio.gather(*copiers, return_exceptions=True)
+
+    async def _watch_until_done(self, hook: Any, ref: JobRef, copy_logs: Callable[[], None]) -> JobEvent:
         """The asyncio driver of the wait engine (job_runner._watch_until_done is the blocking one).
         Changes come from the triggerer's one shared watch of the namespace's Jobs; while the Job
         is starting, its pods come from the shared pod watch."""
@@ -186,7 +192,12 @@ class VolcanoJobTrigger(BaseTrigger):
                 changes.clear()  # all older than what `latest` holds
             else:  # not seen by the shared watch yet (just created), or gone
                 async with watch.reads:
-                    job = waited_view(await hook.get_job(ref.name, ref.namespace))
+                    job = await hook.get_job(ref.name, ref.namespace)
+                    if job is not None:
+                        await register_secrets_in_triggerer(job)  # its copied log lines are masked
+                    job = waited_view(job)
+            # The Job has been seen whole (its secret env values registered): its log may be copied now.
+            copy_logs()
             action: Action = engine.job_read(job, time.time())
             while True:
                 if job_pods is not None and not engine.starting:

@@ -30,6 +30,7 @@ from typing import Any
 
 from airflow_volcano.exceptions import WatchExpired
 from airflow_volcano.manifest import JOB_NAME_LABEL
+from airflow_volcano.masking import register_secrets_in_triggerer
 from airflow_volcano.status import waited_view
 from airflow_volcano.wait_engine import backoff_after_drops
 
@@ -191,6 +192,7 @@ class SharedWatch:
                     self._resource_version = (obj.get("metadata") or {}).get("resourceVersion") or \
                         self._resource_version
                     if kind in ("ADDED", "MODIFIED", "DELETED") and (owner := self.owner(obj)):
+                        await self.observed(obj)
                         self._dispatch(owner, self.item(kind, obj))
             except WatchExpired:
                 self._resource_version = None  # list again, after the back-off below if it repeats
@@ -209,6 +211,9 @@ class SharedWatch:
 
     def forget(self, name: str) -> None:
         """The last subscriber of this Job left."""
+
+    async def observed(self, obj: dict) -> None:
+        """Seen whole, before `item` keeps what waiting needs of it."""
 
     def item(self, kind: str, obj: dict) -> Any:
         """What a subscriber receives for a change."""
@@ -253,6 +258,10 @@ class SharedJobWatch(SharedWatch):
             self.latest[name] = view
         return view
 
+    async def observed(self, obj: dict) -> None:
+        # The pod templates are dropped next: their secret env values are masked in copied log lines.
+        await register_secrets_in_triggerer(obj)
+
     def forget(self, name: str) -> None:
         """Nobody waits on this Job any more: drop it (other people's Jobs cost no memory)."""
         if not self._keeping_all():
@@ -277,6 +286,7 @@ class SharedJobWatch(SharedWatch):
             jobs, version, token = await self.hook.list_page(self.resource, self.namespace, limit=LIST_PAGE,
                                                              continue_token=token)
             for job in jobs:
+                await self.observed(job)  # a subscriber may start from this list's view
                 latest[job["metadata"]["name"]] = waited_view(job)
             if token is None:
                 break

@@ -297,3 +297,24 @@ def test_ui_links_to_the_job_and_the_master_log(cluster, operator_kubeconfig, ru
         "Master pod log": f"https://k8s.example/#/log/{cluster.namespace}/linked-master-0/pod?container=master",
         "TensorBoard": "",  # the Job runs no TensorBoard
     }
+
+
+def test_secret_env_values_are_masked_in_the_stored_rendered_fields(cluster, operator_kubeconfig, run_task):
+    """A literal env value named like a secret reaches the pod as it is, but the rendered
+    `job_manifest` Airflow stores (and the UI and REST API show) does not carry it. (The task log's
+    masking happens in Airflow's supervisor, which dag.test() does not run: see test_triggerer.py
+    for a real triggerer's, and tests/unit/test_arguments.py for the masker the worker is given.)"""
+    from airflow.models.renderedtifields import RenderedTaskInstanceFields
+    from airflow.utils.session import create_session
+
+    run = run_task(lambda: seed_operator(cluster.namespace, "masked", on_finish_action="keep_job",
+                                         env={"HF_TOKEN": "hf_live_0123456789abcdef", "STEPS": "3"},
+                                         annotations={SIM + "run-for": "2s"}), dag_id="masked_dag")
+
+    assert run.state == "success", run.log
+    with create_session() as session:
+        stored = session.query(RenderedTaskInstanceFields).filter_by(dag_id="masked_dag").one().rendered_fields
+    assert "hf_live_0123456789abcdef" not in str(stored)
+    assert "HF_TOKEN" in stored["job_manifest"] and "STEPS" in stored["job_manifest"]
+    submitted = cluster.job("masked")["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "HF_TOKEN", "value": "hf_live_0123456789abcdef"} in submitted, "the pod gets the real value"

@@ -90,7 +90,10 @@ def test_deferred_task_outlives_a_triggerer_restart_and_a_user_kill_deletes_ever
     script = dags / "train.py"
     script.write_text("print('training')\n")
     dag_id = "deferred_kill"
-    dag_file = write_dag(dags, dag_id, cluster.namespace, name="dkill", deferrable=True,
+    # A secret-looking env value that the master prints: the triggerer copies the line masked.
+    secret = "hf_tr1gger_0123456789"
+    cluster.write_log("dkill-master-0", [f"loaded token {secret}", "training"])
+    dag_file = write_dag(dags, dag_id, cluster.namespace, name="dkill", deferrable=True, env={"HF_TOKEN": secret},
                          training_script=str(script), annotations={SIM + "outcome": "run-forever"})
     worker_log, triggerer_log = tmp_path / "worker.log", tmp_path / "triggerer.log"
     logical_date = datetime.datetime.now(datetime.UTC).isoformat()
@@ -116,6 +119,9 @@ def test_deferred_task_outlives_a_triggerer_restart_and_a_user_kill_deletes_ever
             "a deferred task instance's REST API response must hold no credential")
         if airflow == "lowest":  # Airflow 3.1 returns the trigger's arguments: these are what is checked
             assert '"kwargs":"{' in deferred and "kubernetes_conn_id" in deferred, deferred
+        cluster.wait_for("the trigger to copy the master's log", lambda: "[dkill-master-0] training" in
+                         trigger_log(home), timeout=60)
+        assert "[dkill-master-0] loaded token ***" in trigger_log(home) and secret not in trigger_log(home)
 
         # A triggerer shutdown (a deploy, a restart) cancels the trigger: the training must go on.
         triggerer.send_signal(signal.SIGTERM)

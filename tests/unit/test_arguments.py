@@ -254,3 +254,35 @@ def test_files_in_the_dags_folder_its_searchpath_and_allowed_dirs_are_read(tmp_p
 def test_allowed_file_dirs_must_be_absolute_folders(value):
     with pytest.raises(JobSpecError, match="allowed_file_dirs must be a list of absolute folder paths"):
         VolcanoPyTorchJobOperator(task_id="train", allowed_file_dirs=value)
+
+
+# -- secrets are not shown ----------------------------------------------------------------------------
+
+
+def test_secret_looking_env_values_are_masked_in_rendered_manifests_dry_run_and_the_log(capsys):
+    from airflow.sdk import DAG
+    from airflow.sdk._shared.secrets_masker import redact
+    from airflow.sdk.log import mask_secret
+
+    mask_secret("value-of-a-secret-variable", "api_key")  # what Airflow does for a Variable named like a secret
+    with DAG("masked", schedule=None, start_date=datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)):
+        operator = VolcanoPyTorchJobOperator(
+            task_id="train", image="img:1", worker_replicas=1,
+            env={"HF_TOKEN": "hf_abcdef123456", "DB_PASSWORD": "pa$$w0rd-xyz", "STEPS": "5",
+                 "FROM_VARIABLE": "{{ params.v }}"},
+            params={"v": "value-of-a-secret-variable"})
+    operator.render_template_fields({"params": {"v": "value-of-a-secret-variable"}, "run_id": "manual"})
+    printed = operator.dry_run()
+    out = capsys.readouterr().out
+    for text in (operator.job_manifest, out, str(printed)):
+        assert "hf_abcdef123456" not in text and "pa$$" not in text and "value-of-a-secret-variable" not in text
+    import yaml
+
+    for job in (yaml.safe_load(operator.job_manifest), printed["job"]):
+        assert {"name": "HF_TOKEN", "value": "***"} in container(job, "master")["env"]
+        assert {"name": "STEPS", "value": "5"} in container(job, "master")["env"], "the rest is shown"
+    # The values the process gets are now known to the masker: the task log hides them.
+    assert redact("loaded hf_abcdef123456 and pa$$w0rd-xyz") == "loaded *** and ***"
+    # What is submitted is untouched.
+    env = container(operator._manifests.job, "master")["env"]
+    assert {"name": "HF_TOKEN", "value": "hf_abcdef123456"} in env

@@ -498,12 +498,14 @@ def test_pod_names_stay_within_63_characters_for_every_index():
 # -- output --------------------------------------------------------------------------------------------
 
 
-def test_to_yaml_round_trips_both_documents_configmap_first():
+def test_shown_yaml_round_trips_both_documents_configmap_first():
+    from airflow_volcano.masking import shown_yaml
+
     manifests = build(training_script=TrainingScript("t.py", "print('你好')\n"), namespace="ml")
-    configmap, job = yaml.safe_load_all(manifests.to_yaml())
+    configmap, job = yaml.safe_load_all(shown_yaml(*manifests.documents()))
     assert (configmap, job) == (manifests.configmap, manifests.job)
     assert configmap["kind"] == "ConfigMap" and configmap["metadata"]["namespace"] == "ml"
-    assert list(yaml.safe_load_all(build().to_yaml())) == [build().job]
+    assert list(yaml.safe_load_all(shown_yaml(*build().documents()))) == [build().job]
 
 
 def test_build_does_not_mutate_its_inputs():

@@ -1,0 +1,95 @@
+"""Secrets in what the provider shows: the rendered manifests (UI), `dry_run()` and the task log.
+
+Airflow masks a rendered field that is a dict by its keys, but `job_manifest` and `script_manifest`
+are YAML text: a literal `env={"HF_TOKEN": "hf_..."}` would show as it is. So every env value whose
+name Airflow would hide (token, password, secret, api_key, ... and the names of
+`[core] sensitive_var_conn_names`) is shown as `***` in them and registered with Airflow's secrets
+masker, which then hides it wherever it appears in the task log (a script printing it, an error).
+Values Airflow already knows are secret (a Variable or a connection's password used in a template)
+are masked in the shown text by the same masker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import yaml
+
+from airflow_volcano.kubelet import process_string
+
+REDACTED = "***"
+
+
+def _containers(job: dict) -> Iterator[dict]:
+    for task in (job.get("spec") or {}).get("tasks") or []:
+        pod = ((task.get("template") or {}).get("spec") or {}) if isinstance(task, dict) else {}
+        for key in ("initContainers", "containers"):
+            yield from (container for container in pod.get(key) or [] if isinstance(container, dict))
+
+
+def secret_env(job: dict) -> list[dict]:
+    """The env entries of every container of the Job whose names say they hold a secret."""
+    from airflow.sdk._shared.secrets_masker import should_hide_value_for_key
+
+    return [item for container in _containers(job) for item in container.get("env") or []
+            if isinstance(item, dict) and isinstance(item.get("value"), str) and item["value"]
+            and should_hide_value_for_key(str(item.get("name", "")))]
+
+
+def register_secrets(job: dict) -> None:
+    """Tell Airflow's masker (of this task process and its supervisor) the Job's secret env values, as
+    the process gets them, so that the task log hides them."""
+    from airflow.sdk.log import mask_secret
+
+    for item in secret_env(job):
+        mask_secret(process_string(item["value"]), str(item["name"]))
+
+
+_REGISTERED: set[tuple[str, str]] = set()  # what this (triggerer) process has registered already
+
+
+async def register_secrets_in_triggerer(job: dict) -> None:
+    """As register_secrets, from a trigger's event loop: the triggerer's supervisor writes the lines a
+    trigger copies from a pod's log, so it is told each value once (asynchronously, as its channel
+    requires from an event loop)."""
+    from airflow.sdk._shared.secrets_masker import _secrets_masker
+
+    for item in secret_env(job):
+        value, name = process_string(item["value"]), str(item["name"])
+        if (name, value) in _REGISTERED:
+            continue
+        _REGISTERED.add((name, value))
+        _secrets_masker().add_mask(value, name)
+        with contextlib.suppress(Exception):  # outside a triggerer (a test's event loop) there is no supervisor
+            from airflow.sdk.execution_time import task_runner
+            from airflow.sdk.execution_time.comms import MaskSecret
+
+            if comms := getattr(task_runner, "SUPERVISOR_COMMS", None):
+                await comms.asend(MaskSecret(value=value, name=name))
+
+
+def shown(document: dict) -> dict:
+    """A copy of a manifest to show (UI, dry_run): secret env values as `***`, and in every string
+    the values the masker knows to be secret masked (its own walk of a dict stops a few levels deep,
+    and a Job's env is deeper)."""
+    from airflow.sdk._shared.secrets_masker import redact
+
+    def masked(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {key: masked(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [masked(item) for item in value]
+        return redact(value) if isinstance(value, str) else value
+
+    safe = masked(document)
+    for item in secret_env(safe):
+        item["value"] = REDACTED
+    return safe
+
+
+def shown_yaml(*documents: dict | None) -> str:
+    """The manifests as YAML to show (see `shown`)."""
+    return yaml.safe_dump_all([shown(doc) for doc in documents if doc is not None], sort_keys=False,
+                              allow_unicode=True)
