@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib import resources
 
+from airflow_volcano import shell
 from airflow_volcano.kubelet import container_string
 from airflow_volcano.shell.hostfile_argv import OPTIONS_FLAG
 
@@ -74,8 +74,7 @@ class HostfileLaunch:
 
 def scripts() -> dict[str, str]:
     """The ConfigMap entries of the launch, by file name: the package's files, unchanged."""
-    package = resources.files("airflow_volcano.shell")
-    return {name: package.joinpath(source).read_bytes().decode("utf-8") for name, source in PACKAGE_FILES.items()}
+    return {name: shell.read(source) for name, source in PACKAGE_FILES.items()}
 
 
 def master_command(options: HostfileLaunch, script_path: str, mount_path: str) -> list[str]:

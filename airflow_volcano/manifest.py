@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from airflow_volcano import hostfile_launch
+from airflow_volcano import hostfile_launch, shell
 from airflow_volcano.exceptions import JobSpecError
 from airflow_volcano.hostfile_launch import HostfileLaunch
 from airflow_volcano.kubelet import ExpandVars, container_string, process_string
@@ -57,10 +57,11 @@ DEFAULT_RESTART_POLICY = "Never"
 TENSORBOARD_TASK = "tensorboard"
 TENSORBOARD_PORT = 6006
 TENSORBOARD_KEYS = {"logdir", "image", "port", "resources"}
-# Debug mode (T9k): the pods come up as configured, but sleep instead of training; the shell loop
-# ends at once on SIGTERM, so deleting the Job does not wait out the grace period.
-DEBUG_COMMAND = ["/bin/sh", "-c", "echo 'airflow-volcano debug mode: sleeping instead of running the command'; "
-                 "trap 'exit 0' TERM; while :; do sleep 1; done"]
+# Debug mode (T9k's: the pods come up as configured, but sleep instead of training): a pod sleeps the
+# task's debug_timeout and this margin at most, counted from its own start, so it ends by itself even if
+# the task's worker (which deletes the Job after debug_timeout, counted once every pod runs) is gone.
+DEBUG_POD_MARGIN_SECONDS = 60
+DEFAULT_DEBUG_TIMEOUT = 3600.0
 LAUNCHERS = ("python", "torchrun")
 NPROC_NAMES = ("auto", "gpu", "cpu")  # torchrun's own values: one process per GPU / per CPU / per GPU else CPU
 
@@ -143,6 +144,7 @@ class PyTorchJobRequest:
     max_restarts: int | str | None = None
     torchrun_options: list[str] | None = None
     debug: bool | None = None
+    debug_timeout: float | str = DEFAULT_DEBUG_TIMEOUT  # seconds the debug pods may live (and a margin)
     wait_for_master: bool | str | None = None
     # DeepSpeed/MPI (operators/deepspeed.py): workers run sshd, the master launches over ssh from a hostfile.
     hostfile_launch: HostfileLaunch | None = None
@@ -641,7 +643,8 @@ def build_manifests(req: PyTorchJobRequest, *, run_labels: dict[str, str], defau
                            "(VolcanoPyTorchJobOperator builds one from arguments)")
     req = _normalize(req)
     if req.full_job_spec is not None:
-        allowed = {"name", "namespace", "labels", "annotations", "full_job_spec", "all_tasks", "main_task"}
+        allowed = {"name", "namespace", "labels", "annotations", "full_job_spec", "all_tasks", "main_task",
+                   "debug_timeout"}  # (debug itself is refused: it changes the commands)
         conflicting = [f.name for f in dataclasses.fields(req) if f.name not in allowed and
                        getattr(req, f.name) is not None]
         if conflicting:
@@ -672,7 +675,8 @@ def build_manifests(req: PyTorchJobRequest, *, run_labels: dict[str, str], defau
     configmap = _apply_script(job, req, run_labels) if req.training_script else None
     if req.debug:
         # A hostfile launch's workers run only sshd, which the master's launcher needs when run by hand.
-        _apply_debug(job, keep={_role_names(job, req)[1]} if req.hostfile_launch is not None else set())
+        _apply_debug(job, keep={_role_names(job, req)[1]} if req.hostfile_launch is not None else set(),
+                     seconds=math.ceil(seconds("debug_timeout", req.debug_timeout) + DEBUG_POD_MARGIN_SECONDS))
     validate_job(job, origin=origin)
     main = main_task(job, req)
     names = [task.get("name") for task in job["spec"]["tasks"]]
@@ -680,6 +684,30 @@ def build_manifests(req: PyTorchJobRequest, *, run_labels: dict[str, str], defau
         parameter = "main_task" if req.all_tasks else "master_task_name"
         raise JobSpecError(f"{parameter} {main!r}: the job has no such task (tasks: {', '.join(map(str, names))})")
     return JobManifests(job=job, configmap=configmap, main_task=main)
+
+
+REQUEST_HASH_ANNOTATION = f"{LABEL_PREFIX}request-hash"
+
+
+def request_hash(job: dict, configmap: dict | None) -> str:
+    """What the Job was built from, as a hash: its spec (pods, commands, debug mode) and its script,
+    the same for every try of a task instance given the same arguments (the name, which may carry a
+    random suffix, and the try number are left out). A try reattaches only to a Job of the same hash."""
+    spec = copy.deepcopy(job.get("spec") or {})
+    for task in spec.get("tasks") or []:
+        if isinstance(task, dict):
+            ((task.get("template") or {}).get("metadata") or {}).get("labels", {}).pop(TRY_NUMBER_LABEL, None)
+    text = json.dumps({"spec": spec, "script": (configmap or {}).get("data")}, sort_keys=True, default=str)
+    name = (job.get("metadata") or {}).get("name")
+    if name:
+        text = text.replace(name, "<job>")
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def is_debug_job(job: dict) -> bool:
+    """Whether a Job's pods were built for debug mode (they sleep: nothing trains in them)."""
+    return any(DEBUG_ANNOTATION in (((task.get("template") or {}).get("metadata") or {}).get("annotations") or {})
+               for task in (job.get("spec") or {}).get("tasks") or [] if isinstance(task, dict))
 
 
 def main_task(job: dict, req: PyTorchJobRequest) -> str:
@@ -704,10 +732,15 @@ def _pod_tasks(job: dict, req: PyTorchJobRequest) -> list[dict]:
 DEBUG_ANNOTATION = f"{LABEL_PREFIX}debug-command"
 
 
-def _apply_debug(job: dict, keep: set[str]) -> None:
-    """Every pod (but those of the tasks in `keep`) sleeps instead of running its command, which it
-    keeps in an annotation (the task log prints it, to be run by hand in `kubectl exec`); the rest
-    of the pod is unchanged."""
+def debug_command(seconds: int) -> list[str]:
+    """A debug pod's command: shell/debug-sleep.sh, inline (the pod may not mount the script's ConfigMap)."""
+    return ["/bin/sh", "-c", shell.read("debug-sleep.sh"), "airflow-volcano-debug", str(seconds)]
+
+
+def _apply_debug(job: dict, keep: set[str], seconds: int) -> None:
+    """Every pod (but those of the tasks in `keep`) sleeps for at most `seconds` instead of running its
+    command, which it keeps in an annotation (the task log prints it, to be run by hand in
+    `kubectl exec`); the rest of the pod is unchanged."""
     for task in job["spec"]["tasks"]:
         containers = ((task.get("template") or {}).get("spec") or {}).get("containers") or []
         if not containers or task.get("name") in {TENSORBOARD_TASK, *keep}:
@@ -718,7 +751,7 @@ def _apply_debug(job: dict, keep: set[str]) -> None:
                                                             *(container.get("args") or []))]
         metadata = task.setdefault("template", {}).setdefault("metadata", {})
         metadata.setdefault("annotations", {})[DEBUG_ANNOTATION] = json.dumps(original)
-        container["command"] = list(DEBUG_COMMAND)
+        container["command"] = debug_command(seconds)
         container.pop("args", None)
 
 

@@ -30,6 +30,8 @@ from airflow_volcano.links import LINKS, link_urls
 from airflow_volcano.manifest import (
     CHECKED_LABEL,
     DEBUG_ANNOTATION,
+    DEFAULT_DEBUG_TIMEOUT,
+    REQUEST_HASH_ANNOTATION,
     TENSORBOARD_TASK,
     JobManifests,
     PyTorchJobRequest,
@@ -37,8 +39,10 @@ from airflow_volcano.manifest import (
     build_manifests,
     default_job_name,
     identity_labels,
+    is_debug_job,
     load_job_template,
     max_job_name_length,
+    request_hash,
     run_labels,
     script_configmap_name,
     seconds,
@@ -189,7 +193,7 @@ class VolcanoJobOperator(BaseOperator):
         extra_plugins: dict[str, list[str]] | None = None,
         tensorboard: dict[str, Any] | None = None,
         debug: bool = False,
-        debug_timeout: float = 3600,
+        debug_timeout: float = DEFAULT_DEBUG_TIMEOUT,
         training_script: str | None = None,
         job_template: str | dict | None = None,
         allowed_file_dirs: Sequence[str] | None = None,
@@ -306,7 +310,8 @@ class VolcanoJobOperator(BaseOperator):
             ttl_seconds_after_finished=self.ttl_seconds_after_finished, policies=self.policies,
             retryable_exit_codes=self.retryable_exit_codes, restart_scope=self.restart_scope,
             restart_policy=self.restart_policy, extra_plugins=self.extra_plugins, tensorboard=self.tensorboard,
-            debug=bool(self.debug) or None, training_script=self._read_training_script(),
+            debug=bool(self.debug) or None, debug_timeout=self.debug_timeout,
+            training_script=self._read_training_script(),
             job_template=self._parsed_job_template(context), full_job_spec=self.full_job_spec,
             all_tasks=True, main_task=self.main_task,
         )
@@ -596,6 +601,7 @@ class VolcanoJobOperator(BaseOperator):
         job = manifests.job
         job["metadata"]["namespace"] = namespace
         master = manifests.main_task
+        wanted = request_hash(job, manifests.configmap)
         # Airflow 3.3+ keeps what an earlier try stored; the labels cover older Airflow and a try
         # that died between creating the Job and storing it.
         stored = _stored_job(hook, state_store)
@@ -610,6 +616,18 @@ class VolcanoJobOperator(BaseOperator):
                 continue  # an earlier try already reported this Job's result: history, not this try's
             # Unchecked: submitted by a try that died before reporting; running or finished since.
             ref = JobRef.from_job(existing, master, script_configmap_name(existing["metadata"]["name"]))
+            built_from = (existing["metadata"].get("annotations") or {}).get(REQUEST_HASH_ANNOTATION)
+            if built_from is not None and built_from != wanted and self.if_job_exists != "replace":
+                # Another request: the arguments, the script or debug mode changed since that try.
+                if not is_debug_job(existing):
+                    raise VolcanoJobError(
+                        f"an earlier try of this task instance submitted Volcano Job {namespace}/{ref.name} (phase "
+                        f"{job_state(existing).phase}) from other arguments, script or debug mode than this try's; "
+                        "it is left as it is: delete it, or set if_job_exists='replace' to replace it")
+                self.log.info("Replacing Volcano Job %s/%s of an earlier try: a debug session, not this try's "
+                              "request (nothing trains in it)", namespace, ref.name)
+                delete_job_and_script(hook, ref)
+                continue
             if self.if_job_exists == "reattach":
                 self.log.info("Reattaching to Volcano Job %s/%s submitted by an earlier try (%s; found by %s)",
                               namespace, ref.name, job_state(existing).phase, found_by)
@@ -642,6 +660,8 @@ class VolcanoJobOperator(BaseOperator):
             self.log.info("Deleting finished Volcano Job %s/%s of an earlier try", namespace, name)
             hook.delete_job(name, namespace)
             hook.wait_job_deleted(name, namespace)
+        # Which request built it: a later try reattaches only to a Job of its own request.
+        job["metadata"].setdefault("annotations", {})[REQUEST_HASH_ANNOTATION] = request_hash(job, manifests.configmap)
         configmap = manifests.configmap
         if configmap is not None:
             configmap["metadata"]["namespace"] = namespace

@@ -160,3 +160,43 @@ def test_a_worker_stopping_with_no_try_left_deletes_the_job(cluster, operator_ku
 
     cluster.wait_for("the Job to be deleted", lambda: cluster.job("orphan") is None, timeout=60)
     assert "Task killed: deleting Volcano Job" in log.read_text()
+
+
+@pytest.mark.parametrize(("first", "then"), [("train", "debug"), ("debug", "train")])
+def test_a_retry_reattaches_only_to_a_job_of_its_own_request(cluster, operator_kubeconfig, airflow_db, tmp_path,
+                                                             first, then):
+    """The DAG changed between two tries of one task instance (here: debug mode switched). A debug
+    try must not take over (and delete) the training Job, which is left alone and the task fails
+    saying why; a training try must not wait on a sleeping debug Job, which it replaces."""
+    dag_id = f"mode_{first}_then_{then}"
+    logical_date = datetime.datetime.now(datetime.UTC).isoformat()
+    log = tmp_path / "worker.log"
+
+    def dag(mode: str, **sim: str) -> Path:
+        return write_dag(tmp_path, dag_id, cluster.namespace, retries=1, debug=mode == "debug", debug_timeout=600,
+                         annotations={SIM + key: value for key, value in sim.items()})
+
+    worker = start_worker(dag(first, outcome="run-forever"), dag_id, logical_date, log)
+    old = cluster.wait_for("the first try's Job to run", lambda: (jobs := our_jobs(cluster)) and
+                           (jobs[0].get("status") or {}).get("state", {}).get("phase") == "Running" and jobs[0],
+                           timeout=60)
+    cluster.wait_for("its pods to run", lambda: all(p.status.phase == "Running" for p in
+                                                    cluster.pods(old["metadata"]["name"])), timeout=60)
+    worker.kill()
+    worker.wait(timeout=60)
+
+    retry = start_worker(dag(then, **{"run-for": "3s"}), dag_id, logical_date, log, retry=True)
+    code = retry.wait(timeout=120)
+    text = log.read_text()
+    uids = [job["metadata"]["uid"] for job in our_jobs(cluster)]
+    if then == "debug":
+        assert code == 1, text[-3000:]
+        assert (f"an earlier try of this task instance submitted Volcano Job {cluster.namespace}/"
+                f"{old['metadata']['name']} (phase Running) from other arguments, script or debug mode") in text
+        assert uids == [old["metadata"]["uid"]], "the training Job is left alone"
+        assert "Reattaching" not in text
+    else:
+        assert code == 0, text[-3000:]
+        assert f"Replacing Volcano Job {cluster.namespace}/{old['metadata']['name']} of an earlier try: a debug" in text
+        assert old["metadata"]["uid"] not in uids, "the sleeping debug Job is gone"
+        assert "Submitted Volcano Job" in text.split("Replacing Volcano Job")[1], "the retry trained anew"

@@ -856,3 +856,27 @@ def test_a_hostile_real_log_is_copied_escaped_and_cut_in_bounded_memory_in_both_
         assert cut(lines) == expected, [line[:80] + f"... ({len(line)})" for line in lines]
         assert peak < 8 << 20, f"copying held {peak >> 20} MiB"
         assert cursor.last_ns // 10**9 < datetime.datetime(2999, 1, 1, tzinfo=datetime.UTC).timestamp()
+
+
+def test_debug_pods_end_by_themselves_when_the_worker_enforcing_debug_timeout_dies(
+        cluster, operator_kubeconfig, airflow_db, real_node, containerd, tmp_path):
+    """Debug mode's pods sleep; the task deletes the Job after debug_timeout. If the worker is
+    killed (kill -9, no on_kill), each pod's own command still ends after debug_timeout and a
+    minute, and the pods stop: nothing sleeps on, holding its GPUs, forever."""
+    import time
+
+    dag_id = "debug_orphan"
+    train = script(tmp_path, SLEEPER)
+    dag_file = write_dag(tmp_path, dag_id, cluster.namespace, name="dbgorphan", training_script=train,
+                         container_resources=SMALL, debug=True, debug_timeout=5, **real_node)
+    worker = start_worker(dag_file, dag_id, datetime.datetime.now(datetime.UTC).isoformat(), tmp_path / "worker.log")
+    cluster.wait_for("the debug pods to sleep in their containers", lambda: len(
+        containerd.running_containers(cluster.namespace)) >= 4, timeout=120)
+    started = time.monotonic()
+    worker.send_signal(signal.SIGKILL)
+    worker.wait(timeout=60)
+
+    cluster.wait_for("the debug pods' own command to end", lambda: not containerd.running_containers(
+        cluster.namespace), timeout=150)
+    assert time.monotonic() - started >= 30, "they slept, and were not stopped by anything else"
+    assert "airflow-volcano debug mode: 65s are over" in cluster.pod_log("dbgorphan-master-0")

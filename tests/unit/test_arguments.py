@@ -286,3 +286,55 @@ def test_secret_looking_env_values_are_masked_in_rendered_manifests_dry_run_and_
     # What is submitted is untouched.
     env = container(operator._manifests.job, "master")["env"]
     assert {"name": "HF_TOKEN", "value": "hf_abcdef123456"} in env
+
+
+# -- a try reattaches only to a Job built from its own request --------------------------------------------
+
+
+def built(try_number: int = 1, default_name: str = "retrain-train-abc123", **kwargs):
+    from airflow_volcano.manifest import PyTorchJobRequest, build_manifests, run_labels
+
+    labels = run_labels(dag_id="retrain", task_id="train", run_id="manual", try_number=try_number, map_index=-1)
+    kwargs.setdefault("image", "img:1")
+    kwargs.setdefault("training_script", SCRIPT)
+    return build_manifests(PyTorchJobRequest(**kwargs), run_labels=labels, default_name=default_name)
+
+
+def test_the_request_hash_is_the_same_for_every_try_of_the_same_arguments():
+    from airflow_volcano.manifest import request_hash
+
+    first = built(try_number=1, default_name="retrain-train-aaaaaa", launcher="torchrun", min_available=1)
+    second = built(try_number=2, default_name="retrain-train-bbbbbb", launcher="torchrun", min_available=1)
+    assert first.job["metadata"]["name"] != second.job["metadata"]["name"]
+    assert request_hash(first.job, first.configmap) == request_hash(second.job, second.configmap)
+
+
+@pytest.mark.parametrize("change", [{"debug": True}, {"args": ["--lr", "0.2"]},
+                                    {"training_script": TrainingScript("train.py", "print('other')\n")},
+                                    {"worker_replicas": 3}])
+def test_the_request_hash_changes_with_the_arguments_the_script_and_debug_mode(change):
+    from airflow_volcano.manifest import is_debug_job, request_hash
+
+    base = built(args=["--lr", "0.1"])
+    other = built(**{"args": ["--lr", "0.1"], **change})
+    assert request_hash(base.job, base.configmap) != request_hash(other.job, other.configmap)
+    assert is_debug_job(other.job) is bool(change.get("debug")) and not is_debug_job(base.job)
+
+
+def test_a_debug_pods_command_ends_by_itself_after_its_time_and_at_once_on_sigterm():
+    """The real command, run by sh: the pod ends even if the worker that would delete the Job is gone."""
+    import signal
+    import subprocess
+    import time
+
+    from airflow_volcano.manifest import debug_command
+
+    start = time.monotonic()
+    done = subprocess.run(debug_command(2), capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0 and 2 <= time.monotonic() - start < 6, done
+    assert "for at most 2s" in done.stdout and "2s are over" in done.stdout
+    sleeping = subprocess.Popen(debug_command(3600), stdout=subprocess.PIPE, text=True)
+    time.sleep(1)
+    start = time.monotonic()
+    sleeping.send_signal(signal.SIGTERM)
+    assert sleeping.wait(timeout=5) == 0 and time.monotonic() - start < 3

@@ -752,13 +752,13 @@ def test_bad_retry_arguments_are_refused_naming_the_parameter(kwargs, expected):
 def test_debug_mode_keeps_the_pods_and_replaces_only_their_command():
     import json
 
-    from airflow_volcano.manifest import DEBUG_ANNOTATION, DEBUG_COMMAND
+    from airflow_volcano.manifest import DEBUG_ANNOTATION, debug_command
 
     normal = build(worker_replicas=2, training_script=SCRIPT, args=["--lr", "0.1"]).job
-    job = build(worker_replicas=2, training_script=SCRIPT, args=["--lr", "0.1"], debug=True).job
+    job = build(worker_replicas=2, training_script=SCRIPT, args=["--lr", "0.1"], debug=True, debug_timeout=600).job
     for role in ("master", "worker"):
         mine, theirs = container(job, role), container(normal, role)
-        assert mine["command"] == DEBUG_COMMAND and "args" not in mine
+        assert mine["command"] == debug_command(660) and "args" not in mine, "debug_timeout and a minute at most"
         assert {k: v for k, v in mine.items() if k not in ("command", "args")} == \
             {k: v for k, v in theirs.items() if k not in ("command", "args")}, "same image, env, mounts, resources"
         annotation = task(job, role)["template"]["metadata"]["annotations"][DEBUG_ANNOTATION]
@@ -767,10 +767,11 @@ def test_debug_mode_keeps_the_pods_and_replaces_only_their_command():
 
 
 def test_debug_mode_of_a_hostfile_launch_keeps_the_workers_sshd_for_the_launcher():
-    from airflow_volcano.manifest import DEBUG_ANNOTATION, DEBUG_COMMAND
+    from airflow_volcano.manifest import DEBUG_ANNOTATION, debug_command
 
-    job = build(worker_replicas=2, training_script=SCRIPT, hostfile_launch=deepspeed(), debug=True).job
-    assert container(job, "master")["command"] == DEBUG_COMMAND
+    job = build(worker_replicas=2, training_script=SCRIPT, hostfile_launch=deepspeed(), debug=True,
+                debug_timeout=30).job
+    assert container(job, "master")["command"] == debug_command(90)
     assert container(job, "worker")["command"] == ["/bin/sh", f"{SCRIPT_MOUNT_PATH}/{SSHD_SCRIPT}"]
     assert DEBUG_ANNOTATION not in (task(job, "worker")["template"]["metadata"].get("annotations") or {})
 
