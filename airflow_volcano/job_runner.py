@@ -11,13 +11,12 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from airflow_volcano.constants import CHECKED_LABEL, ENDED_POD_PHASES, STARTED_POD_PHASES, OnFinishAction, PodPhase
 from airflow_volcano.exceptions import VolcanoJobError
+from airflow_volcano.job_ref import JobRef
 from airflow_volcano.logs import Emit, LogCursor, LogFollower, emit_new_lines, iter_lines
-from airflow_volcano.manifest import CHECKED_LABEL
 from airflow_volcano.status import (
     LOG_TAIL_LINES,
     Outcome,
@@ -52,72 +51,9 @@ EVENT_PODS = 5
 CLEANUP_RETRY_SECONDS = 120.0
 
 
-class OnFinishAction(StrEnum):
-    DELETE_JOB = "delete_job"
-    DELETE_SUCCEEDED_JOB = "delete_succeeded_job"
-    KEEP_JOB = "keep_job"
-
-
 def task_state_key(task_id: str, map_index: int | None) -> str:
     """How Airflow's get_task_states names a task instance: mapped ones carry their index."""
     return task_id if map_index is None or map_index < 0 else f"{task_id}_{map_index}"
-
-
-@dataclass
-class JobRef:
-    """What identifies a submitted Job and how to read it."""
-
-    name: str
-    namespace: str
-    master_task: str = "master"
-    uid: str | None = None
-    created_at: float | None = None  # epoch seconds (the Job's creationTimestamp)
-    script_configmap: str | None = None
-    owned: bool = True  # submitted by this task (the sensor watches Jobs that are not)
-    # The master's first container, read from the Job: a template may name it anything.
-    master_container: str | None = None
-
-    @property
-    def master_pod(self) -> str:
-        return f"{self.name}-{self.master_task}-0"
-
-    @property
-    def log_container(self) -> str:
-        return self.master_container or self.master_task
-
-    @classmethod
-    def from_job(cls, job: dict, master_task: str, script_configmap: str | None = None) -> JobRef:
-        metadata = job["metadata"]
-        created = metadata.get("creationTimestamp")
-        return cls(
-            name=metadata["name"],
-            namespace=metadata["namespace"],
-            master_task=master_task,
-            uid=metadata.get("uid"),
-            created_at=_parse_time(created) if created else None,
-            script_configmap=script_configmap,
-            master_container=first_container(job, master_task),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> JobRef:
-        return cls(**data)
-
-
-def first_container(job: dict, task_name: str) -> str | None:
-    """The name of the first container of a task's pod template, if the Job has that task."""
-    for task in (job.get("spec") or {}).get("tasks") or []:
-        if task.get("name") == task_name:
-            containers = ((task.get("template") or {}).get("spec") or {}).get("containers") or []
-            return containers[0].get("name") if containers else None
-    return None
-
-
-def _parse_time(value: str) -> float:
-    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
 
 
 @dataclass
@@ -130,15 +66,15 @@ class PodLogCopy:
     cursor: LogCursor = field(default_factory=LogCursor)
 
 
-def master_log_copy(ref: JobRef, emit: Emit, cursor: LogCursor | None = None) -> PodLogCopy:
-    return PodLogCopy(ref.master_pod, ref.log_container, emit, cursor or LogCursor())
+def main_log_copy(ref: JobRef, emit: Emit, cursor: LogCursor | None = None) -> PodLogCopy:
+    return PodLogCopy(ref.main_pod, ref.main_pod_container, emit, cursor or LogCursor())
 
 
 def pod_log_stream(hook: VolcanoHook, namespace: str, copy: PodLogCopy) -> Callable[[int | None], Any]:
     def open_stream(since_seconds: int | None) -> Any:
         pod = hook.get_pod(copy.pod, namespace)
         phase = ((pod or {}).get("status") or {}).get("phase")
-        if phase not in ("Running", "Succeeded", "Failed"):
+        if phase not in STARTED_POD_PHASES:
             raise LookupError(f"pod {copy.pod} is not running yet ({phase or 'absent'})")
         return hook.stream_pod_log(copy.pod, namespace, container=copy.container, since_seconds=since_seconds)
 
@@ -231,11 +167,12 @@ def wait_until_running(
     started = time.monotonic()
     while True:
         found = hook.list_job_pods(ref.name, ref.namespace)
-        running = {pod["metadata"]["name"] for pod in found if (pod.get("status") or {}).get("phase") == "Running"}
+        running = {pod["metadata"]["name"] for pod in found
+                   if (pod.get("status") or {}).get("phase") == PodPhase.RUNNING}
         if set(pods) <= running:
             return
         ended = [pod["metadata"]["name"] for pod in found
-                 if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")]
+                 if (pod.get("status") or {}).get("phase") in ENDED_POD_PHASES]
         if ended:
             raise VolcanoJobError(f"Volcano Job {ref.namespace}/{ref.name}: pod {ended[0]} ended before debugging "
                                   "could start (its image has no /bin/sh?)")
@@ -260,17 +197,17 @@ def explain_failure(hook: VolcanoHook, ref: JobRef, result: WaitResult) -> str:
         pods = hook.list_job_pods(ref.name, ref.namespace)
         podgroup = hook.get_podgroup(result.job) if result.job is not None else None
         # The events of the Job, its PodGroup, the master and the pods that failed or never started.
-        troubled = [problem.pod for problem in failed_pods(pods, ref.master_task)] + unstarted_pods(pods)
-        names = {ref.name, ref.master_pod, *troubled[:EVENT_PODS]}
+        troubled = [problem.pod for problem in failed_pods(pods, ref.main_task)] + unstarted_pods(pods)
+        names = {ref.name, ref.main_pod, *troubled[:EVENT_PODS]}
         if podgroup is not None:
             names.add(podgroup["metadata"]["name"])
         events = hook.list_events(ref.namespace, names)
     except Exception as error:  # noqa: BLE001 - explain with what we have
         log.warning("Could not read pods/events of %s/%s: %s", ref.namespace, ref.name, error)
-    problems = failed_pods(pods, ref.master_task)
+    problems = failed_pods(pods, ref.main_task)
     # The failing container's log (any task's pod, any container name), else the master's.
-    log_pod = problems[0].pod if problems else ref.master_pod
-    log_container = problems[0].container if problems else ref.log_container
+    log_pod = problems[0].pod if problems else ref.main_pod
+    log_container = problems[0].container if problems else ref.main_pod_container
     log_tail: list[str] = []
     try:
         chunks = hook.pod_log_chunks(log_pod, ref.namespace, container=log_container, tail_lines=LOG_TAIL_LINES)
@@ -282,18 +219,18 @@ def explain_failure(hook: VolcanoHook, ref: JobRef, result: WaitResult) -> str:
         headline = f"Volcano Job {ref.namespace}/{ref.name} failed: {result.timed_out}; the Job was deleted"
     elif result.problem:
         headline = f"{result.problem}; the Job was deleted"
-    return failure_message(result.state, pods=pods, events=events, master_task=ref.master_task,
+    return failure_message(result.state, pods=pods, events=events, main_task=ref.main_task,
                            log_tail=log_tail, log_pod=log_pod, headline=headline)
 
 
-def master_result(hook: VolcanoHook, ref: JobRef) -> Any:
+def main_result(hook: VolcanoHook, ref: JobRef) -> Any:
     """The master's termination message (JSON if it parses): how a training script hands metrics
     or a model URI to the next task. Read before cleanup deletes the pod."""
     try:
-        return termination_result(hook.get_pod(ref.master_pod, ref.namespace), ref.log_container)
+        return termination_result(hook.get_pod(ref.main_pod, ref.namespace), ref.main_pod_container)
     except Exception as error:  # noqa: BLE001 - a missing result must not hide a finished Job
         log.warning("Could not read the termination message of master pod %s/%s: %s", ref.namespace,
-                    ref.master_pod, error)
+                    ref.main_pod, error)
         return None
 
 
@@ -344,10 +281,10 @@ def finalize(
         "job_name": ref.name,
         "namespace": ref.namespace,
         "phase": result.state.phase,
-        "master_pod": ref.master_pod,
+        "master_pod": ref.main_pod,
         "retry_count": result.state.retry_count,
         "log_lines": result.log_cursor.lines_shown,
-        "result": master_result(hook, ref) if succeeded else None,
+        "result": main_result(hook, ref) if succeeded else None,
     }
     if succeeded:
         cleanup(hook, ref, succeeded=True, action=on_finish_action)

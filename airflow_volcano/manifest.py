@@ -21,24 +21,22 @@ from typing import Any
 import yaml
 
 from airflow_volcano import hostfile_launch, shell
+from airflow_volcano.constants import (
+    DEBUG_ANNOTATION,
+    IDENTITY_KEYS,
+    JOB_API_VERSION,
+    LABEL_PREFIX,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    SCRIPT_MOUNT_PATH,
+    TRY_NUMBER_LABEL,
+)
 from airflow_volcano.exceptions import JobSpecError
 from airflow_volcano.hostfile_launch import HostfileLaunch
 from airflow_volcano.kubelet import ExpandVars, container_string, process_string
 from airflow_volcano.shell.hostfile_argv import INERT as INERT_WORD
 
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY_VALUE = "airflow-volcano"
-LABEL_PREFIX = "airflow-volcano.io/"
-TRY_NUMBER_LABEL = f"{LABEL_PREFIX}try-number"
-# Set on a Job once a try has reported its result, so later tries never mistake it for theirs.
-CHECKED_LABEL = f"{LABEL_PREFIX}checked"
-IDENTITY_KEYS = (MANAGED_BY_LABEL, *(f"{LABEL_PREFIX}{key}" for key in ("dag-id", "task-id", "run-id", "map-index")))
-SCRIPT_MOUNT_PATH = "/opt/airflow-volcano/script"
 SCRIPT_VOLUME = "training-script"
-API_VERSION = "batch.volcano.sh/v1alpha1"
-# Labels Volcano puts on the pods of a Job.
-JOB_NAME_LABEL = "volcano.sh/job-name"
-TASK_LABEL = "volcano.sh/task-spec"
 MAX_CONFIGMAP_BYTES = 1024 * 1024
 POD_NAME_MAX = 63  # the pod name is also its hostname (svc plugin), so a DNS label
 
@@ -252,8 +250,8 @@ def load_job_template(text: str, *, source: str) -> dict:
 def _check_template(loaded: Any, source: str) -> dict:
     if not isinstance(loaded, dict):
         raise JobSpecError(f"job_template {source} must be a mapping (a Volcano Job), got {type(loaded).__name__}")
-    if loaded.get("apiVersion") != API_VERSION or loaded.get("kind") != "Job":
-        raise JobSpecError(f"job_template {source} must be apiVersion {API_VERSION}, kind Job; got "
+    if loaded.get("apiVersion") != JOB_API_VERSION or loaded.get("kind") != "Job":
+        raise JobSpecError(f"job_template {source} must be apiVersion {JOB_API_VERSION}, kind Job; got "
                            f"apiVersion {loaded.get('apiVersion')!r}, kind {loaded.get('kind')!r}")
     return loaded
 
@@ -686,9 +684,6 @@ def build_manifests(req: PyTorchJobRequest, *, run_labels: dict[str, str], defau
     return JobManifests(job=job, configmap=configmap, main_task=main)
 
 
-REQUEST_HASH_ANNOTATION = f"{LABEL_PREFIX}request-hash"
-
-
 def request_hash(job: dict, configmap: dict | None) -> str:
     """What the Job was built from, as a hash: its spec (pods, commands, debug mode) and its script,
     the same for every try of a task instance given the same arguments (the name, which may carry a
@@ -727,9 +722,6 @@ def _pod_tasks(job: dict, req: PyTorchJobRequest) -> list[dict]:
     if req.all_tasks:
         return [task for task in job["spec"].get("tasks") or [] if isinstance(task, dict)]
     return [task for name in _role_names(job, req) if (task := _find_task(job, name)) is not None]
-
-
-DEBUG_ANNOTATION = f"{LABEL_PREFIX}debug-command"
 
 
 def debug_command(seconds: int) -> list[str]:
@@ -775,7 +767,7 @@ def _default_job(req: PyTorchJobRequest) -> dict:
     if req.hostfile_launch is not None:
         plugins = {plugin: [] for plugin in hostfile_launch.REQUIRED_PLUGINS}
     return {
-        "apiVersion": API_VERSION,
+        "apiVersion": JOB_API_VERSION,
         "kind": "Job",
         "metadata": {},
         "spec": {
@@ -1108,9 +1100,9 @@ def validate_job(job: dict, *, origin: str = "job") -> None:
 
     `origin` ("job_template", "full_job_spec") prefixes errors about fields only the template sets.
     """
-    if not isinstance(job, dict) or job.get("apiVersion") != API_VERSION or job.get("kind") != "Job":
+    if not isinstance(job, dict) or job.get("apiVersion") != JOB_API_VERSION or job.get("kind") != "Job":
         got = (job.get("apiVersion"), job.get("kind")) if isinstance(job, dict) else job
-        raise JobSpecError(f"{origin}: must be apiVersion {API_VERSION}, kind Job; got {got!r}")
+        raise JobSpecError(f"{origin}: must be apiVersion {JOB_API_VERSION}, kind Job; got {got!r}")
     spec = job.get("spec") or {}
     tasks = spec.get("tasks") or []
     if not isinstance(tasks, list) or not tasks:

@@ -13,12 +13,16 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, overload
 
-from airflow_volcano.manifest import TASK_LABEL, retryable_exit_codes
+from airflow_volcano.constants import (
+    FAILED_PHASES,
+    STARTED_POD_PHASES,
+    SUCCEEDED_PHASES,
+    TASK_LABEL,
+    JobPhase,
+    PodPhase,
+)
+from airflow_volcano.manifest import retryable_exit_codes
 
-SUCCEEDED_PHASES = frozenset({"Completed"})
-# Aborted is not terminal for Volcano (it can be resumed), but nothing resumes it on its own:
-# for a task waiting on the job it is an end.
-FAILED_PHASES = frozenset({"Failed", "Terminated", "Aborted"})
 IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
 LOG_TAIL_LINES = 20
 
@@ -57,14 +61,14 @@ def job_state(job: Mapping[str, Any]) -> JobState:
         outcome = Outcome.SUCCEEDED
     elif phase in FAILED_PHASES:
         outcome = Outcome.FAILED
-    elif phase in ("", "Pending"):
+    elif phase in ("", JobPhase.PENDING):
         outcome = Outcome.PENDING
     else:
         outcome = Outcome.RUNNING
     return JobState(
         name=metadata.get("name", ""),
         namespace=metadata.get("namespace", ""),
-        phase=phase or "Pending",
+        phase=phase or JobPhase.PENDING,
         outcome=outcome,
         retry_count=int(status.get("retryCount") or 0),
         resource_version=metadata.get("resourceVersion", ""),
@@ -149,23 +153,22 @@ def pod_problem(pod: Mapping[str, Any]) -> PodProblem | None:
                 reason=waiting["reason"],
                 message=f"cannot pull image {container.get('image')!r}: {waiting.get('message') or ''}".strip(),
             )
-    if phase == "Failed":
+    if phase == PodPhase.FAILED:
         return PodProblem(pod=name, task=_task_name(pod), phase=phase, reason=status.get("reason"),
                           message=status.get("message"))
     return None
 
 
-def failed_pods(pods: Iterable[Mapping[str, Any]], master_task: str | None = None) -> list[PodProblem]:
+def failed_pods(pods: Iterable[Mapping[str, Any]], main_task: str | None = None) -> list[PodProblem]:
     """Problems of all pods, the master's first (its failure is usually the cause users want)."""
     problems = [problem for pod in pods if (problem := pod_problem(pod)) is not None]
-    return sorted(problems, key=lambda problem: (problem.task != master_task, problem.pod))
+    return sorted(problems, key=lambda problem: (problem.task != main_task, problem.pod))
 
 
 def unstarted_pods(pods: Iterable[Mapping[str, Any]]) -> list[str]:
     """Names of the pods not yet running (nor ended), sorted."""
-    started = ("Running", "Succeeded", "Failed")
     return sorted((pod.get("metadata") or {}).get("name", "") for pod in pods
-                  if (pod.get("status") or {}).get("phase") not in started)
+                  if (pod.get("status") or {}).get("phase") not in STARTED_POD_PHASES)
 
 
 def image_pull_problem(pods: Iterable[Mapping[str, Any]]) -> PodProblem | None:
@@ -220,7 +223,7 @@ def failure_message(
     *,
     pods: Sequence[Mapping[str, Any]] = (),
     events: Sequence[Mapping[str, Any]] = (),
-    master_task: str | None = None,
+    main_task: str | None = None,
     log_tail: Sequence[str] = (),
     log_pod: str | None = None,
     headline: str | None = None,
@@ -229,9 +232,9 @@ def failure_message(
     lines = [headline or f"Volcano Job {state.namespace}/{state.name} ended in phase {state.phase}"]
     if state.retry_count:
         lines[0] += f" after {state.retry_count} restart(s)"
-        if state.phase == "Failed" and state.max_retry and state.retry_count >= state.max_retry:
+        if state.phase == JobPhase.FAILED and state.max_retry and state.retry_count >= state.max_retry:
             lines[0] += f": the retry budget is exhausted (max_retry {state.max_retry})"
-    problems = failed_pods(pods, master_task)
+    problems = failed_pods(pods, main_task)
     if problems:
         lines.append("Failed pods:")
         lines.extend(f"  - {problem.describe()}" for problem in problems)
@@ -263,10 +266,10 @@ def describe_progress(job: Mapping[str, Any]) -> str:
     state = job_state(job)
     running, total = _pod_counts(job)
     line = f"Volcano Job {state.namespace}/{state.name} is {state.phase}"
-    if state.phase in ("Pending", "Running"):
+    if state.phase in (JobPhase.PENDING, JobPhase.RUNNING):
         line += f": {running}/{total} pods running"
     max_retry = (job.get("spec") or {}).get("maxRetry")
-    if state.phase == "Restarting" or state.retry_count:
+    if state.phase == JobPhase.RESTARTING or state.retry_count:
         line += f" ({state.retry_count} restart(s) so far" + (f", maxRetry {max_retry})" if max_retry else ")")
     return line
 
@@ -285,13 +288,13 @@ class JobProgress:
         if key == self._last:
             return None
         self._last = key
-        if state.phase != "Pending":
+        if state.phase != JobPhase.PENDING:
             self._last_reason = None
         return describe_progress(job)
 
     def scheduler_reason(self, job: Mapping[str, Any], reason: str | None) -> str | None:
         state = job_state(job)
-        if state.phase != "Pending" or not reason or reason == self._last_reason:
+        if state.phase != JobPhase.PENDING or not reason or reason == self._last_reason:
             return None
         self._last_reason = reason
         return f"Volcano Job {state.namespace}/{state.name} is Pending, the scheduler says: {reason}"

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from airflow_volcano.constants import JobPhase
 from airflow_volcano.logs import Emit, LogCursor
 from airflow_volcano.manifest import optional_seconds, seconds
 from airflow_volcano.status import (
@@ -33,7 +34,7 @@ from airflow_volcano.status import (
 )
 
 if TYPE_CHECKING:
-    from airflow_volcano.job_runner import JobRef
+    from airflow_volcano.job_ref import JobRef
 
 # A gang's pods share one scheduling story: the events of this many of them (one read each) tell it.
 SCHEDULING_EVENT_PODS = 3
@@ -234,7 +235,7 @@ class WaitEngine:
             # The scheduler's view (PodGroup, events: two reads) once the Job has been Pending a while:
             # one that starts within a check interval needs no explaining.
             self._scheduling = startup_timed_out(self.limits, waited) or (
-                job_state(self.job).phase == "Pending" and waited >= self.limits.poll_interval)
+                job_state(self.job).phase == JobPhase.PENDING and waited >= self.limits.poll_interval)
             return CheckPods(scheduling=self._scheduling)
         seconds = step.wait_seconds
         if self.deadline is not None:

@@ -103,11 +103,11 @@ def read_with(reader: str, kubeconfig: str, lines: int) -> dict:
     else:
         import asyncio
 
-        from airflow_volcano.job_runner import JobRef
+        from airflow_volcano.job_ref import JobRef
         from airflow_volcano.logs import LogCursor
         from airflow_volcano.triggers.job import VolcanoJobTrigger
 
-        ref = JobRef(name=JOB, namespace=NAMESPACE, master_container=CONTAINER)
+        ref = JobRef(name=JOB, namespace=NAMESPACE, main_container=CONTAINER)
         trigger = VolcanoJobTrigger(ref.to_dict(), "kubernetes_default")
 
         async def copy() -> float:

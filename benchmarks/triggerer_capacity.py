@@ -225,7 +225,7 @@ def main() -> None:
 
 
 def run_and_report(args: argparse.Namespace, running: list[dict], kubeconfig: str, kubectl: list[str]) -> None:
-    from airflow_volcano.job_runner import JobRef
+    from airflow_volcano.job_ref import JobRef
 
     refs = [JobRef.from_job(job, "master").to_dict() for job in running]
     os.environ["AIRFLOW_CONN_KUBERNETES_DEFAULT"] = json.dumps(

@@ -50,7 +50,8 @@ def counting_hook():
 
 
 def ours(name: str, out: dict) -> None:
-    from airflow_volcano.job_runner import JobRef, WaitLimits, wait_for_job
+    from airflow_volcano.job_ref import JobRef
+    from airflow_volcano.job_runner import WaitLimits, wait_for_job
 
     hook = counting_hook()
     ref = JobRef.from_job(hook.get_job(name, NAMESPACE), "master")
@@ -67,7 +68,7 @@ def triggers(names: list[str], results: dict[str, dict]) -> None:
     from kubernetes_asyncio.client import rest
 
     from airflow_volcano.hooks.volcano import VolcanoHook
-    from airflow_volcano.job_runner import JobRef
+    from airflow_volcano.job_ref import JobRef
     from airflow_volcano.triggers.job import VolcanoJobTrigger
 
     hook = VolcanoHook()

@@ -26,14 +26,19 @@ from kubernetes_asyncio import watch as async_watch
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 from urllib3.exceptions import HTTPError as Urllib3HTTPError
 
+from airflow_volcano.constants import (
+    JOB_API_VERSION,
+    JOB_GROUP,
+    JOB_NAME_LABEL,
+    JOB_PLURAL,
+    JOB_VERSION,
+    PODGROUP_GROUP,
+    PODGROUP_PLURAL,
+    PODGROUP_VERSION,
+    TASK_LABEL,
+)
 from airflow_volcano.exceptions import VolcanoApiError, WatchExpired
 from airflow_volcano.logs import LOG_CHUNK_BYTES
-from airflow_volcano.manifest import JOB_NAME_LABEL, TASK_LABEL
-
-GROUP = "batch.volcano.sh"
-VERSION = "v1alpha1"
-PLURAL = "jobs"
-PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL = "scheduling.volcano.sh", "v1beta1", "podgroups"
 
 
 def log_request(container: str | None, since_seconds: int | None, **options: Any) -> dict[str, Any]:
@@ -201,7 +206,8 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
         try:
             return self.call(
                 f"create Job {namespace}/{name}",
-                lambda: self.custom_objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body),
+                lambda: self.custom_objects.create_namespaced_custom_object(
+                    JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL, body),
             )
         except VolcanoApiError as error:
             if error.status != 409:
@@ -215,7 +221,8 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
         try:
             return self.call(
                 f"get Job {namespace}/{name}",
-                lambda: self.custom_objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name),
+                lambda: self.custom_objects.get_namespaced_custom_object(
+                    JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL, name),
             )
         except VolcanoApiError as error:
             if error.status == 404:
@@ -226,7 +233,7 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
         result = self.call(
             f"list Jobs in {namespace}",
             lambda: self.custom_objects.list_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, label_selector=label_selector
+                JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL, label_selector=label_selector
             ),
         )
         return list(result.get("items") or [])
@@ -238,7 +245,7 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
             self.call(
                 f"delete Job {namespace}/{name}",
                 lambda: self.custom_objects.delete_namespaced_custom_object(
-                    GROUP, VERSION, namespace, PLURAL, name,
+                    JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL, name,
                     body=client.V1DeleteOptions(propagation_policy="Background"),
                 ),
                 retry_for=retry_for,
@@ -254,7 +261,7 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
             self.call(
                 f"label Job {namespace}/{name}",
                 lambda: self.custom_objects.patch_namespaced_custom_object(
-                    GROUP, VERSION, namespace, PLURAL, name, {"metadata": {"labels": labels}}
+                    JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL, name, {"metadata": {"labels": labels}}
                 ),
             )
         except VolcanoApiError as error:
@@ -279,7 +286,7 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
         try:
             for event in stream.stream(
                 self.custom_objects.list_namespaced_custom_object,
-                GROUP, VERSION, namespace, PLURAL,
+                JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL,
                 field_selector=f"metadata.name={name}", resource_version=resource_version or "",
                 timeout_seconds=max(1, timeout_seconds), _request_timeout=(10, max(1, timeout_seconds) + 10),
             ):
@@ -407,7 +414,7 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
     def set_configmap_owner(self, name: str, namespace: str, job: dict) -> None:
         """Make the Job own the ConfigMap, so deleting the Job (or its TTL) removes it too."""
         owner = {
-            "apiVersion": f"{GROUP}/{VERSION}",
+            "apiVersion": JOB_API_VERSION,
             "kind": "Job",
             "name": job["metadata"]["name"],
             "uid": job["metadata"]["uid"],
@@ -452,7 +459,8 @@ def _list_call(api: Any, resource: str, namespace: str) -> tuple[Callable[..., A
     """The list (and watch) call of a resource the triggerer watches: Volcano Jobs or pods."""
     if resource == "pods":
         return async_client.CoreV1Api(api).list_namespaced_pod, (namespace,)
-    return async_client.CustomObjectsApi(api).list_namespaced_custom_object, (GROUP, VERSION, namespace, PLURAL)
+    jobs = async_client.CustomObjectsApi(api).list_namespaced_custom_object
+    return jobs, (JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL)
 
 
 def _short(error: BaseException) -> str:
@@ -534,7 +542,7 @@ class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
         async def get(api: Any) -> dict | None:
             try:
                 return await async_client.CustomObjectsApi(api).get_namespaced_custom_object(
-                    GROUP, VERSION, namespace, PLURAL, name
+                    JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL, name
                 )
             except AsyncApiException as error:
                 if error.status == 404:
@@ -655,7 +663,7 @@ class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
         async def delete(api: Any) -> None:
             try:
                 await async_client.CustomObjectsApi(api).delete_namespaced_custom_object(
-                    GROUP, VERSION, namespace, PLURAL, name, propagation_policy="Background"
+                    JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL, name, propagation_policy="Background"
                 )
             except AsyncApiException as error:
                 if error.status != 404:

@@ -18,6 +18,7 @@ import os
 import secrets
 import shlex
 from collections.abc import Sequence
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,13 +26,19 @@ import yaml
 from airflow.sdk import BaseOperator
 
 from airflow_volcano.compat import AirflowFailException, TaskDeferred, conf
-from airflow_volcano.exceptions import JobSpecError, VolcanoApiError, VolcanoJobError
-from airflow_volcano.links import LINKS, link_urls
-from airflow_volcano.manifest import (
+from airflow_volcano.constants import (
     CHECKED_LABEL,
     DEBUG_ANNOTATION,
-    DEFAULT_DEBUG_TIMEOUT,
     REQUEST_HASH_ANNOTATION,
+    IfJobExists,
+    OnFinishAction,
+    OnKillAction,
+)
+from airflow_volcano.exceptions import JobSpecError, VolcanoApiError, VolcanoJobError
+from airflow_volcano.job_ref import JobRef
+from airflow_volcano.links import LINKS, link_urls
+from airflow_volcano.manifest import (
+    DEFAULT_DEBUG_TIMEOUT,
     TENSORBOARD_TASK,
     JobManifests,
     PyTorchJobRequest,
@@ -56,13 +63,10 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_volcano.hooks.volcano import VolcanoHook
-    from airflow_volcano.job_runner import JobRef, PodLogCopy
+    from airflow_volcano.job_runner import PodLogCopy
     from airflow_volcano.logs import LogCursor
 
 TEMPLATE_EXTENSIONS = (".yaml", ".yml", ".json")
-ON_FINISH_ACTIONS = ("delete_job", "delete_succeeded_job", "keep_job")
-ON_KILL_ACTIONS = ("delete_job", "keep_job")
-IF_JOB_EXISTS = ("reattach", "fail", "replace")
 # The task state store key (Airflow 3.3+) under which a try records the Job it submitted.
 STATE_STORE_KEY = "volcano_job"
 
@@ -203,9 +207,9 @@ class VolcanoJobOperator(BaseOperator):
         log_tasks: list[str] | None = None,
         startup_timeout: float | None = 900,
         job_timeout: float | None = None,
-        on_finish_action: str = "delete_succeeded_job",
-        on_kill_action: str = "delete_job",
-        if_job_exists: str = "reattach",
+        on_finish_action: str = OnFinishAction.DELETE_SUCCEEDED_JOB,
+        on_kill_action: str = OnKillAction.DELETE_JOB,
+        if_job_exists: str = IfJobExists.REATTACH,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         poll_interval: float = 5.0,
         **kwargs: Any,
@@ -239,9 +243,9 @@ class VolcanoJobOperator(BaseOperator):
         self.get_logs = get_logs
         self.log_tasks = log_tasks
         self.startup_timeout, self.job_timeout = startup_timeout, job_timeout
-        self.on_finish_action = _choice("on_finish_action", on_finish_action, ON_FINISH_ACTIONS)
-        self.on_kill_action = _choice("on_kill_action", on_kill_action, ON_KILL_ACTIONS)
-        self.if_job_exists = _choice("if_job_exists", if_job_exists, IF_JOB_EXISTS)
+        self.on_finish_action = _choice("on_finish_action", on_finish_action, OnFinishAction)
+        self.on_kill_action = _choice("on_kill_action", on_kill_action, OnKillAction)
+        self.if_job_exists = _choice("if_job_exists", if_job_exists, IfJobExists)
         self.deferrable = deferrable
         self.poll_interval = poll_interval
         # Filled when templates are rendered: what the UI shows is what is submitted. The Job and
@@ -413,7 +417,7 @@ class VolcanoJobOperator(BaseOperator):
             ref = self._submit_or_reattach(hook, manifests, namespace, context.get("task_state_store"))
             self._job_ref = ref
             for key, value in (("job_name", ref.name), ("namespace", ref.namespace),
-                               ("master_pod", ref.master_pod)):
+                               ("master_pod", ref.main_pod)):
                 ti.xcom_push(key=key, value=value)
             self._push_links(hook, ref, manifests.job, ti)
             if self.debug:
@@ -437,7 +441,7 @@ class VolcanoJobOperator(BaseOperator):
         from airflow_volcano.status import job_state
 
         ref, self._job_ref = self._job_ref, None  # on_kill, called next on a timeout, has nothing left to do
-        if ref is None or self.on_kill_action == "keep_job":
+        if ref is None or self.on_kill_action == OnKillAction.KEEP_JOB:
             return
         if self._later_try_will_reattach(error):
             self.log.info("Keeping Volcano Job %s/%s for the next try of this task to reattach", ref.namespace,
@@ -507,15 +511,15 @@ class VolcanoJobOperator(BaseOperator):
                 time.sleep(min(self.poll_interval, max(0.0, deadline - time.monotonic())))
         finally:
             job_runner.delete_job_and_script(hook, ref)
-        return {"job_name": ref.name, "namespace": ref.namespace, "phase": "Debug", "master_pod": ref.master_pod,
+        return {"job_name": ref.name, "namespace": ref.namespace, "phase": "Debug", "master_pod": ref.main_pod,
                 "pods": [name for name, _ in pods]}
 
     def _log_copies(self, ref: JobRef, job: dict, master_cursor: LogCursor | None = None) -> list[PodLogCopy]:
         """The master's log (get_logs) first, then every pod of log_tasks, each prefixed with its pod."""
-        from airflow_volcano.job_runner import PodLogCopy, master_log_copy
+        from airflow_volcano.job_runner import PodLogCopy, main_log_copy
 
-        copies = [master_log_copy(ref, self._emit_master_log, master_cursor)] if self.get_logs else []
-        for pod, container in self._log_pods(job, ref.master_task):
+        copies = [main_log_copy(ref, self._emit_master_log, master_cursor)] if self.get_logs else []
+        for pod, container in self._log_pods(job, ref.main_task):
             copies.append(PodLogCopy(pod, container, lambda line, pod=pod: self.log.info("[%s] %s", pod, line)))
         return copies
 
@@ -523,8 +527,8 @@ class VolcanoJobOperator(BaseOperator):
         """Store the UI links' URLs (see airflow_volcano.links) for this Job."""
         templates = {link.template_option: hook.connection_extra(link.template_option)
                      or conf.get("volcano", link.template_option, fallback="") for link in LINKS}
-        values = {"namespace": ref.namespace, "name": ref.name, "uid": ref.uid or "", "pod": ref.master_pod,
-                  "container": ref.log_container}
+        values = {"namespace": ref.namespace, "name": ref.name, "uid": ref.uid or "", "pod": ref.main_pod,
+                  "container": ref.main_pod_container}
         if (endpoint := tensorboard_endpoint(job)) is not None:
             values["tensorboard_pod"], values["tensorboard_port"] = endpoint
             self.log.info("TensorBoard of this Job: kubectl port-forward -n %s pod/%s %d, then http://localhost:%d",
@@ -538,7 +542,7 @@ class VolcanoJobOperator(BaseOperator):
         ti = context["ti"]
         return job_runner.finalize(
             hook, ref, result,
-            on_finish_action=job_runner.OnFinishAction(self.on_finish_action),
+            on_finish_action=OnFinishAction(self.on_finish_action),
             push_xcom=lambda key, value: ti.xcom_push(key=key, value=value),
         )
 
@@ -566,7 +570,7 @@ class VolcanoJobOperator(BaseOperator):
         from airflow_volcano.status import job_state
 
         ended = JobEvent.from_dict(event)
-        ref = job_runner.JobRef.from_dict(ended.job)
+        ref = JobRef.from_dict(ended.job)
         self._job_ref, self._ti = ref, context["ti"]
         self.log.info("Resumed: the trigger reports Volcano Job %s/%s %s", ref.namespace, ref.name, ended.describe())
         hook = self.hook
@@ -591,11 +595,11 @@ class VolcanoJobOperator(BaseOperator):
             raise
 
     def _emit_master_log(self, line: str) -> None:
-        self.log.info("[%s] %s", self._job_ref.master_pod if self._job_ref else "master", line)
+        self.log.info("[%s] %s", self._job_ref.main_pod if self._job_ref else "master", line)
 
     def _submit_or_reattach(self, hook: VolcanoHook, manifests: JobManifests, namespace: str,
                             state_store: Any = None) -> JobRef:
-        from airflow_volcano.job_runner import JobRef, delete_job_and_script
+        from airflow_volcano.job_runner import delete_job_and_script
         from airflow_volcano.status import job_state
 
         job = manifests.job
@@ -617,7 +621,7 @@ class VolcanoJobOperator(BaseOperator):
             # Unchecked: submitted by a try that died before reporting; running or finished since.
             ref = JobRef.from_job(existing, master, script_configmap_name(existing["metadata"]["name"]))
             built_from = (existing["metadata"].get("annotations") or {}).get(REQUEST_HASH_ANNOTATION)
-            if built_from is not None and built_from != wanted and self.if_job_exists != "replace":
+            if built_from is not None and built_from != wanted and self.if_job_exists != IfJobExists.REPLACE:
                 # Another request: the arguments, the script or debug mode changed since that try.
                 if not is_debug_job(existing):
                     raise VolcanoJobError(
@@ -628,11 +632,11 @@ class VolcanoJobOperator(BaseOperator):
                               "request (nothing trains in it)", namespace, ref.name)
                 delete_job_and_script(hook, ref)
                 continue
-            if self.if_job_exists == "reattach":
+            if self.if_job_exists == IfJobExists.REATTACH:
                 self.log.info("Reattaching to Volcano Job %s/%s submitted by an earlier try (%s; found by %s)",
                               namespace, ref.name, job_state(existing).phase, found_by)
                 return ref
-            if self.if_job_exists == "fail":
+            if self.if_job_exists == IfJobExists.FAIL:
                 raise VolcanoJobError(
                     f"if_job_exists='fail': an earlier try of this task instance submitted Volcano Job "
                     f"{namespace}/{ref.name} (phase {job_state(existing).phase}); it is left as it is"
@@ -645,7 +649,6 @@ class VolcanoJobOperator(BaseOperator):
         return ref
 
     def _submit(self, hook: VolcanoHook, manifests: JobManifests, namespace: str, master: str) -> JobRef:
-        from airflow_volcano.job_runner import JobRef
 
         job = manifests.job
         name = job["metadata"]["name"]
@@ -689,7 +692,7 @@ class VolcanoJobOperator(BaseOperator):
         self._job_ref = ref  # from now on a failure must settle what becomes of this Job
         if configmap is not None:
             hook.set_configmap_owner(configmap["metadata"]["name"], namespace, created)
-        self.log.info("Submitted Volcano Job %s/%s (master pod %s)", namespace, name, ref.master_pod)
+        self.log.info("Submitted Volcano Job %s/%s (master pod %s)", namespace, name, ref.main_pod)
         return ref
 
     def on_kill(self) -> None:
@@ -703,7 +706,7 @@ class VolcanoJobOperator(BaseOperator):
         from airflow_volcano.job_runner import delete_job_and_script
 
         ref = self._job_ref
-        if ref is None or self.on_kill_action == "keep_job":
+        if ref is None or self.on_kill_action == OnKillAction.KEEP_JOB:
             return
         if self._still_running_on_server() and self._later_try_will_reattach(None):
             self.log.info("Worker stopping while the task instance is still running: keeping Volcano Job %s/%s "
@@ -738,10 +741,10 @@ def _folders(parameter: str, value: Sequence[str] | None) -> list[str] | None:
     return list(value)
 
 
-def _choice(parameter: str, value: str, allowed: Sequence[str]) -> str:
-    if value not in allowed:
+def _choice(parameter: str, value: str, allowed: type[StrEnum]) -> str:
+    if value not in set(allowed):
         raise JobSpecError(f"{parameter} must be one of {', '.join(allowed)}; got {value!r}")
-    return value
+    return str(value)
 
 
 def _stored_job(hook: VolcanoHook, state_store: Any) -> dict | None:

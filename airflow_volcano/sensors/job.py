@@ -56,7 +56,7 @@ class VolcanoJobSensor(BaseSensorOperator):
         if not self.deferrable:
             return super().execute(context)
         from airflow_volcano.hooks.volcano import VolcanoHook
-        from airflow_volcano.job_runner import JobRef
+        from airflow_volcano.job_ref import JobRef
         from airflow_volcano.status import job_state
         from airflow_volcano.triggers.job import VolcanoJobTrigger
         from airflow_volcano.wait_engine import WaitLimits
@@ -104,6 +104,7 @@ class VolcanoJobSensor(BaseSensorOperator):
     def poke(self, context: Context) -> PokeReturnValue | bool:
         from airflow_volcano import job_runner
         from airflow_volcano.hooks.volcano import VolcanoHook
+        from airflow_volcano.job_ref import JobRef
         from airflow_volcano.status import job_state
 
         hook = VolcanoHook(kubernetes_conn_id=self.kubernetes_conn_id)
@@ -116,9 +117,9 @@ class VolcanoJobSensor(BaseSensorOperator):
         self.log.info("Volcano Job %s/%s is %s", namespace, self.job_name, state.phase)
         if not state.finished:
             return False
-        ref = job_runner.JobRef.from_job(job, self.master_task_name)
+        ref = JobRef.from_job(job, self.master_task_name)
         ref.owned = False
-        master_log = job_runner.master_log_copy(ref, lambda line: self.log.info("[%s] %s", ref.master_pod, line))
+        master_log = job_runner.main_log_copy(ref, lambda line: self.log.info("[%s] %s", ref.main_pod, line))
         if self.attach_log:
             job_runner.read_remaining_log(hook, namespace, master_log)
         result = job_runner.WaitResult(state=state, job=job, log_cursor=master_log.cursor)

@@ -20,7 +20,8 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_volcano.events import JobEvent, WaitOutcome
-from airflow_volcano.job_runner import JobRef, task_state_key
+from airflow_volcano.job_ref import JobRef
+from airflow_volcano.job_runner import task_state_key
 from airflow_volcano.logs import LOG_CHUNK_BYTES, LineSplitter, LogCursor, emit_unseen
 from airflow_volcano.masking import register_secrets_in_triggerer
 from airflow_volcano.status import waited_view
@@ -237,10 +238,10 @@ class VolcanoJobTrigger(BaseTrigger):
         cursor.start_read()
 
         def emit(line: str) -> None:
-            self.log.info("[%s] %s", ref.master_pod, line)
+            self.log.info("[%s] %s", ref.main_pod, line)
 
         try:
-            async for chunk in hook.pod_log_chunks(ref.master_pod, ref.namespace, container=ref.log_container,
+            async for chunk in hook.pod_log_chunks(ref.main_pod, ref.namespace, container=ref.main_pod_container,
                                                    since_seconds=cursor.since_seconds(), chunk_bytes=LOG_CHUNK_BYTES):
                 emit_unseen(splitter.feed(chunk), cursor, emit)
             emit_unseen(splitter.end(), cursor, emit)

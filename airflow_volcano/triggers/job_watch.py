@@ -28,8 +28,8 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from airflow_volcano.constants import JOB_NAME_LABEL
 from airflow_volcano.exceptions import WatchExpired
-from airflow_volcano.manifest import JOB_NAME_LABEL
 from airflow_volcano.masking import register_secrets_in_triggerer
 from airflow_volcano.status import waited_view
 from airflow_volcano.wait_engine import backoff_after_drops

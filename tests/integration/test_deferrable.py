@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from airflow_volcano.job_runner import JobRef
+from airflow_volcano.job_ref import JobRef
 from airflow_volcano.sensors.job import VolcanoJobSensor
 from airflow_volcano.triggers.job import VolcanoJobTrigger
 

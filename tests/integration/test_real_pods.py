@@ -732,7 +732,7 @@ def test_the_trigger_copies_a_real_containers_log_whole_in_one_streamed_read(
     one 64 KiB chunk, so chunks end inside characters) and one of invalid UTF-8, each shown once."""
     import asyncio
 
-    from airflow_volcano.job_runner import JobRef
+    from airflow_volcano.job_ref import JobRef
     from airflow_volcano.logs import LOG_CHUNK_BYTES, LogCursor
     from airflow_volcano.triggers.job import VolcanoJobTrigger
 
@@ -758,7 +758,7 @@ def test_the_trigger_copies_a_real_containers_log_whole_in_one_streamed_read(
             return lambda *args, **kwargs: None
 
     monkeypatch.setattr(VolcanoJobTrigger, "log", TaskLog())
-    ref = JobRef(name="tlog", namespace=cluster.namespace, master_container="master")
+    ref = JobRef(name="tlog", namespace=cluster.namespace, main_container="master")
     trigger = VolcanoJobTrigger(ref.to_dict(), "kubernetes_default")
 
     async def copy() -> None:
@@ -793,7 +793,8 @@ def test_a_hostile_real_log_is_copied_escaped_and_cut_in_bounded_memory_in_both_
     import tracemalloc
 
     from airflow_volcano.hooks.volcano import VolcanoHook
-    from airflow_volcano.job_runner import JobRef, PodLogCopy, read_remaining_log
+    from airflow_volcano.job_ref import JobRef
+    from airflow_volcano.job_runner import PodLogCopy, read_remaining_log
     from airflow_volcano.logs import MAX_LINE_BYTES, LogCursor
     from airflow_volcano.triggers.job import VolcanoJobTrigger
 
@@ -839,7 +840,7 @@ def test_a_hostile_real_log_is_copied_escaped_and_cut_in_bounded_memory_in_both_
             return lambda *args, **kwargs: None
 
     monkeypatch.setattr(VolcanoJobTrigger, "log", TaskLog())
-    ref = JobRef(name="hostile", namespace=cluster.namespace, master_container="master")
+    ref = JobRef(name="hostile", namespace=cluster.namespace, main_container="master")
     trigger = VolcanoJobTrigger(ref.to_dict(), "kubernetes_default")
     trigger_cursor = LogCursor()
 

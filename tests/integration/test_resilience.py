@@ -100,7 +100,7 @@ def test_two_hundred_deferred_triggers_share_one_watch_through_an_apiserver_rest
     apiserver restarts under them, and every other trigger fires exactly once with its own Job."""
     import asyncio
 
-    from airflow_volcano.job_runner import JobRef
+    from airflow_volcano.job_ref import JobRef
     from airflow_volcano.triggers.job import VolcanoJobTrigger
     from airflow_volcano.triggers.job_watch import shared_job_watch
     from airflow_volcano.wait_engine import WaitLimits
@@ -169,7 +169,7 @@ def test_an_expired_token_on_the_shared_watch_fails_no_deferred_task(cluster, ku
     import yaml
     from kubernetes import client
 
-    from airflow_volcano.job_runner import JobRef
+    from airflow_volcano.job_ref import JobRef
     from airflow_volcano.triggers import job_watch
     from airflow_volcano.triggers.job import VolcanoJobTrigger
     from airflow_volcano.wait_engine import WaitLimits

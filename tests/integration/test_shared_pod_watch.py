@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-from airflow_volcano.job_runner import JobRef
+from airflow_volcano.job_ref import JobRef
 from airflow_volcano.triggers.job import VolcanoJobTrigger
 from airflow_volcano.triggers.job_watch import JobPods, shared_job_watch, shared_pod_watch
 from airflow_volcano.wait_engine import WaitLimits

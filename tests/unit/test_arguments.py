@@ -180,7 +180,7 @@ def test_a_template_keeps_kubernetes_own_semantics():
 def test_debug_mode_prints_the_command_as_the_process_would_get_it():
     import json
 
-    from airflow_volcano.manifest import DEBUG_ANNOTATION
+    from airflow_volcano.constants import DEBUG_ANNOTATION
 
     job = build(command=["python", "train.py", "$(id)"], debug=True).job
     annotation = job["spec"]["tasks"][0]["template"]["metadata"]["annotations"][DEBUG_ANNOTATION]

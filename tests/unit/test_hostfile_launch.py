@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from airflow_volcano.constants import SCRIPT_MOUNT_PATH
 from airflow_volcano.hostfile_launch import (
     ARGV_SHIM,
     LAUNCH_SCRIPT,
@@ -26,7 +27,7 @@ from airflow_volcano.hostfile_launch import (
     HostfileLaunch,
 )
 from airflow_volcano.kubelet import process_string
-from airflow_volcano.manifest import SCRIPT_MOUNT_PATH, TrainingScript
+from airflow_volcano.manifest import TrainingScript
 from airflow_volcano.shell.hostfile_argv import LaunchError, decode, encode
 
 from .test_manifest import build, container, error_of

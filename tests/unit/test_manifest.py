@@ -9,11 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from airflow_volcano.constants import MANAGED_BY_LABEL, SCRIPT_MOUNT_PATH
 from airflow_volcano.exceptions import JobSpecError
 from airflow_volcano.hostfile_launch import ARGV_SHIM, LAUNCH_SCRIPT, SESSION_SCRIPT, SSHD_SCRIPT, HostfileLaunch
 from airflow_volcano.manifest import (
-    MANAGED_BY_LABEL,
-    SCRIPT_MOUNT_PATH,
     PyTorchJobRequest,
     TrainingScript,
     build_manifests,
@@ -752,7 +751,8 @@ def test_bad_retry_arguments_are_refused_naming_the_parameter(kwargs, expected):
 def test_debug_mode_keeps_the_pods_and_replaces_only_their_command():
     import json
 
-    from airflow_volcano.manifest import DEBUG_ANNOTATION, debug_command
+    from airflow_volcano.constants import DEBUG_ANNOTATION
+    from airflow_volcano.manifest import debug_command
 
     normal = build(worker_replicas=2, training_script=SCRIPT, args=["--lr", "0.1"]).job
     job = build(worker_replicas=2, training_script=SCRIPT, args=["--lr", "0.1"], debug=True, debug_timeout=600).job
@@ -767,7 +767,8 @@ def test_debug_mode_keeps_the_pods_and_replaces_only_their_command():
 
 
 def test_debug_mode_of_a_hostfile_launch_keeps_the_workers_sshd_for_the_launcher():
-    from airflow_volcano.manifest import DEBUG_ANNOTATION, debug_command
+    from airflow_volcano.constants import DEBUG_ANNOTATION
+    from airflow_volcano.manifest import debug_command
 
     job = build(worker_replicas=2, training_script=SCRIPT, hostfile_launch=deepspeed(), debug=True,
                 debug_timeout=30).job

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from airflow_volcano.job_runner import JobRef
+from airflow_volcano.job_ref import JobRef
 from airflow_volcano.status import JobProgress, Outcome, failure_message, job_state, unschedulable_message
 from airflow_volcano.wait_engine import WaitLimits, next_step, startup_problem
 
@@ -47,7 +47,7 @@ def test_failure_message_names_pod_exit_code_reason_log_and_warnings():
     events = [{"type": "Warning", "reason": "PodFailed", "message": "worker died",
                "involvedObject": {"kind": "Job", "name": "train"}},
               {"type": "Normal", "reason": "Scheduled", "message": "fine", "involvedObject": {"kind": "Pod"}}]
-    text = failure_message(job_state(job("Failed", retryCount=2)), pods=pods, events=events, master_task="master",
+    text = failure_message(job_state(job("Failed", retryCount=2)), pods=pods, events=events, main_task="master",
                            log_tail=["Traceback", "MemoryError"], log_pod="train-worker-1")
     assert "ml/train ended in phase Failed after 2 restart(s)" in text
     assert "train-worker-1 (task worker) Failed, container worker, exit code 137, reason OOMKilled" in text
@@ -173,7 +173,7 @@ def test_failure_message_says_an_exit_code_was_not_retryable_and_when_the_budget
     terminated = job("Terminated")
     terminated["spec"] = {"maxRetry": 3, "policies": exit_code_policies([137, 143], "job")}
     text = failure_message(job_state(terminated), pods=[pod("train-worker-0", "worker", "Failed", exit_code=1,
-                                                            reason="Error")], master_task="master")
+                                                            reason="Error")], main_task="master")
     assert "ml/train ended in phase Terminated\n" in text + "\n"
     assert ("Exit code 1 of pod train-worker-0 is not one of retryable_exit_codes (137, 143): the Job was ended "
             "without a restart.") in text
@@ -181,7 +181,7 @@ def test_failure_message_says_an_exit_code_was_not_retryable_and_when_the_budget
     exhausted = job("Failed", retryCount=3)
     exhausted["spec"] = {"maxRetry": 3, "policies": exit_code_policies([137], "job")}
     text = failure_message(job_state(exhausted), pods=[pod("train-worker-0", "worker", "Failed", exit_code=137,
-                                                           reason="Error")], master_task="master")
+                                                           reason="Error")], main_task="master")
     assert "ended in phase Failed after 3 restart(s): the retry budget is exhausted (max_retry 3)" in text
     assert "not one of retryable_exit_codes" not in text
 

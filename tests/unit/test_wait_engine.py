@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_volcano.job_runner import JobRef
+from airflow_volcano.job_ref import JobRef
 from airflow_volcano.wait_engine import CheckPods, Done, Reread, WaitEngine, WaitLimits, Watch
 
 from .test_status import job, pod

@@ -1,0 +1,99 @@
+"""Names the provider's modules share: the Volcano APIs it calls, the labels and annotations Volcano and
+the provider put on Jobs and pods, the phases it reads, and the choices its arguments take.
+
+Standard library only: operators import it at DAG parse.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+# -- Volcano's APIs ----------------------------------------------------------------------------------------
+
+JOB_GROUP, JOB_VERSION, JOB_PLURAL = "batch.volcano.sh", "v1alpha1", "jobs"
+JOB_API_VERSION = f"{JOB_GROUP}/{JOB_VERSION}"
+PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL = "scheduling.volcano.sh", "v1beta1", "podgroups"
+
+# Labels Volcano puts on the pods of a Job.
+JOB_NAME_LABEL = "volcano.sh/job-name"
+TASK_LABEL = "volcano.sh/task-spec"
+
+# -- the provider's labels and annotations (users may not set these) ---------------------------------------
+
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE = "airflow-volcano"
+LABEL_PREFIX = "airflow-volcano.io/"
+TRY_NUMBER_LABEL = f"{LABEL_PREFIX}try-number"
+# Set on a Job kept after a try reported its result, so later tries never mistake it for theirs.
+CHECKED_LABEL = f"{LABEL_PREFIX}checked"
+# The labels that name a task instance across its tries (run labels minus the try number).
+IDENTITY_KEYS = (MANAGED_BY_LABEL, *(f"{LABEL_PREFIX}{key}" for key in ("dag-id", "task-id", "run-id", "map-index")))
+# A debug-mode pod's original command (debug mode: the pods sleep instead of running it).
+DEBUG_ANNOTATION = f"{LABEL_PREFIX}debug-command"
+# What built a Job (its spec and script, hashed): a later try reattaches only to a Job of its own request.
+REQUEST_HASH_ANNOTATION = f"{LABEL_PREFIX}request-hash"
+# Where the training script's ConfigMap is mounted in the pods.
+SCRIPT_MOUNT_PATH = "/opt/airflow-volcano/script"
+
+# -- phases ------------------------------------------------------------------------------------------------
+
+
+class JobPhase(StrEnum):
+    """A Volcano Job's `status.state.phase`."""
+
+    PENDING = "Pending"
+    ABORTING = "Aborting"
+    ABORTED = "Aborted"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    COMPLETING = "Completing"
+    COMPLETED = "Completed"
+    TERMINATING = "Terminating"
+    TERMINATED = "Terminated"
+    FAILED = "Failed"
+
+
+SUCCEEDED_PHASES = frozenset({JobPhase.COMPLETED})
+# Aborted is not terminal for Volcano (it can be resumed), but nothing resumes it on its own: for a task
+# waiting on the Job it is an end.
+FAILED_PHASES = frozenset({JobPhase.FAILED, JobPhase.TERMINATED, JobPhase.ABORTED})
+
+
+class PodPhase(StrEnum):
+    """A pod's `status.phase`."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    UNKNOWN = "Unknown"
+
+
+# A pod that has run (its log and its containers' ends are there to read).
+STARTED_POD_PHASES = frozenset({PodPhase.RUNNING, PodPhase.SUCCEEDED, PodPhase.FAILED})
+ENDED_POD_PHASES = frozenset({PodPhase.SUCCEEDED, PodPhase.FAILED})
+
+# -- the choices of the operators' arguments -----------------------------------------------------------------
+
+
+class OnFinishAction(StrEnum):
+    """`on_finish_action`: what becomes of a Job once it ended."""
+
+    DELETE_JOB = "delete_job"
+    DELETE_SUCCEEDED_JOB = "delete_succeeded_job"  # failed Jobs are kept for debugging
+    KEEP_JOB = "keep_job"
+
+
+class OnKillAction(StrEnum):
+    """`on_kill_action`: what killing the task (or a timeout with no try left) does to its Job."""
+
+    DELETE_JOB = "delete_job"
+    KEEP_JOB = "keep_job"
+
+
+class IfJobExists(StrEnum):
+    """`if_job_exists`: what a try does with a Job an earlier try of its task instance submitted."""
+
+    REATTACH = "reattach"
+    FAIL = "fail"
+    REPLACE = "replace"
