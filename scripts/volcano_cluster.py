@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """A real Volcano cluster on one machine, as plain processes, for tests and the demo.
 
     scripts/volcano-cluster up | down | status | kubeconfig | real-node | build | restart COMPONENT
@@ -29,13 +28,14 @@ import ssl
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import volcano_images  # noqa: E402 - a sibling module, found through the path set just above
+# A sibling module: scripts/ is on sys.path, put there by the entry point (or by Python, run directly).
+import volcano_images
 
 KUBERNETES_VERSION = "v1.34.1"
 VOLCANO_VERSION = "v1.14.1"
@@ -289,7 +289,7 @@ def fail_with_log(name: str, what: str) -> ClusterError:
     return ClusterError(f"{what}; log: {log_path}\n" + "\n".join(tail))
 
 
-def wait_for(name: str, what: str, check, timeout: float = 90) -> None:
+def wait_for(name: str, what: str, check: Callable[[], bool], timeout: float = 90) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if name and running_pid(name) is None:
@@ -886,8 +886,10 @@ def status() -> int:
     return 0 if ok else 1
 
 
-def main(argv: list[str]) -> int:
-    command = argv[1] if len(argv) > 1 else ""
+def main(args: list[str]) -> int:
+    """The command line of scripts/volcano-cluster (the executable that calls this), without the program
+    name: runs one command and returns the exit code. The module docstring is its usage text."""
+    command = args[0] if args else ""
     try:
         if command == "up":
             print(up())
@@ -905,8 +907,8 @@ def main(argv: list[str]) -> int:
             print(json.dumps(real_node_placement(), indent=2))
         elif command == "build":
             build()
-        elif command == "restart" and len(argv) > 2:
-            restart(argv[2])
+        elif command == "restart" and len(args) > 1:
+            restart(args[1])
         else:
             print(__doc__.strip(), file=sys.stderr)
             return 2
@@ -920,4 +922,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(main(sys.argv[1:]))
