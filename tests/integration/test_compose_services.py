@@ -46,7 +46,7 @@ SCREENSHOT_DETAILS = REPO / ".artifacts" / "ui-task-details.png"
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-# What the host needs, as in scripts/volcano-cluster: (the file that shows it is there, its Debian package).
+# What the host needs, as in scripts/volcano_cluster.py: (the file that shows it is there, its Debian package).
 # The font: the seed's training script prints Chinese, which the screenshot should show as text.
 HOST_TOOLS = [("/usr/lib/postgresql", "postgresql"), (str(CHROMIUM), "chromium"), ("/usr/bin/curl", "curl"),
               ("/usr/share/fonts/truetype/wqy/wqy-microhei.ttc", "fonts-wqy-microhei")]
