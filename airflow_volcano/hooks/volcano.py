@@ -70,6 +70,14 @@ AUTH_WARMUP_SECONDS = 30.0
 T = TypeVar("T")
 
 
+# `call(..., if_absent=...)`: what a 404 means for that call (the object is not there), instead of an error.
+REQUIRED: Any = object()
+
+
+def not_found(error: BaseException) -> bool:
+    return isinstance(error, ApiException | AsyncApiException) and error.status == 404
+
+
 def refused_credentials(error: BaseException) -> bool:
     """A 401: the credentials are no longer valid (an expired token), worth reading once more."""
     return isinstance(error, ApiException | AsyncApiException) and error.status == 401
@@ -109,6 +117,39 @@ def backoff_delays(attempts: int, base: float = 0.5, cap: float = 10.0, until: f
     while attempt < attempts or (until is not None and time.monotonic() < until):
         yield random.uniform(0, min(cap, base * 2**min(attempt, 16)))
         attempt += 1
+
+
+ABSENT, RELOAD = "absent", "reload"  # what Attempts.after may say besides a delay
+
+
+class Attempts:
+    """One API call's attempts, the one policy both hooks follow so that they cannot drift. After
+    each failure `after(error)` says: ABSENT (a 404 where the caller gave `if_absent`), RELOAD (a
+    401: read the credentials again, once), or how long to wait before the next attempt (transient
+    errors, `retries` times or for `retry_for` seconds, the delay logged as waited); anything else
+    is raised, an API error as VolcanoApiError."""
+
+    def __init__(self, hook: Any, what: str, *, retry_for: float | None = None,
+                 if_absent: Any = REQUIRED) -> None:
+        self.hook, self.what, self.if_absent = hook, what, if_absent
+        self.delays = backoff_delays(getattr(hook, "retries", 6),
+                                     until=None if retry_for is None else time.monotonic() + retry_for)
+        self.reloaded = False
+
+    def after(self, error: Exception) -> float | str:
+        if self.if_absent is not REQUIRED and not_found(error):
+            return ABSENT
+        if refused_credentials(error) and not self.reloaded:
+            self.reloaded = True
+            return RELOAD
+        delay = next(self.delays, None) if self.hook.retriable(error) else None
+        if delay is None:
+            if isinstance(error, ApiException | AsyncApiException):
+                raise VolcanoApiError.from_api_exception(self.what, error) from None
+            raise error
+        delay = retry_delay(error, delay)
+        self.hook.log.warning("%s failed (%s); retrying in %.1fs", self.what, _short(error), delay)
+        return delay
 
 
 class ConnectionLossAware:
@@ -157,28 +198,22 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
     def custom_objects(self) -> client.CustomObjectsApi:
         return client.CustomObjectsApi(self.api_client)
 
-    def call(self, what: str, fn: Callable[[], T], *, retry_for: float | None = None) -> T:
+    def call(self, what: str, fn: Callable[[], T], *, retry_for: float | None = None, if_absent: Any = REQUIRED) -> T:
         """Run one API call, retrying transient failures with backoff (`retries` times, or for
-        `retry_for` seconds if longer); an API error that stays is raised as VolcanoApiError
-        (status, reason, the apiserver's message; never the headers)."""
-        delays = backoff_delays(self.retries, until=None if retry_for is None else time.monotonic() + retry_for)
-        reloaded = False
+        `retry_for` seconds if longer); a 404 returns `if_absent` if one is given; an API error that
+        stays is raised as VolcanoApiError (status, reason, the apiserver's message; never headers)."""
+        attempts = Attempts(self, what, retry_for=retry_for, if_absent=if_absent)
         while True:
             try:
                 return fn()
-            except Exception as error:  # noqa: BLE001 - filtered just below
-                if refused_credentials(error) and not reloaded:
-                    reloaded = True
+            except Exception as error:  # noqa: BLE001 - Attempts.after raises what is not retried
+                step = attempts.after(error)
+                if step is ABSENT:
+                    return if_absent
+                if step is RELOAD:
                     self.reload_credentials()
-                    continue
-                delay = next(delays, None) if self.retriable(error) else None
-                if delay is None:
-                    if isinstance(error, ApiException):
-                        raise VolcanoApiError.from_api_exception(what, error) from None
-                    raise
-                delay = retry_delay(error, delay)
-                self.log.warning("%s failed (%s); retrying in %.1fs", what, _short(error), delay)
-                time.sleep(delay)
+                else:
+                    time.sleep(step)
 
     def reload_credentials(self) -> None:
         """Build the client again from the connection: a token that expired (a rotated token file, an
@@ -218,16 +253,12 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
             return existing
 
     def get_job(self, name: str, namespace: str) -> dict | None:
-        try:
-            return self.call(
-                f"get Job {namespace}/{name}",
-                lambda: self.custom_objects.get_namespaced_custom_object(
-                    JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL, name),
-            )
-        except VolcanoApiError as error:
-            if error.status == 404:
-                return None
-            raise
+        return self.call(
+            f"get Job {namespace}/{name}",
+            lambda: self.custom_objects.get_namespaced_custom_object(JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL,
+                                                                     name),
+            if_absent=None,
+        )
 
     def list_jobs(self, namespace: str, label_selector: str) -> list[dict]:
         result = self.call(
@@ -241,32 +272,22 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
     def delete_job(self, name: str, namespace: str, *, retry_for: float | None = None) -> bool:
         """Delete a Job and, through owner references, its pods, PodGroup and ConfigMaps (retrying
         transient failures for `retry_for` seconds if given). Returns False if it was already gone."""
-        try:
-            self.call(
-                f"delete Job {namespace}/{name}",
-                lambda: self.custom_objects.delete_namespaced_custom_object(
-                    JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL, name,
-                    body=client.V1DeleteOptions(propagation_policy="Background"),
-                ),
-                retry_for=retry_for,
-            )
+        def delete() -> bool:
+            self.custom_objects.delete_namespaced_custom_object(
+                JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL, name,
+                body=client.V1DeleteOptions(propagation_policy="Background"))
             return True
-        except VolcanoApiError as error:
-            if error.status == 404:
-                return False
-            raise
+
+        return self.call(f"delete Job {namespace}/{name}", delete, retry_for=retry_for, if_absent=False)
 
     def label_job(self, name: str, namespace: str, labels: dict[str, str]) -> None:
-        try:
-            self.call(
-                f"label Job {namespace}/{name}",
-                lambda: self.custom_objects.patch_namespaced_custom_object(
-                    JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL, name, {"metadata": {"labels": labels}}
-                ),
-            )
-        except VolcanoApiError as error:
-            if error.status != 404:
-                raise
+        """Add labels to a Job (nothing if it is gone)."""
+        self.call(
+            f"label Job {namespace}/{name}",
+            lambda: self.custom_objects.patch_namespaced_custom_object(
+                JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL, name, {"metadata": {"labels": labels}}),
+            if_absent=None,
+        )
 
     def wait_job_deleted(self, name: str, namespace: str, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
@@ -317,15 +338,9 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
         return [self.to_dict(pod) for pod in pods.items]
 
     def get_pod(self, name: str, namespace: str) -> dict | None:  # type: ignore[override]
-        try:
-            pod = self.call(
-                f"get pod {namespace}/{name}", lambda: self.core_v1_client.read_namespaced_pod(name, namespace)
-            )
-        except VolcanoApiError as error:
-            if error.status == 404:
-                return None
-            raise
-        return self.to_dict(pod)
+        pod = self.call(f"get pod {namespace}/{name}", lambda: self.core_v1_client.read_namespaced_pod(name, namespace),
+                        if_absent=None)
+        return None if pod is None else self.to_dict(pod)
 
     def pod_log_chunks(
         self, name: str, namespace: str, *, container: str | None = None, since_seconds: int | None = None,
@@ -365,19 +380,14 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
         """The PodGroup Volcano made for this Job: one GET by its name (`<job>-<uid>`), else (a
         Volcano naming it otherwise) the namespace's PodGroups searched for its owner reference."""
         namespace, name = job["metadata"]["namespace"], podgroup_name(job)
-        try:
-            podgroup = self.call(
-                f"get PodGroup {namespace}/{name}",
-                lambda: self.custom_objects.get_namespaced_custom_object(
-                    PODGROUP_GROUP, PODGROUP_VERSION, namespace, PODGROUP_PLURAL, name
-                ),
-            )
-        except VolcanoApiError as error:
-            if error.status != 404:
-                raise
-        else:
-            if owned_by(podgroup, job):
-                return podgroup
+        podgroup = self.call(
+            f"get PodGroup {namespace}/{name}",
+            lambda: self.custom_objects.get_namespaced_custom_object(
+                PODGROUP_GROUP, PODGROUP_VERSION, namespace, PODGROUP_PLURAL, name),
+            if_absent=None,
+        )
+        if podgroup is not None and owned_by(podgroup, job):
+            return podgroup
         result = self.call(
             f"list PodGroups in {namespace}",
             lambda: self.custom_objects.list_namespaced_custom_object(
@@ -428,16 +438,12 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
         )
 
     def delete_configmap(self, name: str, namespace: str) -> bool:
-        try:
-            self.call(
-                f"delete ConfigMap {namespace}/{name}",
-                lambda: self.core_v1_client.delete_namespaced_config_map(name, namespace),
-            )
+        """Delete a ConfigMap; returns False if it was already gone."""
+        def delete() -> bool:
+            self.core_v1_client.delete_namespaced_config_map(name, namespace)
             return True
-        except VolcanoApiError as error:
-            if error.status == 404:
-                return False
-            raise
+
+        return self.call(f"delete ConfigMap {namespace}/{name}", delete, if_absent=False)
 
 
 async def _checked_body(response: Any) -> bytes:
@@ -517,39 +523,28 @@ class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
             old, self._shared = self._shared, await self._open_client()
             await old[0].__aexit__(None, None, None)
 
-    async def call(self, what: str, fn: Callable[[Any], Awaitable[T]]) -> T:
-        delays = backoff_delays(self.retries)
-        reloaded = False
+    async def call(self, what: str, fn: Callable[[Any], Awaitable[T]], *, if_absent: Any = REQUIRED) -> T:
+        """As VolcanoHook.call: the same attempts, on the event loop."""
+        attempts = Attempts(self, what, if_absent=if_absent)
         while True:
             try:
                 async with self.get_conn() as api:
                     return await fn(api)
-            except Exception as error:  # noqa: BLE001 - filtered just below
-                if refused_credentials(error) and not reloaded:
-                    reloaded = True
+            except Exception as error:  # noqa: BLE001 - Attempts.after raises what is not retried
+                step = attempts.after(error)
+                if step is ABSENT:
+                    return if_absent
+                if step is RELOAD:
                     await self.reload_credentials()
-                    continue
-                delay = next(delays, None) if self.retriable(error) else None
-                if delay is None:
-                    if isinstance(error, AsyncApiException):
-                        raise VolcanoApiError.from_api_exception(what, error) from None
-                    raise
-                delay = retry_delay(error, delay)
-                self.log.warning("%s failed (%s); retrying in %.1fs", what, _short(error), delay)
-                await asyncio.sleep(delay)
+                else:
+                    await asyncio.sleep(step)
 
     async def get_job(self, name: str, namespace: str) -> dict | None:
-        async def get(api: Any) -> dict | None:
-            try:
-                return await async_client.CustomObjectsApi(api).get_namespaced_custom_object(
-                    JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL, name
-                )
-            except AsyncApiException as error:
-                if error.status == 404:
-                    return None
-                raise
+        async def get(api: Any) -> dict:
+            return await async_client.CustomObjectsApi(api).get_namespaced_custom_object(
+                JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL, name)
 
-        return await self.call(f"get Job {namespace}/{name}", get)
+        return await self.call(f"get Job {namespace}/{name}", get, if_absent=None)
 
     async def list_page(self, resource: str, namespace: str, *, limit: int, continue_token: str | None = None,
                         label_selector: str | None = None) -> tuple[list[dict], str, str | None]:
@@ -619,21 +614,16 @@ class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
         """As VolcanoHook.get_podgroup: a GET by name, else a search by owner."""
         namespace, name = job["metadata"]["namespace"], podgroup_name(job)
 
-        async def by_name(api: Any) -> dict | None:
-            try:
-                return await async_client.CustomObjectsApi(api).get_namespaced_custom_object(
-                    PODGROUP_GROUP, PODGROUP_VERSION, namespace, PODGROUP_PLURAL, name)
-            except AsyncApiException as error:
-                if error.status == 404:
-                    return None
-                raise
+        async def by_name(api: Any) -> dict:
+            return await async_client.CustomObjectsApi(api).get_namespaced_custom_object(
+                PODGROUP_GROUP, PODGROUP_VERSION, namespace, PODGROUP_PLURAL, name)
 
         async def podgroups(api: Any) -> dict:
             return await async_client.CustomObjectsApi(api).list_namespaced_custom_object(
                 PODGROUP_GROUP, PODGROUP_VERSION, namespace, PODGROUP_PLURAL
             )
 
-        podgroup = await self.call(f"get PodGroup {namespace}/{name}", by_name)
+        podgroup = await self.call(f"get PodGroup {namespace}/{name}", by_name, if_absent=None)
         if podgroup is not None and owned_by(podgroup, job):
             return podgroup
         items = (await self.call(f"list PodGroups in {namespace}", podgroups)).get("items") or []
@@ -659,24 +649,19 @@ class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
         except AsyncApiException as error:
             raise VolcanoApiError.from_api_exception(f"read log of pod {namespace}/{name}", error) from None
 
-    async def delete_job(self, name: str, namespace: str) -> None:
-        async def delete(api: Any) -> None:
-            try:
-                await async_client.CustomObjectsApi(api).delete_namespaced_custom_object(
-                    JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL, name, propagation_policy="Background"
-                )
-            except AsyncApiException as error:
-                if error.status != 404:
-                    raise
+    async def delete_job(self, name: str, namespace: str) -> bool:
+        """As VolcanoHook.delete_job: False if it was already gone."""
+        async def delete(api: Any) -> bool:
+            await async_client.CustomObjectsApi(api).delete_namespaced_custom_object(
+                JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL, name, propagation_policy="Background")
+            return True
 
-        await self.call(f"delete Job {namespace}/{name}", delete)
+        return await self.call(f"delete Job {namespace}/{name}", delete, if_absent=False)
 
-    async def delete_configmap(self, name: str, namespace: str) -> None:
-        async def delete(api: Any) -> None:
-            try:
-                await async_client.CoreV1Api(api).delete_namespaced_config_map(name, namespace)
-            except AsyncApiException as error:
-                if error.status != 404:
-                    raise
+    async def delete_configmap(self, name: str, namespace: str) -> bool:
+        """As VolcanoHook.delete_configmap: False if it was already gone."""
+        async def delete(api: Any) -> bool:
+            await async_client.CoreV1Api(api).delete_namespaced_config_map(name, namespace)
+            return True
 
-        await self.call(f"delete ConfigMap {namespace}/{name}", delete)
+        return await self.call(f"delete ConfigMap {namespace}/{name}", delete, if_absent=False)
