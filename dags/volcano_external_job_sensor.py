@@ -26,7 +26,7 @@ with DAG(
         mode="reschedule",
         poke_interval=60,
         timeout=12 * 3600,
-        attach_log=True,
+        get_logs=True,
     )
 
     @task

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
 from airflow_volcano.compat import AirflowFailException, conf
+from airflow_volcano.constants import OnFinishAction, OnKillAction
 from airflow_volcano.exceptions import VolcanoJobError
 
 if TYPE_CHECKING:
@@ -17,14 +18,14 @@ if TYPE_CHECKING:
 class VolcanoJobSensor(BaseSensorOperator):
     """Succeeds when the Job reaches Completed; fails, with the operator's reason text, on Failed,
     Terminated or Aborted. A Job that does not exist yet is waited for (it may be submitted later).
-    Never deletes the Job: it is not this task's. With `attach_log`, the master pod's log is
+    Never deletes the Job: it is not this task's. With `get_logs`, the main pod's log is
     copied into the task log when the Job ends. Works in poke and reschedule mode, and deferrable.
 
     :param job_name: the Volcano Job to wait for.
     :param namespace: default: the connection's namespace, else `default`.
     :param kubernetes_conn_id: the cncf-kubernetes `kubernetes` connection.
-    :param master_task_name: the Job's master task, whose pod's log `attach_log` copies.
-    :param attach_log: copy the master pod's log into the task log when the Job ends.
+    :param main_task: the task whose pod 0 is the Job's main pod (default `master`, a PyTorch Job's).
+    :param get_logs: copy the main pod's log into the task log when the Job ends.
     :param deferrable: wait in the triggerer (default `[operators] default_deferrable`).
     """
 
@@ -37,8 +38,8 @@ class VolcanoJobSensor(BaseSensorOperator):
         job_name: str,
         namespace: str | None = None,
         kubernetes_conn_id: str = "kubernetes_default",
-        master_task_name: str = "master",
-        attach_log: bool = False,
+        main_task: str = "master",
+        get_logs: bool = False,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
     ) -> None:
@@ -48,8 +49,8 @@ class VolcanoJobSensor(BaseSensorOperator):
         self.job_name = job_name
         self.namespace = namespace
         self.kubernetes_conn_id = kubernetes_conn_id
-        self.master_task_name = master_task_name
-        self.attach_log = attach_log
+        self.main_task = main_task
+        self.get_logs = get_logs
 
     def execute(self, context: Context) -> Any:
         """Deferrable: one poke here; if the Job exists but is not done, wait in the triggerer."""
@@ -68,7 +69,7 @@ class VolcanoJobSensor(BaseSensorOperator):
         job = hook.get_job(self.job_name, self._namespace(hook))
         if job is None:  # not submitted yet: wait for it the ordinary way
             return super().execute(context)
-        ref = JobRef.from_job(job, self.master_task_name)
+        ref = JobRef.from_job(job, self.main_task)
         ref.owned = False
         deadline = None
         if self.timeout is not None and context.get("ti") is not None and context["ti"].start_date is not None:
@@ -78,7 +79,7 @@ class VolcanoJobSensor(BaseSensorOperator):
         self.defer(
             trigger=VolcanoJobTrigger(ref.to_dict(), self.kubernetes_conn_id,
                                       limits=WaitLimits(startup_timeout=None).to_dict(), deadline=deadline,
-                                      get_logs=False, on_kill_action="keep_job"),
+                                      get_logs=False, on_kill_action=OnKillAction.KEEP_JOB),
             method_name="execute_complete",
         )
 
@@ -117,14 +118,14 @@ class VolcanoJobSensor(BaseSensorOperator):
         self.log.info("Volcano Job %s/%s is %s", namespace, self.job_name, state.phase)
         if not state.finished:
             return False
-        ref = JobRef.from_job(job, self.master_task_name)
+        ref = JobRef.from_job(job, self.main_task)
         ref.owned = False
-        master_log = job_runner.main_log_copy(ref, lambda line: self.log.info("[%s] %s", ref.main_pod, line))
-        if self.attach_log:
-            job_runner.read_remaining_log(hook, namespace, master_log)
-        result = job_runner.WaitResult(state=state, job=job, log_cursor=master_log.cursor)
+        main_log = job_runner.main_log_copy(ref, lambda line: self.log.info("[%s] %s", ref.main_pod, line))
+        if self.get_logs:
+            job_runner.read_remaining_log(hook, namespace, main_log)
+        result = job_runner.WaitResult(state=state, job=job, log_cursor=main_log.cursor)
         try:
-            summary = job_runner.finalize(hook, ref, result, on_finish_action=job_runner.OnFinishAction.KEEP_JOB)
+            summary = job_runner.finalize(hook, ref, result, on_finish_action=OnFinishAction.KEEP_JOB)
         except VolcanoJobError as error:
             # The Job's end is final: retrying the sensor cannot change it.
             raise AirflowFailException(str(error)) from error

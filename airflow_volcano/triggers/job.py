@@ -19,6 +19,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_volcano.constants import OnKillAction
 from airflow_volcano.events import JobEvent, WaitOutcome
 from airflow_volcano.job_ref import JobRef
 from airflow_volcano.job_runner import task_state_key
@@ -117,7 +118,7 @@ class VolcanoJobTrigger(BaseTrigger):
         get_logs: bool = True,
         log_interval: float = 30.0,
         log_cursor: dict[str, int] | None = None,
-        on_kill_action: str = "delete_job",
+        on_kill_action: str = OnKillAction.DELETE_JOB,
     ) -> None:
         super().__init__()
         self.job = job
@@ -127,7 +128,7 @@ class VolcanoJobTrigger(BaseTrigger):
         self.get_logs = get_logs
         self.log_interval = log_interval
         self.log_cursor = log_cursor
-        self.on_kill_action = on_kill_action
+        self.on_kill_action = str(on_kill_action)  # a plain string among the serialized arguments
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -255,7 +256,7 @@ class VolcanoJobTrigger(BaseTrigger):
         deferred; then the Job must keep running. If the state cannot be read, keep it too: a
         kept Job can still be reattached or deleted later, a deleted one is lost training.
         """
-        if self.on_kill_action == "keep_job":
+        if self.on_kill_action == OnKillAction.KEEP_JOB:
             return
         try:
             state = await self._task_state()
@@ -286,7 +287,7 @@ class VolcanoJobTrigger(BaseTrigger):
 
     async def on_kill(self) -> None:
         """A user marked the deferred task failed/success or cleared it: stop the training."""
-        if self.on_kill_action == "keep_job":
+        if self.on_kill_action == OnKillAction.KEEP_JOB:
             return
         ref = JobRef.from_dict(self.job)
         hook = await self._hook()

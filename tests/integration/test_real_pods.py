@@ -257,7 +257,7 @@ def test_sensor_on_real_jobs_submitted_outside_airflow(cluster, operator_kubecon
                                  "policies": [{"event": "TaskCompleted", "action": "CompleteJob"}]}]}})
         run = run_task(lambda name=name, mode=mode: VolcanoJobSensor(
             task_id="wait", job_name=name, namespace=cluster.namespace, poke_interval=1, timeout=180,
-            attach_log=True, deferrable=mode == "deferrable"))
+            get_logs=True, deferrable=mode == "deferrable"))
 
         assert run.state == "success", run.log
         if mode == "deferrable":

@@ -12,7 +12,7 @@ def test_sensor_succeeds_on_completed_job_and_attaches_master_log(cluster, opera
     cluster.create_job(pytorch_job("outside", master_sim={"run-for": "1.5s"}))
 
     run = run_task(lambda: VolcanoJobSensor(task_id="wait", job_name="outside", namespace=cluster.namespace,
-                                            poke_interval=1, timeout=120, attach_log=True))
+                                            poke_interval=1, timeout=120, get_logs=True))
 
     assert run.state == "success", run.log
     assert "epoch 2 loss 0.25" in run.log
