@@ -7,21 +7,32 @@ worker after `execute` and after a trigger fires.
 
 from __future__ import annotations
 
+import json
 import logging
+import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from airflow_volcano.constants import CHECKED_LABEL, ENDED_POD_PHASES, STARTED_POD_PHASES, OnFinishAction, PodPhase
-from airflow_volcano.exceptions import VolcanoJobError
+from airflow_volcano.constants import (
+    CHECKED_LABEL,
+    DEBUG_ANNOTATION,
+    ENDED_POD_PHASES,
+    STARTED_POD_PHASES,
+    OnFinishAction,
+    PodPhase,
+)
+from airflow_volcano.exceptions import VolcanoApiError, VolcanoJobError
 from airflow_volcano.job_ref import JobRef
 from airflow_volcano.logs import Emit, LogCursor, LogFollower, emit_new_lines, iter_lines
+from airflow_volcano.manifest import TENSORBOARD_TASK, task_pods
 from airflow_volcano.status import (
     LOG_TAIL_LINES,
     Outcome,
     failed_pods,
     failure_message,
+    job_state,
     termination_result,
     unstarted_pods,
 )
@@ -88,6 +99,12 @@ def read_remaining_log(hook: VolcanoHook, namespace: str, copy: PodLogCopy) -> N
         chunks = hook.pod_log_chunks(copy.pod, namespace, container=copy.container,
                                      since_seconds=copy.cursor.since_seconds())
         emit_new_lines(iter_lines(chunks), copy.cursor, copy.emit)
+    except VolcanoApiError as error:
+        if error.status != 404:
+            log.warning("Could not read the log of pod %s/%s: %s", namespace, copy.pod, error)
+        else:  # not a fault: Volcano removes the pods still running when a Job ends (a worker failed, say)
+            log.info("Pod %s/%s is gone, and its log with it (Volcano removes the pods still running when a Job "
+                     "ends)", namespace, copy.pod)
     except Exception as error:  # noqa: BLE001 - a missing log must not hide the Job's result
         log.warning("Could not read the log of pod %s/%s: %s", namespace, copy.pod, error)
 
@@ -182,6 +199,61 @@ def wait_until_running(
         if problem is not None:
             raise VolcanoJobError(problem)
         time.sleep(limits.poll_interval)
+
+
+def debug_session(hook: VolcanoHook, ref: JobRef, job: dict, limits: WaitLimits, seconds: float) -> dict[str, Any]:
+    """Debug mode: once every pod runs, say how to open a shell in each and what it would have run,
+    keep the pods up for `seconds` (or until the Job is deleted: a kill of the task does that),
+    then delete the Job. Returns the task's summary."""
+    job = {**job, "metadata": {**job["metadata"], "name": ref.name}}  # a reattached Job has its own name
+    pods = task_pods(job, [task["name"] for task in job["spec"]["tasks"] if task["name"] != TENSORBOARD_TASK],
+                     "debug")
+    try:
+        wait_until_running(hook, ref, [name for name, _ in pods], limits)
+        annotations = {task["name"]: (task["template"].get("metadata") or {}).get("annotations") or {}
+                       for task in job["spec"]["tasks"]}
+        commands = {task: json.loads(values[DEBUG_ANNOTATION]) for task, values in annotations.items()
+                    if DEBUG_ANNOTATION in values}
+        log.info("Debug mode: %d pod(s) of Volcano Job %s/%s are up and sleeping instead of training; for %.0fs (mark "
+                 "this task success or failed to end sooner). Open a shell in one with:", len(pods), ref.namespace,
+                 ref.name, seconds)
+        for name, container in pods:
+            task = name[len(ref.name) + 1:].rsplit("-", 1)[0]
+            if task not in commands:  # e.g. a DeepSpeed worker's sshd, which the launcher needs
+                log.info("  %s runs its command as usual", name)
+                continue
+            command = commands[task]
+            log.info("  kubectl exec -it -n %s %s -c %s -- bash   # then: %s", ref.namespace, name, container,
+                     shlex.join(command) if command else "the image's entrypoint")
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if hook.get_job(ref.name, ref.namespace) is None:
+                log.info("Volcano Job %s/%s was deleted: debug session over", ref.namespace, ref.name)
+                break
+            time.sleep(min(limits.poll_interval, max(0.0, deadline - time.monotonic())))
+    finally:
+        delete_job_and_script(hook, ref)
+    return {"job_name": ref.name, "namespace": ref.namespace, "phase": "Debug", "master_pod": ref.main_pod,
+            "pods": [name for name, _ in pods]}
+
+
+def delete_if_still_running(hook: VolcanoHook, ref: JobRef) -> None:
+    """When no later try will reattach: delete the Job if it still runs (or waits to), so nothing trains
+    (and holds GPUs) unwatched; a finished Job is left to on_finish_action. Never raises: the task's own
+    error is the one to report."""
+    try:
+        job = hook.get_job(ref.name, ref.namespace)
+    except Exception:  # noqa: BLE001 - cannot tell whether it still runs: delete it rather than leave it running
+        job = {}
+    if job is None or (job and job_state(job).finished):
+        return  # gone, or finished: on_finish_action has had its say
+    log.info("No later try of this task will reattach: deleting Volcano Job %s/%s (%s), which would otherwise run "
+             "unwatched", ref.namespace, ref.name, job_state(job).phase if job else "unreadable")
+    try:
+        delete_job_and_script(hook, ref)
+    except Exception as error:  # noqa: BLE001 - see above
+        log.error("Could not delete Volcano Job %s/%s (%s): delete it by hand (kubectl -n %s delete vcjob %s)",
+                  ref.namespace, ref.name, error, ref.namespace, ref.name)
 
 
 # ---------------------------------------------------------------------------------------------

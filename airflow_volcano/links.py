@@ -63,9 +63,11 @@ LINKS: tuple[_VolcanoLink, ...] = (VolcanoJobLink(), MasterLogLink(), TensorBoar
 
 
 def link_urls(templates: dict[str, str | None], values: dict[str, Any]) -> dict[str, str]:
-    """Each link's URL (by XCom key) from its template; a template naming an unknown field is
-    skipped with a warning that names the option and the field."""
-    urls = {}
+    """Every link's URL by XCom key, from its template: "" (no button) for a link without a template,
+    or whose template names an unknown field (skipped with a warning naming the option and field).
+    Every key gets a value, so that Airflow, reading each link's XCom when the task ends, finds one
+    (a missing XCom logs an error there)."""
+    urls = {link.xcom_key: "" for link in LINKS}
     for link in LINKS:
         template = templates.get(link.template_option)
         if not template or (link.requires and not values.get(link.requires)):

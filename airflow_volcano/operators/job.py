@@ -13,10 +13,8 @@ parsing a DAG stays cheap.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import secrets
-import shlex
 from collections.abc import Sequence
 from enum import StrEnum
 from pathlib import Path
@@ -27,31 +25,23 @@ from airflow.sdk import BaseOperator
 
 from airflow_volcano.compat import AirflowFailException, TaskDeferred, conf
 from airflow_volcano.constants import (
-    CHECKED_LABEL,
-    DEBUG_ANNOTATION,
-    REQUEST_HASH_ANNOTATION,
     IfJobExists,
     OnFinishAction,
     OnKillAction,
 )
-from airflow_volcano.exceptions import JobSpecError, VolcanoApiError, VolcanoJobError
+from airflow_volcano.exceptions import JobSpecError, VolcanoJobError
 from airflow_volcano.job_ref import JobRef
 from airflow_volcano.links import LINKS, link_urls
 from airflow_volcano.manifest import (
     DEFAULT_DEBUG_TIMEOUT,
-    TENSORBOARD_TASK,
     JobManifests,
     PyTorchJobRequest,
     TrainingScript,
     build_manifests,
     default_job_name,
-    identity_labels,
-    is_debug_job,
     load_job_template,
     max_job_name_length,
-    request_hash,
     run_labels,
-    script_configmap_name,
     seconds,
     task_pods,
     tensorboard_endpoint,
@@ -67,8 +57,6 @@ if TYPE_CHECKING:
     from airflow_volcano.logs import LogCursor
 
 TEMPLATE_EXTENSIONS = (".yaml", ".yml", ".json")
-# The task state store key (Airflow 3.3+) under which a try records the Job it submitted.
-STATE_STORE_KEY = "volcano_job"
 
 
 class VolcanoJobOperator(BaseOperator):
@@ -407,6 +395,7 @@ class VolcanoJobOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_volcano import job_runner
+        from airflow_volcano.submission import submit_or_reattach
 
         manifests = self._manifests or self.build_manifests(context)
         hook = self.hook
@@ -414,16 +403,19 @@ class VolcanoJobOperator(BaseOperator):
         ti = context["ti"]
         self._ti = ti
         try:
-            ref = self._submit_or_reattach(hook, manifests, namespace, context.get("task_state_store"))
-            self._job_ref = ref
-            for key, value in (("job_name", ref.name), ("namespace", ref.namespace),
-                               ("master_pod", ref.main_pod)):
+            ref = submit_or_reattach(hook, manifests, namespace, if_job_exists=IfJobExists(self.if_job_exists),
+                                     state_store=context.get("task_state_store"), on_created=self._watching)
+            self._watching(ref)
+            # "master_pod": the XCom's public name for the main pod (the master's, for PyTorch and DeepSpeed).
+            for key, value in (("job_name", ref.name), ("namespace", ref.namespace), ("master_pod", ref.main_pod)):
                 ti.xcom_push(key=key, value=value)
             self._push_links(hook, ref, manifests.job, ti)
             if self.debug:
-                return self._debug_session(hook, ref, manifests.job)
+                limits = dataclasses.replace(self._wait_limits(), job_timeout=None)
+                return job_runner.debug_session(hook, ref, manifests.job, limits,
+                                                seconds("debug_timeout", self.debug_timeout))
             if self.deferrable:
-                self._defer(hook, ref, context)
+                self._defer(ref, context)
             result = job_runner.wait_for_job(hook, ref, self._wait_limits(),
                                              logs=self._log_copies(ref, manifests.job), report=self.log.info)
             return self._finalize(hook, ref, result, context)
@@ -433,12 +425,14 @@ class VolcanoJobOperator(BaseOperator):
             self._settle_after_failure(error)
             raise
 
+    def _watching(self, ref: JobRef) -> None:
+        """This try's Job: from now on a failure or a kill settles what becomes of it."""
+        self._job_ref = ref
+
     def _settle_after_failure(self, error: BaseException) -> None:
         """The task is failing with its Job submitted: keep the Job when a later try of this task will
-        reattach to it; otherwise delete it if it still runs (or waits to), so nothing trains (and
-        holds GPUs) unwatched. A finished Job is left to on_finish_action."""
-        from airflow_volcano.job_runner import delete_job_and_script
-        from airflow_volcano.status import job_state
+        reattach to it; otherwise delete it if it still runs."""
+        from airflow_volcano import job_runner
 
         ref, self._job_ref = self._job_ref, None  # on_kill, called next on a timeout, has nothing left to do
         if ref is None or self.on_kill_action == OnKillAction.KEEP_JOB:
@@ -447,20 +441,7 @@ class VolcanoJobOperator(BaseOperator):
             self.log.info("Keeping Volcano Job %s/%s for the next try of this task to reattach", ref.namespace,
                           ref.name)
             return
-        hook = self.hook
-        try:
-            job = hook.get_job(ref.name, ref.namespace)
-        except Exception:  # noqa: BLE001 - cannot tell whether it still runs: delete it rather than leave it running
-            job = {}
-        if job is None or (job and job_state(job).finished):
-            return  # gone, or finished: on_finish_action has had its say
-        self.log.info("No later try of this task will reattach: deleting Volcano Job %s/%s (%s), which would "
-                      "otherwise run unwatched", ref.namespace, ref.name, job_state(job).phase if job else "unreadable")
-        try:
-            delete_job_and_script(hook, ref)
-        except Exception as cleanup_error:  # noqa: BLE001 - the task's own error is the one to raise
-            self.log.error("Could not delete Volcano Job %s/%s (%s): delete it by hand (kubectl -n %s delete vcjob "
-                           "%s)", ref.namespace, ref.name, cleanup_error, ref.namespace, ref.name)
+        job_runner.delete_if_still_running(self.hook, ref)
 
     def _later_try_will_reattach(self, error: BaseException | None) -> bool:
         """Whether Airflow will run another try of this task instance (which reattaches to the Job):
@@ -474,45 +455,6 @@ class VolcanoJobOperator(BaseOperator):
         if context is not None and getattr(context, "should_retry", None) is not None:
             return bool(context.should_retry)
         return int(getattr(ti, "try_number", 1) or 1) <= int(getattr(ti, "max_tries", 0) or 0)
-
-    def _debug_session(self, hook: VolcanoHook, ref: JobRef, job: dict) -> dict[str, Any]:
-        """Debug mode: once every pod runs, say how to get a shell in each, keep them up for
-        debug_timeout (or until the task is ended from the UI: on_kill deletes the Job), then delete."""
-        import time
-
-        from airflow_volcano import job_runner
-
-        job = {**job, "metadata": {**job["metadata"], "name": ref.name}}  # a reattached Job has its own name
-        pods = task_pods(job, [task["name"] for task in job["spec"]["tasks"] if task["name"] != TENSORBOARD_TASK],
-                         "debug")
-        limits = dataclasses.replace(self._wait_limits(), job_timeout=None)
-        try:
-            job_runner.wait_until_running(hook, ref, [name for name, _ in pods], limits)
-            annotations = {task["name"]: (task["template"].get("metadata") or {}).get("annotations") or {}
-                           for task in job["spec"]["tasks"]}
-            commands = {task: json.loads(values[DEBUG_ANNOTATION]) for task, values in annotations.items()
-                        if DEBUG_ANNOTATION in values}
-            self.log.info("Debug mode: %d pod(s) of Volcano Job %s/%s are up and sleeping instead of training; for "
-                          "%.0fs (mark this task success or failed to end sooner). Open a shell in one with:",
-                          len(pods), ref.namespace, ref.name, self.debug_timeout)
-            for name, container in pods:
-                task = name[len(ref.name) + 1:].rsplit("-", 1)[0]
-                if task not in commands:  # e.g. a DeepSpeed worker's sshd, which the launcher needs
-                    self.log.info("  %s runs its command as usual", name)
-                    continue
-                command = commands[task]
-                self.log.info("  kubectl exec -it -n %s %s -c %s -- bash   # then: %s", ref.namespace, name, container,
-                              shlex.join(command) if command else "the image's entrypoint")
-            deadline = time.monotonic() + seconds("debug_timeout", self.debug_timeout)
-            while time.monotonic() < deadline:
-                if hook.get_job(ref.name, ref.namespace) is None:
-                    self.log.info("Volcano Job %s/%s was deleted: debug session over", ref.namespace, ref.name)
-                    break
-                time.sleep(min(self.poll_interval, max(0.0, deadline - time.monotonic())))
-        finally:
-            job_runner.delete_job_and_script(hook, ref)
-        return {"job_name": ref.name, "namespace": ref.namespace, "phase": "Debug", "master_pod": ref.main_pod,
-                "pods": [name for name, _ in pods]}
 
     def _log_copies(self, ref: JobRef, job: dict, master_cursor: LogCursor | None = None) -> list[PodLogCopy]:
         """The master's log (get_logs) first, then every pod of log_tasks, each prefixed with its pod."""
@@ -546,7 +488,7 @@ class VolcanoJobOperator(BaseOperator):
             push_xcom=lambda key, value: ti.xcom_push(key=key, value=value),
         )
 
-    def _defer(self, hook: VolcanoHook, ref: JobRef, context: Context) -> None:
+    def _defer(self, ref: JobRef, context: Context) -> None:
         from airflow_volcano.triggers.job import VolcanoJobTrigger
 
         deadline = None
@@ -596,104 +538,6 @@ class VolcanoJobOperator(BaseOperator):
 
     def _emit_master_log(self, line: str) -> None:
         self.log.info("[%s] %s", self._job_ref.main_pod if self._job_ref else "master", line)
-
-    def _submit_or_reattach(self, hook: VolcanoHook, manifests: JobManifests, namespace: str,
-                            state_store: Any = None) -> JobRef:
-        from airflow_volcano.job_runner import delete_job_and_script
-        from airflow_volcano.status import job_state
-
-        job = manifests.job
-        job["metadata"]["namespace"] = namespace
-        master = manifests.main_task
-        wanted = request_hash(job, manifests.configmap)
-        # Airflow 3.3+ keeps what an earlier try stored; the labels cover older Airflow and a try
-        # that died between creating the Job and storing it.
-        stored = _stored_job(hook, state_store)
-        if stored is not None:
-            candidates, found_by = [stored], "the task state store"
-        else:
-            identity = identity_labels(job["metadata"]["labels"])
-            selector = ",".join(f"{key}={value}" for key, value in sorted(identity.items()))
-            candidates, found_by = hook.list_jobs(namespace, selector), "its labels"
-        for existing in candidates:
-            if (existing["metadata"].get("labels") or {}).get(CHECKED_LABEL) == "true":
-                continue  # an earlier try already reported this Job's result: history, not this try's
-            # Unchecked: submitted by a try that died before reporting; running or finished since.
-            ref = JobRef.from_job(existing, master, script_configmap_name(existing["metadata"]["name"]))
-            built_from = (existing["metadata"].get("annotations") or {}).get(REQUEST_HASH_ANNOTATION)
-            if built_from is not None and built_from != wanted and self.if_job_exists != IfJobExists.REPLACE:
-                # Another request: the arguments, the script or debug mode changed since that try.
-                if not is_debug_job(existing):
-                    raise VolcanoJobError(
-                        f"an earlier try of this task instance submitted Volcano Job {namespace}/{ref.name} (phase "
-                        f"{job_state(existing).phase}) from other arguments, script or debug mode than this try's; "
-                        "it is left as it is: delete it, or set if_job_exists='replace' to replace it")
-                self.log.info("Replacing Volcano Job %s/%s of an earlier try: a debug session, not this try's "
-                              "request (nothing trains in it)", namespace, ref.name)
-                delete_job_and_script(hook, ref)
-                continue
-            if self.if_job_exists == IfJobExists.REATTACH:
-                self.log.info("Reattaching to Volcano Job %s/%s submitted by an earlier try (%s; found by %s)",
-                              namespace, ref.name, job_state(existing).phase, found_by)
-                return ref
-            if self.if_job_exists == IfJobExists.FAIL:
-                raise VolcanoJobError(
-                    f"if_job_exists='fail': an earlier try of this task instance submitted Volcano Job "
-                    f"{namespace}/{ref.name} (phase {job_state(existing).phase}); it is left as it is"
-                )
-            self.log.info("Replacing Volcano Job %s/%s of an earlier try", namespace, ref.name)
-            delete_job_and_script(hook, ref)
-        ref = self._submit(hook, manifests, namespace, master)
-        if state_store is not None:
-            state_store.set(STATE_STORE_KEY, {"name": ref.name, "namespace": ref.namespace, "uid": ref.uid})
-        return ref
-
-    def _submit(self, hook: VolcanoHook, manifests: JobManifests, namespace: str, master: str) -> JobRef:
-
-        job = manifests.job
-        name = job["metadata"]["name"]
-        existing = hook.get_job(name, namespace)
-        if existing is not None:
-            if not _same_identity(existing, job):
-                raise JobSpecError(
-                    f"name: a Volcano Job {namespace}/{name} already exists and was not submitted by this task; "
-                    "choose another name or delete it"
-                )
-            # The same name, finished by an earlier try (unfinished ones were reattached): make room.
-            self.log.info("Deleting finished Volcano Job %s/%s of an earlier try", namespace, name)
-            hook.delete_job(name, namespace)
-            hook.wait_job_deleted(name, namespace)
-        # Which request built it: a later try reattaches only to a Job of its own request.
-        job["metadata"].setdefault("annotations", {})[REQUEST_HASH_ANNOTATION] = request_hash(job, manifests.configmap)
-        configmap = manifests.configmap
-        if configmap is not None:
-            configmap["metadata"]["namespace"] = namespace
-            try:
-                hook.create_configmap(namespace, configmap, replace_if=lambda existing: _same_identity(existing, job))
-            except VolcanoApiError as error:
-                if error.status != 409:
-                    raise
-                raise JobSpecError(f"name: a ConfigMap {namespace}/{configmap['metadata']['name']} already exists and "
-                                   "was not created by this task; choose another Job name or delete it") from None
-        try:
-            created = hook.create_job(namespace, job)
-        except VolcanoApiError as error:
-            if configmap is not None:
-                hook.delete_configmap(configmap["metadata"]["name"], namespace)
-            if error.status in (400, 422):  # the CRD schema or Volcano's admission webhook said no
-                raise JobSpecError(f"the cluster rejected Volcano Job {namespace}/{name}: "
-                                   f"{error.message or error.reason}") from None
-            raise
-        ours = job["metadata"]["labels"].items()
-        if not ours <= (created["metadata"].get("labels") or {}).items():
-            # Someone else created a Job of this name between our check and our create.
-            raise JobSpecError(f"name: a Volcano Job {namespace}/{name} was created by someone else meanwhile")
-        ref = JobRef.from_job(created, master, configmap["metadata"]["name"] if configmap else None)
-        self._job_ref = ref  # from now on a failure must settle what becomes of this Job
-        if configmap is not None:
-            hook.set_configmap_owner(configmap["metadata"]["name"], namespace, created)
-        self.log.info("Submitted Volcano Job %s/%s (master pod %s)", namespace, name, ref.main_pod)
-        return ref
 
     def on_kill(self) -> None:
         """Delete the Job when a user kills the task, or when no later try will reattach to it.
@@ -745,17 +589,3 @@ def _choice(parameter: str, value: str, allowed: type[StrEnum]) -> str:
     if value not in set(allowed):
         raise JobSpecError(f"{parameter} must be one of {', '.join(allowed)}; got {value!r}")
     return str(value)
-
-
-def _stored_job(hook: VolcanoHook, state_store: Any) -> dict | None:
-    """The Job an earlier try of this task instance stored, if it still exists (same uid)."""
-    saved = state_store.get(STATE_STORE_KEY) if state_store is not None else None
-    if not isinstance(saved, dict) or not saved.get("name"):
-        return None
-    job = hook.get_job(saved["name"], saved["namespace"])
-    return job if job is not None and job["metadata"].get("uid") == saved.get("uid") else None
-
-
-def _same_identity(created: dict, job: dict) -> bool:
-    theirs = identity_labels(created["metadata"].get("labels") or {})
-    return bool(theirs) and theirs == identity_labels(job["metadata"]["labels"])

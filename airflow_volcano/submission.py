@@ -1,0 +1,142 @@
+"""Submitting a task's Volcano Job: reattach to the Job of an earlier try of the same task instance,
+replace it, or submit anew; never two Jobs for one task instance, never someone else's objects.
+
+How an earlier try's Job is found: on Airflow 3.3+ a try records the Job's name and uid in the task
+instance's durable task state store right after submitting; the labels naming the task instance
+(dag, task, run, map index) find it otherwise (older Airflow, or a try that died between creating
+the Job and recording it). A Job labelled reported (`checked`) is history, not a try's to take
+over; a Job built from another request (its hash differs: the DAG changed between tries) is not
+reattached to.
+
+No Airflow operator state lives here: the operator passes what it knows.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from airflow_volcano.constants import CHECKED_LABEL, REQUEST_HASH_ANNOTATION, IfJobExists
+from airflow_volcano.exceptions import JobSpecError, VolcanoApiError, VolcanoJobError
+from airflow_volcano.job_ref import JobRef
+from airflow_volcano.job_runner import delete_job_and_script
+from airflow_volcano.manifest import JobManifests, identity_labels, is_debug_job, request_hash, script_configmap_name
+from airflow_volcano.status import job_state
+
+if TYPE_CHECKING:
+    from airflow_volcano.hooks.volcano import VolcanoHook
+
+log = logging.getLogger(__name__)
+
+# The task state store key (Airflow 3.3+) under which a try records the Job it submitted.
+STATE_STORE_KEY = "volcano_job"
+
+
+def submit_or_reattach(hook: VolcanoHook, manifests: JobManifests, namespace: str, *, if_job_exists: IfJobExists,
+                       state_store: Any = None, on_created: Callable[[JobRef], None] = lambda ref: None) -> JobRef:
+    """The Job this try waits on: an earlier try's (as `if_job_exists` says), or a new one.
+    `on_created` is told a new Job the moment it exists, before anything else can fail."""
+    job = manifests.job
+    job["metadata"]["namespace"] = namespace
+    main = manifests.main_task
+    wanted = request_hash(job, manifests.configmap)
+    stored = _stored_job(hook, state_store)
+    if stored is not None:
+        candidates, found_by = [stored], "the task state store"
+    else:
+        identity = identity_labels(job["metadata"]["labels"])
+        selector = ",".join(f"{key}={value}" for key, value in sorted(identity.items()))
+        candidates, found_by = hook.list_jobs(namespace, selector), "its labels"
+    for existing in candidates:
+        if (existing["metadata"].get("labels") or {}).get(CHECKED_LABEL) == "true":
+            continue  # an earlier try already reported this Job's result: history, not this try's
+        # Unchecked: submitted by a try that died before reporting; running or finished since.
+        ref = JobRef.from_job(existing, main, script_configmap_name(existing["metadata"]["name"]))
+        phase = job_state(existing).phase
+        built_from = (existing["metadata"].get("annotations") or {}).get(REQUEST_HASH_ANNOTATION)
+        if built_from is not None and built_from != wanted and if_job_exists != IfJobExists.REPLACE:
+            # Another request: the arguments, the script or debug mode changed since that try.
+            if not is_debug_job(existing):
+                raise VolcanoJobError(
+                    f"an earlier try of this task instance submitted Volcano Job {namespace}/{ref.name} (phase "
+                    f"{phase}) from other arguments, script or debug mode than this try's; it is left as it is: "
+                    "delete it, or set if_job_exists='replace' to replace it")
+            log.info("Replacing Volcano Job %s/%s of an earlier try: a debug session, not this try's request "
+                     "(nothing trains in it)", namespace, ref.name)
+            delete_job_and_script(hook, ref)
+            continue
+        if if_job_exists == IfJobExists.REATTACH:
+            log.info("Reattaching to Volcano Job %s/%s submitted by an earlier try (%s; found by %s)", namespace,
+                     ref.name, phase, found_by)
+            return ref
+        if if_job_exists == IfJobExists.FAIL:
+            raise VolcanoJobError(f"if_job_exists='fail': an earlier try of this task instance submitted Volcano Job "
+                                  f"{namespace}/{ref.name} (phase {phase}); it is left as it is")
+        log.info("Replacing Volcano Job %s/%s of an earlier try", namespace, ref.name)
+        delete_job_and_script(hook, ref)
+    ref = submit(hook, manifests, namespace, on_created)
+    if state_store is not None:
+        state_store.set(STATE_STORE_KEY, {"name": ref.name, "namespace": ref.namespace, "uid": ref.uid})
+    return ref
+
+
+def submit(hook: VolcanoHook, manifests: JobManifests, namespace: str,
+           on_created: Callable[[JobRef], None] = lambda ref: None) -> JobRef:
+    """Create the script's ConfigMap and the Job (annotated with its request's hash)."""
+    job = manifests.job
+    name = job["metadata"]["name"]
+    existing = hook.get_job(name, namespace)
+    if existing is not None:
+        if not same_task_instance(existing, job):
+            raise JobSpecError(f"name: a Volcano Job {namespace}/{name} already exists and was not submitted by this "
+                               "task; choose another name or delete it")
+        # The same name, finished by an earlier try (unfinished ones were reattached): make room.
+        log.info("Deleting finished Volcano Job %s/%s of an earlier try", namespace, name)
+        hook.delete_job(name, namespace)
+        hook.wait_job_deleted(name, namespace)
+    # Which request built it: a later try reattaches only to a Job of its own request.
+    job["metadata"].setdefault("annotations", {})[REQUEST_HASH_ANNOTATION] = request_hash(job, manifests.configmap)
+    configmap = manifests.configmap
+    if configmap is not None:
+        configmap["metadata"]["namespace"] = namespace
+        try:
+            hook.create_configmap(namespace, configmap, replace_if=lambda found: same_task_instance(found, job))
+        except VolcanoApiError as error:
+            if error.status != 409:
+                raise
+            raise JobSpecError(f"name: a ConfigMap {namespace}/{configmap['metadata']['name']} already exists and was "
+                               "not created by this task; choose another Job name or delete it") from None
+    try:
+        created = hook.create_job(namespace, job)
+    except VolcanoApiError as error:
+        if configmap is not None:
+            hook.delete_configmap(configmap["metadata"]["name"], namespace)
+        if error.status in (400, 422):  # the CRD schema or Volcano's admission webhook said no
+            raise JobSpecError(f"the cluster rejected Volcano Job {namespace}/{name}: "
+                               f"{error.message or error.reason}") from None
+        raise
+    if not job["metadata"]["labels"].items() <= (created["metadata"].get("labels") or {}).items():
+        # Someone else created a Job of this name between our check and our create.
+        raise JobSpecError(f"name: a Volcano Job {namespace}/{name} was created by someone else meanwhile")
+    ref = JobRef.from_job(created, manifests.main_task, configmap["metadata"]["name"] if configmap else None)
+    on_created(ref)
+    if configmap is not None:
+        hook.set_configmap_owner(configmap["metadata"]["name"], namespace, created)
+    log.info("Submitted Volcano Job %s/%s (master pod %s)", namespace, name, ref.main_pod)
+    return ref
+
+
+def _stored_job(hook: VolcanoHook, state_store: Any) -> dict | None:
+    """The Job an earlier try of this task instance stored, if it still exists (same uid)."""
+    saved = state_store.get(STATE_STORE_KEY) if state_store is not None else None
+    if not isinstance(saved, dict) or not saved.get("name"):
+        return None
+    job = hook.get_job(saved["name"], saved["namespace"])
+    return job if job is not None and job["metadata"].get("uid") == saved.get("uid") else None
+
+
+def same_task_instance(found: dict, job: dict) -> bool:
+    """Whether an object (a Job, a ConfigMap) was made for the same task instance as `job`."""
+    theirs = identity_labels(found["metadata"].get("labels") or {})
+    return bool(theirs) and theirs == identity_labels(job["metadata"]["labels"])
