@@ -7,16 +7,15 @@ submitting, waiting, logs, results, cleanup and kills are VolcanoJobOperator's.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_volcano.hostfile_launch import DEFAULT_PORT, DEFAULT_SSH_WAIT_TIMEOUT, HostfileLaunch
-from airflow_volcano.manifest import PyTorchJobRequest
+from airflow_volcano.hostfile_launch import DEFAULT_PORT, DEFAULT_SSH_WAIT_TIMEOUT
+from airflow_volcano.manifest import JobKind
 from airflow_volcano.operators.master_worker import MasterWorkerJobOperator
 
 if TYPE_CHECKING:
-    from airflow.sdk import Context
+    pass
 
 
 class VolcanoDeepSpeedJobOperator(MasterWorkerJobOperator):
@@ -48,6 +47,7 @@ class VolcanoDeepSpeedJobOperator(MasterWorkerJobOperator):
 
     template_fields: Sequence[str] = (*MasterWorkerJobOperator.template_fields, "slots_per_worker",
                                       "launcher_options")
+    job_kind = JobKind.HOSTFILE
 
     def __init__(
         self,
@@ -66,8 +66,3 @@ class VolcanoDeepSpeedJobOperator(MasterWorkerJobOperator):
         super().__init__(**kwargs)
         self.launcher, self.slots_per_worker, self.port = launcher, slots_per_worker, port
         self.launcher_options, self.ssh_wait_timeout = launcher_options, ssh_wait_timeout
-
-    def _job_request(self, context: Context | None) -> PyTorchJobRequest:
-        launch = HostfileLaunch(launcher=self.launcher, slots_per_worker=self.slots_per_worker, port=self.port,
-                                ssh_wait_timeout=self.ssh_wait_timeout, options=self.launcher_options or ())
-        return dataclasses.replace(super()._job_request(context), hostfile_launch=launch)

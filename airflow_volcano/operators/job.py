@@ -13,12 +13,14 @@ parsing a DAG stays cheap.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import os
 import secrets
 from collections.abc import Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import yaml
 from airflow.sdk import BaseOperator
@@ -34,9 +36,11 @@ from airflow_volcano.job_ref import JobRef
 from airflow_volcano.links import LINKS, link_urls
 from airflow_volcano.manifest import (
     DEFAULT_DEBUG_TIMEOUT,
+    JobKind,
     JobManifests,
-    PyTorchJobRequest,
+    JobRequest,
     TrainingScript,
+    arguments,
     build_manifests,
     default_job_name,
     load_job_template,
@@ -151,6 +155,7 @@ class VolcanoJobOperator(BaseOperator):
     }
     ui_color = "#f37021"
     operator_extra_links = LINKS
+    job_kind: ClassVar[JobKind] = JobKind.GENERIC  # which Job the arguments build (see manifest.JobKind)
 
     def __init__(
         self,
@@ -289,24 +294,13 @@ class VolcanoJobOperator(BaseOperator):
     def _default_name_limit(self) -> int:
         return max_job_name_length(["master", "worker"], max_index=9)
 
-    def _job_request(self, context: Context | None) -> PyTorchJobRequest:
-        """The arguments as the manifest builder takes them; a specialisation adds its own."""
-        return PyTorchJobRequest(
-            name=self.name, namespace=self.namespace, image=self.image, command=self.command, args=self.args,
-            env=self.env, resources=self.container_resources, node_selector=self.node_selector,
-            tolerations=self.tolerations, volumes=self.volumes, volume_mounts=self.volume_mounts,
-            service_account_name=self.service_account_name, image_pull_policy=self.image_pull_policy,
-            image_pull_secrets=self.image_pull_secrets, labels=self.labels, annotations=self.annotations,
-            priority_class_name=self.priority_class_name, queue=self.volcano_queue, scheduler_name=self.scheduler_name,
-            min_available=self.min_available, max_retry=self.max_retry,
-            ttl_seconds_after_finished=self.ttl_seconds_after_finished, policies=self.policies,
-            retryable_exit_codes=self.retryable_exit_codes, restart_scope=self.restart_scope,
-            restart_policy=self.restart_policy, extra_plugins=self.extra_plugins, tensorboard=self.tensorboard,
-            debug=bool(self.debug) or None, debug_timeout=self.debug_timeout,
-            training_script=self._read_training_script(),
-            job_template=self._parsed_job_template(context), full_job_spec=self.full_job_spec,
-            all_tasks=True, main_task=self.main_task,
-        )
+    def _job_request(self, context: Context | None) -> JobRequest:
+        """The arguments as the one request the manifest builder takes: every argument of this
+        operator's signature that is a JobRequest field, by name; the files are read here."""
+        values = {name: getattr(self, name) for name in _request_arguments(type(self))}
+        values.update(debug=bool(self.debug) or None, training_script=self._read_training_script(),
+                      job_template=self._parsed_job_template(context))
+        return JobRequest(kind=self.job_kind, **values)
 
     def _log_pods(self, job: dict, main: str) -> list[tuple[str, str | None]]:
         """The pods (and containers) `log_tasks` copies into the task log; the main pod is get_logs'."""
@@ -574,6 +568,15 @@ class VolcanoJobOperator(BaseOperator):
 
         state = (states.get(ti.run_id) or {}).get(task_state_key(ti.task_id, ti.map_index))
         return str(getattr(state, "value", state)) == "running"
+
+
+@functools.cache
+def _request_arguments(operator: type) -> tuple[str, ...]:
+    """The JobRequest fields an operator class takes as arguments (its and its bases' signatures)."""
+    fields = set(arguments()) - {"debug", "training_script", "job_template"}  # (converted by _job_request)
+    names = {name for cls in operator.__mro__ if "__init__" in vars(cls)
+             for name in inspect.signature(cls.__init__).parameters}
+    return tuple(sorted(fields & names))
 
 
 def _folders(parameter: str, value: Sequence[str] | None) -> list[str] | None:

@@ -6,15 +6,14 @@ per-role resources and the master's policies. What the pods run is the subclass'
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_volcano.manifest import DEFAULT_MASTER, DEFAULT_WORKER, PyTorchJobRequest, max_job_name_length
+from airflow_volcano.manifest import DEFAULT_MASTER, DEFAULT_WORKER, max_job_name_length
 from airflow_volcano.operators.job import VolcanoJobOperator
 
 if TYPE_CHECKING:
-    from airflow.sdk import Context
+    pass
 
 
 class MasterWorkerJobOperator(VolcanoJobOperator):
@@ -62,11 +61,3 @@ class MasterWorkerJobOperator(VolcanoJobOperator):
             max_index = 0  # validation reports the bad value with its parameter name
         names = [self.master_task_name or DEFAULT_MASTER, self.worker_task_name or DEFAULT_WORKER]
         return max_job_name_length(names, max_index=max_index)
-
-    def _job_request(self, context: Context | None) -> PyTorchJobRequest:
-        return dataclasses.replace(
-            super()._job_request(context), all_tasks=None, main_task=None,
-            worker_replicas=self.worker_replicas, master_task_name=self.master_task_name,
-            worker_task_name=self.worker_task_name, master_resources=self.master_resources,
-            worker_resources=self.worker_resources, master_policies=self.master_policies,
-        )

@@ -8,15 +8,14 @@ VolcanoJobOperator's.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_volcano.manifest import PyTorchJobRequest
+from airflow_volcano.manifest import JobKind
 from airflow_volcano.operators.master_worker import MasterWorkerJobOperator
 
 if TYPE_CHECKING:
-    from airflow.sdk import Context
+    pass
 
 
 class VolcanoPyTorchJobOperator(MasterWorkerJobOperator):
@@ -43,6 +42,7 @@ class VolcanoPyTorchJobOperator(MasterWorkerJobOperator):
     """
 
     template_fields: Sequence[str] = (*MasterWorkerJobOperator.template_fields, "nproc_per_node", "torchrun_options")
+    job_kind = JobKind.PYTORCH
 
     def __init__(
         self,
@@ -59,11 +59,4 @@ class VolcanoPyTorchJobOperator(MasterWorkerJobOperator):
         self.port = port
         self.launcher, self.nproc_per_node = launcher, nproc_per_node
         self.max_restarts, self.torchrun_options = max_restarts, torchrun_options
-        self.wait_for_master = wait_for_master
-
-    def _job_request(self, context: Context | None) -> PyTorchJobRequest:
-        return dataclasses.replace(
-            super()._job_request(context), port=self.port, launcher=self.launcher,
-            nproc_per_node=self.nproc_per_node, max_restarts=self.max_restarts,
-            torchrun_options=self.torchrun_options, wait_for_master=self.wait_for_master or None,
-        )
+        self.wait_for_master = wait_for_master or None

@@ -292,12 +292,14 @@ def test_secret_looking_env_values_are_masked_in_rendered_manifests_dry_run_and_
 
 
 def built(try_number: int = 1, default_name: str = "retrain-train-abc123", **kwargs):
-    from airflow_volcano.manifest import PyTorchJobRequest, build_manifests, run_labels
+    from airflow_volcano.manifest import build_manifests, run_labels
+
+    from .test_manifest import request
 
     labels = run_labels(dag_id="retrain", task_id="train", run_id="manual", try_number=try_number, map_index=-1)
     kwargs.setdefault("image", "img:1")
     kwargs.setdefault("training_script", SCRIPT)
-    return build_manifests(PyTorchJobRequest(**kwargs), run_labels=labels, default_name=default_name)
+    return build_manifests(request(**kwargs), run_labels=labels, default_name=default_name)
 
 
 def test_the_request_hash_is_the_same_for_every_try_of_the_same_arguments():

@@ -13,7 +13,8 @@ from airflow_volcano.constants import MANAGED_BY_LABEL, SCRIPT_MOUNT_PATH
 from airflow_volcano.exceptions import JobSpecError
 from airflow_volcano.hostfile_launch import ARGV_SHIM, LAUNCH_SCRIPT, SESSION_SCRIPT, SSHD_SCRIPT, HostfileLaunch
 from airflow_volcano.manifest import (
-    PyTorchJobRequest,
+    JobKind,
+    JobRequest,
     TrainingScript,
     build_manifests,
     default_job_name,
@@ -42,13 +43,23 @@ def seed() -> dict:
     return yaml.safe_load(SEED_YAML.read_text())
 
 
+def request(**kwargs) -> JobRequest:
+    """The request an operator builds; `hostfile_launch=HostfileLaunch(...)` stands for the DeepSpeed
+    operator's launch arguments."""
+    launch = kwargs.pop("hostfile_launch", None)
+    if launch is not None:
+        kwargs.update(kind=JobKind.HOSTFILE, launcher=launch.launcher, slots_per_worker=launch.slots_per_worker,
+                      port=launch.port, ssh_wait_timeout=launch.ssh_wait_timeout, launcher_options=launch.options)
+    return JobRequest(**kwargs)
+
+
 def build(**kwargs):
     kwargs.setdefault("image", "img:1")
-    return build_manifests(PyTorchJobRequest(**kwargs), run_labels=LABELS, default_name="retrain-train-abc123")
+    return build_manifests(request(**kwargs), run_labels=LABELS, default_name="retrain-train-abc123")
 
 
 def build_template(template: dict, **kwargs):
-    return build_manifests(PyTorchJobRequest(job_template=template, **kwargs), run_labels=LABELS,
+    return build_manifests(request(job_template=template, **kwargs), run_labels=LABELS,
                            default_name="retrain-train-abc123")
 
 
@@ -79,7 +90,7 @@ def test_seed_000_from_operator_arguments_matches_the_seed_yaml_field_by_field()
     expected = seed()
     manifests = build(
         name="pytorch-job-with-configmap", image="pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime",
-        image_pull_policy="IfNotPresent", worker_replicas=2, resources={"cpu": "1", "memory": "2Gi"},
+        image_pull_policy="IfNotPresent", worker_replicas=2, container_resources={"cpu": "1", "memory": "2Gi"},
         env={"PYTHONUNBUFFERED": "1"},
         # Our default is Never (+ PodFailed/PodEvicted -> RestartJob) so Volcano sees a failed rank;
         # the seed's OnFailure is one argument away.
@@ -121,7 +132,7 @@ def test_seed_000_from_operator_arguments_matches_the_seed_yaml_field_by_field()
 def test_seed_yaml_as_template_submits_unchanged_apart_from_labels_and_namespace():
     for namespace in (None, "ml"):
         job = build_manifests(
-            PyTorchJobRequest(job_template=load_job_template(SEED_YAML.read_text(), source=str(SEED_YAML)),
+            JobRequest(job_template=load_job_template(SEED_YAML.read_text(), source=str(SEED_YAML)),
                               namespace=namespace),
             run_labels=LABELS, default_name="unused").job
         assert job["metadata"].pop("labels") == LABELS
@@ -145,7 +156,7 @@ def test_explicit_argument_beats_template_which_beats_default():
     kept = build_template(template).job
     assert kept["spec"]["queue"] == "q1"
     assert "maxRetry" not in kept["spec"] and "svc" not in kept["spec"]["plugins"], "no defaults injected"
-    overridden = build_template(template, queue="q2", worker_replicas=5, image="new:2", max_retry=2).job
+    overridden = build_template(template, volcano_queue="q2", worker_replicas=5, image="new:2", max_retry=2).job
     assert overridden["spec"]["queue"] == "q2" and overridden["spec"]["maxRetry"] == 2
     assert task(overridden, "worker")["replicas"] == 5
     assert container(overridden, "master")["image"] == container(overridden, "worker")["image"] == "new:2"
@@ -160,7 +171,7 @@ def test_template_keeps_gang_scheduling_when_worker_replicas_change():
 
 def test_template_pod_arguments_reach_master_and_worker():
     job = build_template(seed(), node_selector={"pool": "gpu"}, image_pull_secrets=["regcred"],
-                         resources={"gpu": 1}, env={"A": "1"}, service_account_name="trainer").job
+                         container_resources={"gpu": 1}, env={"A": "1"}, service_account_name="trainer").job
     for name in ("master", "worker"):
         pod = task(job, name)["template"]["spec"]
         assert pod["nodeSelector"] == {"pool": "gpu"} and pod["imagePullSecrets"] == [{"name": "regcred"}]
@@ -183,7 +194,7 @@ def test_port_and_task_names_rewrite_the_plugin_and_keep_other_flags():
 def test_full_job_spec_is_used_as_is_apart_from_name_namespace_labels():
     spec = seed()
     del spec["metadata"]["name"]
-    job = build_manifests(PyTorchJobRequest(full_job_spec=spec, namespace="ml", annotations={"team": "a"}),
+    job = build_manifests(JobRequest(full_job_spec=spec, namespace="ml", annotations={"team": "a"}),
                           run_labels=LABELS, default_name="retrain-train-abc123").job
     assert job["metadata"] == {"name": "retrain-train-abc123", "namespace": "ml", "labels": LABELS,
                                "annotations": {"team": "a"}}
@@ -236,7 +247,7 @@ def test_zero_workers_leaves_only_the_master():
 
 
 def test_gpu_shorthand_and_per_role_resources():
-    job = build(resources={"cpu": "2", "gpu": 1}, worker_resources={"memory": "8Gi"},
+    job = build(container_resources={"cpu": "2", "gpu": 1}, worker_resources={"memory": "8Gi"},
                 master_resources={"requests": {"cpu": "500m"}}).job
     assert container(job, "worker")["resources"] == {
         "requests": {"cpu": "2", "nvidia.com/gpu": "1", "memory": "8Gi"},
@@ -305,7 +316,7 @@ def test_templated_numbers_as_strings_are_accepted():
     ({"image_pull_policy": "Sometimes"}, "image_pull_policy must be one of Always, IfNotPresent, Never; got "
                                          "'Sometimes'"),
     ({"restart_policy": "Maybe"}, "restart_policy must be one of Always, Never, OnFailure; got 'Maybe'"),
-    ({"queue": ""}, "queue must be a non-empty string, got ''"),
+    ({"volcano_queue": ""}, "queue must be a non-empty string, got ''"),
     ({"scheduler_name": 7}, "scheduler_name must be a non-empty string, got 7"),
     ({"env": [{"name": "1 bad", "value": "x"}]}, "env: invalid environment variable {'name': '1 bad'"),
     ({"env": [{"name": "N", "value": 3}]}, "env: the value of 'N' must be a string, got 3"),
@@ -317,13 +328,13 @@ def test_templated_numbers_as_strings_are_accepted():
     ({"node_selector": {"bad key": "x"}}, "node_selector: invalid key 'bad key'"),
     ({"extra_plugins": {"horovod": []}}, "extra_plugins: unknown Volcano plugin 'horovod'"),
     ({"extra_plugins": {"ssh": "yes"}}, "extra_plugins['ssh'] must be a list, got 'yes'"),
-    ({"resources": {"gpus": 1}}, "resources: unknown resource 'gpus'"),
+    ({"container_resources": {"gpus": 1}}, "resources: unknown resource 'gpus'"),
     ({"worker_resources": {"memory": "lots"}}, "worker_resources: 'memory' must be a quantity >= 0 such as 2, 500m "
                                                "or 4Gi, got 'lots'"),
-    ({"resources": {"cpu": "-1"}}, "resources: 'cpu' must be a quantity >= 0"),
+    ({"container_resources": {"cpu": "-1"}}, "resources: 'cpu' must be a quantity >= 0"),
     ({"env": [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]}, "env: each variable once; given more "
                                                                          "than once: 'A'"),
-    ({"resources": {"cpu": 1, "limits": {"cpu": 2}}}, "resources: give either the shorthand"),
+    ({"container_resources": {"cpu": 1, "limits": {"cpu": 2}}}, "resources: give either the shorthand"),
     ({"training_script": TrainingScript("my script.py", "")}, "training_script: file name 'my script.py'"),
     ({"training_script": TrainingScript("big.py", "#" * (1024 * 1024))}, "training_script 'big.py' is 1048582 "
                                                                          "bytes; a ConfigMap holds at most 1048576"),
@@ -455,7 +466,7 @@ def test_default_name_is_shortened_for_a_templates_longer_task_names():
     template["spec"]["tasks"][1]["name"] = "w" * 40
     template["spec"]["plugins"]["pytorch"][1] = "--worker=" + "w" * 40
     default = default_job_name("retraining-pipeline", "train", suffix="abc123", max_len=54)
-    job = build_manifests(PyTorchJobRequest(job_template=template), run_labels=LABELS, default_name=default).job
+    job = build_manifests(JobRequest(job_template=template), run_labels=LABELS, default_name=default).job
     name = job["metadata"]["name"]
     assert name.endswith("-abc123") and len(f"{name}-{'w' * 40}-1") <= 63
 
@@ -800,7 +811,7 @@ def mpi_like_template() -> dict:
 
 
 def test_any_job_gets_the_pod_arguments_in_every_task_and_keeps_its_own_shape():
-    manifests = build_template(mpi_like_template(), all_tasks=True, image="new:2", env={"A": "1"},
+    manifests = build_template(mpi_like_template(), kind=JobKind.GENERIC, image="new:2", env={"A": "1"},
                                node_selector={"pool": "cpu"}, training_script=SCRIPT)
     job = manifests.job
     assert manifests.main_task == "launcher", "no pytorch plugin: the first task"
@@ -811,15 +822,15 @@ def test_any_job_gets_the_pod_arguments_in_every_task_and_keeps_its_own_shape():
         assert container(job, name)["image"] == "new:2"
         assert container(job, name)["command"] == ["python", f"{SCRIPT_MOUNT_PATH}/train.py"]
         assert {"name": "A", "value": "1"} in container(job, name)["env"]
-    assert build_template(mpi_like_template(), all_tasks=True, main_task="runner").main_task == "runner"
-    assert build_template(seed(), all_tasks=True).main_task == "master", "the pytorch plugin's master"
+    assert build_template(mpi_like_template(), kind=JobKind.GENERIC, main_task="runner").main_task == "runner"
+    assert build_template(seed(), kind=JobKind.GENERIC).main_task == "master", "the pytorch plugin's master"
 
 
 def test_any_job_needs_a_template_and_an_existing_main_task():
     with pytest.raises(JobSpecError, match="job_template or full_job_spec is required"):
-        build_manifests(PyTorchJobRequest(all_tasks=True, image="x"), run_labels=LABELS, default_name="a-b-c")
+        build_manifests(JobRequest(kind=JobKind.GENERIC, image="x"), run_labels=LABELS, default_name="a-b-c")
     assert "main_task 'chief': the job has no such task (tasks: launcher, runner)" in template_error(
-        mpi_like_template(), all_tasks=True, main_task="chief")
+        mpi_like_template(), kind=JobKind.GENERIC, main_task="chief")
 
 
 def test_a_trailing_newline_does_not_pass_for_a_valid_name_or_label():

@@ -1,0 +1,301 @@
+"""The one request every operator builds from its arguments (`JobRequest`), and its checks.
+
+An argument is declared once, as a field of `JobRequest` named like the operator's argument, with
+the check that validates (and, for templated numbers, converts) it; `normalize` runs those checks and
+the rules that relate arguments to each other, before anything is built or submitted. Every error
+names the parameter and the bad value. `None` means "not given": an explicit argument overrides
+`job_template`, which overrides the built-in defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from airflow_volcano.exceptions import JobSpecError
+from airflow_volcano.hostfile_launch import HostfileLaunch
+from airflow_volcano.kubelet import ExpandVars, container_string
+from airflow_volcano.manifest.checks import (
+    CONFIGMAP_KEY,
+    PULL_POLICIES,
+    RESTART_POLICIES,
+    check_key,
+    check_label,
+    check_not_reserved,
+    check_shell_env_names,
+    check_type,
+    choice,
+    env_list,
+    integer,
+    resource_requirements,
+    seconds,
+)
+from airflow_volcano.manifest.launchers import DEFAULT_DEBUG_TIMEOUT, hostfile_options, torchrun_options
+from airflow_volcano.manifest.names import DNS_LABEL
+from airflow_volcano.manifest.policies import (
+    DEFAULT_RETRYABLE_EXIT_CODES,
+    RESTART_SCOPES,
+    exit_code_policies,
+    validate_policies,
+)
+
+MAX_CONFIGMAP_BYTES = 1024 * 1024
+TENSORBOARD_PORT = 6006
+TENSORBOARD_KEYS = {"logdir", "image", "port", "resources"}
+
+
+class JobKind(StrEnum):
+    """Which Job the request builds, and so where its pod arguments go."""
+
+    GENERIC = "generic"  # VolcanoJobOperator: the Job a template describes; pod arguments to every task
+    PYTORCH = "pytorch"  # master and workers with Volcano's pytorch plugin (python or torchrun)
+    HOSTFILE = "hostfile"  # master and workers, the master launching over ssh (DeepSpeed, mpirun)
+
+
+@dataclass(frozen=True)
+class TrainingScript:
+    """A local training script already read by the caller."""
+
+    filename: str
+    content: str
+
+
+# A check: (parameter, value) -> the value to use (templated numbers converted); raises JobSpecError.
+Check = Callable[[str, Any], Any]
+
+
+def argument(check: Check | None = None, default: Any = None) -> Any:
+    """A field of JobRequest: an operator argument and the check `normalize` runs on it when given."""
+    return field(default=default, metadata={"check": check})
+
+
+def _integer(minimum: int, maximum: int | None = None, why: str = "") -> Check:
+    return lambda parameter, value: integer(parameter, value, minimum, maximum, why)
+
+
+def _text(parameter: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise JobSpecError(f"{parameter} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _dns_label(parameter: str, value: Any) -> str:
+    _text(parameter, value)
+    if not DNS_LABEL.match(value) or len(value) > 63:
+        raise JobSpecError(f"{parameter} {value!r} is not a DNS label (lowercase letters, digits and '-', <= 63)")
+    return value
+
+
+def _one_of(allowed: set[str]) -> Check:
+    def check(parameter: str, value: Any) -> Any:
+        choice(parameter, value, allowed)
+        return value
+
+    return check
+
+
+def _list_of(*kinds: type) -> Check:
+    def check(parameter: str, value: Any) -> Any:
+        check_type(parameter, value, list, kinds)
+        return value
+
+    return check
+
+
+def _mapping(parameter: str, value: Any) -> Any:
+    check_type(parameter, value, dict)
+    return value
+
+
+def _labels(parameter: str, value: Any) -> Any:
+    check_type(parameter, value, dict)
+    for key, label in value.items():
+        check_label(parameter, str(key), str(label))
+    if parameter == "labels":
+        check_not_reserved(parameter, value)
+    return value
+
+
+def _annotations(parameter: str, value: Any) -> Any:
+    check_type(parameter, value, dict)
+    for key in value:
+        check_key(parameter, str(key))
+    check_not_reserved(parameter, value)
+    return value
+
+
+def _policies(parameter: str, value: Any) -> Any:
+    check_type(parameter, value, list, dict)
+    validate_policies(parameter, value)
+    return value
+
+
+def _plugins(parameter: str, value: Any) -> Any:
+    check_type(parameter, value, dict)
+    for plugin, plugin_args in value.items():
+        check_type(f"{parameter}[{plugin!r}]", plugin_args, list, str)
+    return value
+
+
+def _resources(parameter: str, value: Any) -> Any:
+    resource_requirements(parameter, value)  # checked here, merged per role when built
+    return value
+
+
+def _env(parameter: str, value: Any) -> list[dict]:
+    # The process gets each value as given: `$(VAR)` is not expanded unless it is ExpandVars.
+    return [{**item, "value": container_string(item["value"])} if "value" in item else item
+            for item in env_list(value)]
+
+
+def _wait_for_master(parameter: str, value: Any) -> Any:
+    if not isinstance(value, bool) and (not isinstance(value, str) or not value.strip()):
+        raise JobSpecError(f"{parameter} must be True/False or the image of the init container (with sh and nc), "
+                           f"got {value!r}")
+    return value
+
+
+def _script(parameter: str, value: Any) -> Any:
+    check_script(value)
+    return value
+
+
+def _tensorboard(parameter: str, value: Any) -> Any:
+    return tensorboard_options(value)
+
+
+@dataclass
+class JobRequest:
+    """The operators' arguments for building a Job (see the operators' docstrings and the README for
+    each). A field is an operator argument of the same name; `kind` says which Job it builds."""
+
+    kind: JobKind = JobKind.PYTORCH
+    # -- the Job ------------------------------------------------------------------------------------
+    name: str | None = argument(_text)
+    namespace: str | None = argument(_dns_label)
+    job_template: dict | None = argument(_mapping)  # parsed by the operator (a file or text)
+    full_job_spec: dict | None = argument(_mapping)
+    main_task: str | None = argument(_dns_label)  # GENERIC: the task whose pod 0 is followed
+    labels: dict[str, str] | None = argument(_labels)
+    annotations: dict[str, str] | None = argument(_annotations)
+    priority_class_name: str | None = argument(_text)
+    volcano_queue: str | None = argument(_text)
+    scheduler_name: str | None = argument(_text)
+    # Volcano's webhook treats 0 as "unset" and substitutes a default: refuse it rather than surprise.
+    min_available: int | str | None = argument(_integer(1, None, " (Volcano's webhook turns 0 into all replicas)"))
+    max_retry: int | str | None = argument(_integer(1, None, " (Volcano's webhook turns 0 into 3)"))
+    ttl_seconds_after_finished: int | str | None = argument(_integer(0))
+    policies: list[dict] | None = argument(_policies)
+    retryable_exit_codes: list[int] | None = argument()  # checked with restart_scope, as they build policies
+    restart_scope: str | None = argument(_one_of(set(RESTART_SCOPES)))
+    extra_plugins: dict[str, list[str]] | None = argument(_plugins)
+    tensorboard: dict[str, Any] | None = argument(_tensorboard)
+    # -- the pods -----------------------------------------------------------------------------------
+    image: str | None = argument(_text)
+    command: list[str] | None = argument(_list_of(str, int, float, ExpandVars))
+    args: list[str] | None = argument(_list_of(str, int, float, ExpandVars))
+    env: list[dict] | dict[str, Any] | None = argument(_env)
+    container_resources: dict | None = argument(_resources)
+    node_selector: dict[str, str] | None = argument(_labels)
+    tolerations: list[dict] | None = argument(_list_of(dict))
+    volumes: list[dict] | None = argument(_list_of(dict))
+    volume_mounts: list[dict] | None = argument(_list_of(dict))
+    service_account_name: str | None = argument(_text)
+    image_pull_policy: str | None = argument(_one_of(PULL_POLICIES))
+    image_pull_secrets: list[str] | None = argument(_list_of(str, int, float))
+    restart_policy: str | None = argument(_one_of(RESTART_POLICIES))
+    training_script: TrainingScript | None = argument(_script)  # read by the operator
+    debug: bool | None = argument()
+    debug_timeout: float | str = argument(seconds, DEFAULT_DEBUG_TIMEOUT)  # seconds the debug pods may live
+    # -- master and workers (PYTORCH, HOSTFILE) ------------------------------------------------------
+    worker_replicas: int | str | None = argument(_integer(0))
+    master_task_name: str | None = argument(_dns_label)
+    worker_task_name: str | None = argument(_dns_label)
+    master_resources: dict | None = argument(_resources)
+    worker_resources: dict | None = argument(_resources)
+    master_policies: list[dict] | None = argument(_policies)
+    port: int | str | None = argument(_integer(1, 65535))
+    launcher: str | None = argument()  # checked by kind: python/torchrun, or deepspeed/mpirun
+    # -- PYTORCH ------------------------------------------------------------------------------------
+    nproc_per_node: int | str | None = argument()  # an int or torchrun's names: checked with the launcher
+    max_restarts: int | str | None = argument(_integer(0))
+    torchrun_options: list[str] | None = argument()  # checked with the launcher
+    wait_for_master: bool | str | None = argument(_wait_for_master)
+    # -- HOSTFILE -----------------------------------------------------------------------------------
+    slots_per_worker: int | str | None = argument(_integer(1))
+    launcher_options: list[str] | None = argument()  # checked with the launcher
+    ssh_wait_timeout: int | str | None = argument(_integer(1))
+    # Not an argument: the checked launch of a HOSTFILE Job, set by `normalize`.
+    hostfile_launch: HostfileLaunch | None = field(default=None, metadata={"check": None, "derived": True})
+
+
+def arguments(request_type: type = JobRequest) -> list[str]:
+    """The names of JobRequest's fields that are operator arguments."""
+    return [item.name for item in dataclasses.fields(request_type)
+            if item.name != "kind" and not item.metadata.get("derived")]
+
+
+def normalize(req: JobRequest) -> JobRequest:
+    """Check every given argument (its own check, then the rules relating arguments) and convert
+    templated numbers; returns a checked copy."""
+    changes: dict[str, Any] = {}
+    for item in dataclasses.fields(req):
+        check, value = item.metadata.get("check"), getattr(req, item.name)
+        if check is not None and value is not None:
+            changes[item.name] = check(item.name, value)
+    req = dataclasses.replace(req, **changes)
+    changes = {}
+    if req.master_task_name and req.master_task_name == req.worker_task_name:
+        raise JobSpecError(f"duplicate task name {req.master_task_name!r}: master_task_name and worker_task_name "
+                           "must differ")
+    if req.retryable_exit_codes is not None or req.restart_scope is not None:
+        if req.policies is not None:
+            raise JobSpecError("policies cannot be combined with retryable_exit_codes/restart_scope, which build the "
+                               "Job's policies: give one or the other")
+        check_type("retryable_exit_codes", req.retryable_exit_codes, list, int)
+        codes = [integer("retryable_exit_codes", code, 1, 255) for code in req.retryable_exit_codes or []]
+        if len(set(codes)) != len(codes):
+            raise JobSpecError(f"retryable_exit_codes: duplicate exit code in {codes!r}")
+        changes["policies"] = exit_code_policies(DEFAULT_RETRYABLE_EXIT_CODES if req.retryable_exit_codes is None
+                                                 else codes, req.restart_scope or "job")
+    if req.kind is JobKind.HOSTFILE:
+        check_shell_env_names("env", req.env or [])
+        changes["hostfile_launch"] = hostfile_options(req)
+    else:
+        changes.update(torchrun_options(req))
+    return dataclasses.replace(req, **changes)
+
+
+def check_script(script: TrainingScript) -> None:
+    if not isinstance(script, TrainingScript):
+        raise JobSpecError(f"training_script must be a TrainingScript, got {script!r}")
+    if not CONFIGMAP_KEY.match(script.filename) or len(script.filename) > 253:
+        raise JobSpecError(f"training_script: file name {script.filename!r} is not a valid ConfigMap key "
+                           "(letters, digits, '-', '_', '.')")
+    size = len(script.content.encode()) + len(script.filename.encode())
+    if size > MAX_CONFIGMAP_BYTES:
+        raise JobSpecError(f"training_script {script.filename!r} is {size} bytes; a ConfigMap holds at most "
+                           f"{MAX_CONFIGMAP_BYTES}: bake it into the image or mount a volume instead")
+
+
+def tensorboard_options(options: Any) -> dict[str, Any]:
+    check_type("tensorboard", options, dict)
+    unknown = sorted(set(options) - TENSORBOARD_KEYS)
+    if unknown:
+        raise JobSpecError(f"tensorboard: unknown key(s) {', '.join(map(repr, unknown))} "
+                           f"(known: {', '.join(sorted(TENSORBOARD_KEYS))})")
+    logdir = options.get("logdir")
+    if not isinstance(logdir, str) or not logdir.startswith("/"):
+        raise JobSpecError(f"tensorboard: logdir must be an absolute path in the master's file system, got {logdir!r}")
+    checked = {"logdir": logdir.rstrip("/") or "/", "port": TENSORBOARD_PORT}
+    if options.get("port") is not None:
+        checked["port"] = integer("tensorboard: port", options["port"], 1, 65535)
+    if options.get("image") is not None:
+        if not isinstance(options["image"], str) or not options["image"].strip():
+            raise JobSpecError(f"tensorboard: image must be a non-empty string, got {options['image']!r}")
+        checked["image"] = options["image"]
+    checked["resources"] = resource_requirements("tensorboard: resources", options.get("resources"))
+    return checked
