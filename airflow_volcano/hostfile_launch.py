@@ -1,4 +1,4 @@
-"""Launching over ssh from a hostfile (seed 003): DeepSpeed's `deepspeed --hostfile` or OpenMPI's `mpirun`.
+"""Launching over ssh from a hostfile: DeepSpeed's `deepspeed --hostfile` or OpenMPI's `mpirun`.
 
 Pure: the options, and the files, commands and environment of the Job's pods. The pods run shell
 scripts kept as files in airflow_volcano/shell/ (checked by shellcheck), shipped unchanged in the
@@ -13,7 +13,7 @@ argument, never written into a script.
   restores it, so the ranks see what the pod sees without the launcher passing values on its
   command line (DeepSpeed's runner prints that command, with any value it exports).
 - The master (airflow-volcano-launch.sh) writes the hostfile (`<host> slots=<n>` per worker;
-  DeepSpeed and OpenMPI read the same syntax; seed 003's `slot=` is a typo DeepSpeed ignores), waits
+  DeepSpeed and OpenMPI read the same syntax; `slot=`, seen in examples, is ignored by DeepSpeed), waits
   until every worker accepts an ssh login, then runs the launcher through airflow-volcano-argv.py,
   which carries the script's arguments to every rank's sys.argv exactly (DeepSpeed's runner would
   otherwise hand them to a shell on each worker). The master only launches: it is not in the

@@ -48,7 +48,7 @@ from airflow_volcano.manifest.request import (
     normalize,
 )
 
-# The built-in skeleton's defaults (Volcano's own, and seed 000's Job's).
+# The built-in skeleton's defaults (Volcano's own, and those of Volcano's PyTorch example Job).
 DEFAULT_PORT = 23456  # the pytorch plugin's MASTER_PORT
 DEFAULT_QUEUE, DEFAULT_SCHEDULER, DEFAULT_MAX_RETRY = "default", "volcano", 3
 

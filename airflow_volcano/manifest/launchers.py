@@ -1,6 +1,7 @@
 """What the pods of a Job run: PyTorch's launchers (python, torchrun), a hostfile launch over ssh
 (DeepSpeed, OpenMPI's mpirun), Volcano's wait-for-master init container, and debug mode (pods that
-sleep instead of training, for a user to open a shell in; T9k's debug mode)."""
+sleep instead of training, for a user to open a shell in, as in the debug mode of T9k's training
+jobs; T9k is a Kubernetes platform for ML training)."""
 
 from __future__ import annotations
 
@@ -171,7 +172,7 @@ def apply_wait_for_master(job: dict, req: JobRequest) -> None:
         plugin.append(f"--wait-master-image={req.wait_for_master}")
 
 
-# Debug mode (T9k's: the pods come up as configured, but sleep instead of training): a pod sleeps the
+# Debug mode (the pods come up as configured, but sleep instead of training): a pod sleeps the
 # task's debug_timeout and this margin at most, counted from its own start, so it ends by itself even if
 # the task's worker (which deletes the Job after debug_timeout, counted once every pod runs) is gone.
 DEBUG_POD_MARGIN_SECONDS = 60

@@ -9,7 +9,8 @@ from typing import Any
 from airflow_volcano.exceptions import JobSpecError
 
 DEFAULT_MASTER_POLICIES = [{"event": "TaskCompleted", "action": "CompleteJob"}]
-# DDP cannot lose a rank: an evicted pod, or one killed by a signal (T9k's retryable exit codes:
+# DDP cannot lose a rank: an evicted pod, or one killed by a signal (the retryable exit codes of T9k's
+# PyTorchTrainingJob; T9k is a Kubernetes platform for ML training:
 # SIGINT 130, SIGKILL/OOM 137, SIGUSR2 138, SIGTERM 143), restarts the whole gang within
 # max_retry; any other failure is a bug that a restart would only repeat, so it ends the Job at
 # once. Pods default to restartPolicy Never so that Volcano sees every failure (a kubelet restart

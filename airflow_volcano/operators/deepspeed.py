@@ -1,4 +1,5 @@
-"""VolcanoDeepSpeedJobOperator: DeepSpeed (or OpenMPI's mpirun) over ssh from a hostfile (seed 003).
+"""VolcanoDeepSpeedJobOperator: DeepSpeed (or OpenMPI's mpirun) over ssh from a hostfile, the way
+Volcano runs MPI-style training (its ssh and svc plugins give the pods keys and host names).
 
 Only what is the launch's lives here: the ssh, svc and env plugins, sshd in the workers and the
 master's launch script (airflow_volcano.hostfile_launch). The roles are MasterWorkerJobOperator's;

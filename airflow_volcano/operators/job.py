@@ -98,7 +98,8 @@ class VolcanoJobOperator(BaseOperator):
     :param max_retry: Volcano's retry budget (default 3, at least 1).
     :param ttl_seconds_after_finished: Volcano garbage-collects the Job this long after it ends.
     :param policies: Job lifecycle policies, replacing those `retryable_exit_codes` builds.
-    :param retryable_exit_codes: exit codes that restart (default T9k's 130, 137, 138, 143);
+    :param retryable_exit_codes: exit codes that restart (default 130, 137, 138, 143: a signal, the
+        OOM killer or a preemption, as T9k, a Kubernetes ML platform, restarts its training jobs);
         any other failure ends the Job at once, naming the pod and its code.
     :param restart_scope: what a retryable exit or an eviction restarts: `job` (the gang, default)
         or `task`.
@@ -128,9 +129,10 @@ class VolcanoJobOperator(BaseOperator):
     :param on_kill_action: `delete_job` (default) or `keep_job`.
     :param if_job_exists: an earlier try's Job of this task instance: `reattach` (default),
         `fail` or `replace`.
-    :param debug: T9k's debug mode: the pods come up as configured but sleep instead of running
-        their command; the task log says how to open a shell in each (`kubectl exec`); the Job is
-        deleted after `debug_timeout` or when the task is marked success/failed. Waits in the worker.
+    :param debug: debug mode (as in T9k, a Kubernetes ML platform): the pods come up as configured
+        but sleep instead of running their command; the task log says how to open a shell in each
+        (`kubectl exec`); the Job is deleted after `debug_timeout` or when the task is marked
+        success/failed. Waits in the worker.
     :param debug_timeout: seconds the debug pods stay up (default 3600).
     :param deferrable: wait in the triggerer (default `[operators] default_deferrable`).
     :param poll_interval: seconds between pod checks while the Job has not started.
