@@ -1,13 +1,14 @@
 """VolcanoJobOperator: one DAG task runs any Volcano Job, from a template or a whole spec.
 
 VolcanoPyTorchJobOperator and VolcanoDeepSpeedJobOperator (through operators/master_worker.py) are
-this operator with arguments that build a master/worker Job; everything else (submit, reattach,
-wait, logs, results, cleanup, kill, deferral, debug mode) is here, once.
+this operator with arguments that build a master/worker Job.
 
-The operator only orchestrates: the manifest comes from `airflow_volcano.manifest` (pure), every
-cluster call goes through `VolcanoHook`, and waiting and finalizing are `airflow_volcano.job_runner`'s,
-shared with the sensor and the deferred path. The kubernetes client is imported lazily so that
-parsing a DAG stays cheap.
+The operator reads: build the manifests from its arguments (`airflow_volcano.manifest`, pure), submit
+or reattach (`airflow_volcano.submission`), wait (`airflow_volcano.job_runner`, or the trigger when
+deferrable), finalize (logs, result, cleanup, the failure's explanation; `job_runner`, shared with
+the sensor and the deferred path). What a kill or a failure does to the Job is decided here, from
+what Airflow says of the task instance. Every cluster call goes through `VolcanoHook`; the
+kubernetes client is imported lazily so that parsing a DAG stays cheap.
 """
 
 from __future__ import annotations
