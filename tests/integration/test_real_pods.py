@@ -730,6 +730,18 @@ def test_deepspeed_debug_mode_lets_a_user_run_the_launcher_by_hand(cluster, oper
     assert f"Volcano Job {cluster.namespace}/dsdbg was deleted: debug session over" in run.log
 
 
+def run_writer_pod(cluster, real_node: dict, name: str, program: str) -> None:
+    """A pod on the real node (container `master`) that runs a Python program writing its log, to its end."""
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+           "spec": {"restartPolicy": "Never", "schedulerName": "volcano", "nodeSelector": real_node["node_selector"],
+                    "tolerations": real_node["tolerations"],
+                    "containers": [{"name": "master", "image": real_node["image"], "imagePullPolicy": "IfNotPresent",
+                                    "command": ["python3", "-c", program]}]}}
+    cluster.core.create_namespaced_pod(cluster.namespace, pod)
+    cluster.wait_for("the writer to finish", lambda: cluster.core.read_namespaced_pod(
+        name, cluster.namespace).status.phase == "Succeeded", 120)
+
+
 def test_the_trigger_copies_a_real_containers_log_whole_in_one_streamed_read(
         cluster, operator_kubeconfig, real_node, monkeypatch):
     """The triggerer's log copy on a container the kubelet ran: 3,000 lines of Chinese (more than
@@ -744,14 +756,7 @@ def test_the_trigger_copies_a_real_containers_log_whole_in_one_streamed_read(
              "for i in range(3000):\n"
              "    line = f'{i:04d} ' + '训练' * 10 + '\\n'\n"
              "    sys.stdout.buffer.write(line.encode() if i != 1500 else b'1500 bad \\xff\\xfe\\n')\n")
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "tlog-master-0"},
-           "spec": {"restartPolicy": "Never", "schedulerName": "volcano", "nodeSelector": real_node["node_selector"],
-                    "tolerations": real_node["tolerations"],
-                    "containers": [{"name": "master", "image": real_node["image"], "imagePullPolicy": "IfNotPresent",
-                                    "command": ["python3", "-c", write]}]}}
-    cluster.core.create_namespaced_pod(cluster.namespace, pod)
-    cluster.wait_for("the writer to finish", lambda: cluster.core.read_namespaced_pod(
-        "tlog-master-0", cluster.namespace).status.phase == "Succeeded", 120)
+    run_writer_pod(cluster, real_node, "tlog-master-0", write)
     shown: list[str] = []
 
     class TaskLog:
@@ -802,14 +807,7 @@ def test_a_hostile_real_log_is_copied_escaped_and_cut_in_bounded_memory_in_both_
     from airflow_volcano.logs import MAX_LINE_BYTES, LogCursor
     from airflow_volcano.triggers.job import VolcanoJobTrigger
 
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hostile-master-0"},
-           "spec": {"restartPolicy": "Never", "schedulerName": "volcano", "nodeSelector": real_node["node_selector"],
-                    "tolerations": real_node["tolerations"],
-                    "containers": [{"name": "master", "image": real_node["image"], "imagePullPolicy": "IfNotPresent",
-                                    "command": ["python3", "-c", HOSTILE_WRITER]}]}}
-    cluster.core.create_namespaced_pod(cluster.namespace, pod)
-    cluster.wait_for("the writer to finish", lambda: cluster.core.read_namespaced_pod(
-        "hostile-master-0", cluster.namespace).status.phase == "Succeeded", 120)
+    run_writer_pod(cluster, real_node, "hostile-master-0", HOSTILE_WRITER)
     expected = ["before", "x\\r2999-01-01T00:00:00Z forged", "\\x1b[31mred\\x1b[0m 10%\\r 20%", "<cut>", "after"]
 
     def cut(lines: list[str]) -> list[str]:
