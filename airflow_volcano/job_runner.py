@@ -8,12 +8,13 @@ worker after `execute` and after a trigger fires.
 from __future__ import annotations
 
 import json
-import logging
 import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import structlog
 
 from airflow_volcano.constants import (
     CHECKED_LABEL,
@@ -54,7 +55,8 @@ if TYPE_CHECKING:
     # Kubernetes clients inside its event loop (see VolcanoJobTrigger._hook).
     from airflow_volcano.hooks.volcano import VolcanoHook
 
-log = logging.getLogger(__name__)
+# Airflow's task-time logger, as an operator's own `self.log` is: its lines are the task log's.
+log = structlog.get_logger(f"airflow.task.{__name__}")
 # How many troubled pods' events a failure report reads (one request each).
 EVENT_PODS = 5
 # How long a cleanup keeps retrying an apiserver it cannot reach before the task fails (and its next

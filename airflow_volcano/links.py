@@ -10,16 +10,17 @@ calls the cluster. No template, no link.
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import structlog
 from airflow.sdk import BaseOperatorLink
 
 if TYPE_CHECKING:
     from airflow.models.taskinstancekey import TaskInstanceKey
     from airflow.sdk import BaseOperator
 
-log = logging.getLogger(__name__)
+# Airflow's task-time logger, as an operator's own `self.log` is: its lines are the task log's.
+log = structlog.get_logger(f"airflow.task.{__name__}")
 
 
 class _VolcanoLink(BaseOperatorLink):

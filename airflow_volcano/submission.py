@@ -13,9 +13,10 @@ No Airflow operator state lives here: the operator passes what it knows.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+import structlog
 
 from airflow_volcano.constants import CHECKED_LABEL, REQUEST_HASH_ANNOTATION, IfJobExists
 from airflow_volcano.exceptions import JobSpecError, VolcanoApiError, VolcanoJobError
@@ -27,7 +28,8 @@ from airflow_volcano.status import job_state
 if TYPE_CHECKING:
     from airflow_volcano.hooks.volcano import VolcanoHook
 
-log = logging.getLogger(__name__)
+# Airflow's task-time logger, as an operator's own `self.log` is: its lines are the task log's.
+log = structlog.get_logger(f"airflow.task.{__name__}")
 
 # The task state store key (Airflow 3.3+) under which a try records the Job it submitted.
 STATE_STORE_KEY = "volcano_job"
