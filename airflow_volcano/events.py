@@ -26,6 +26,7 @@ class JobEvent:
     message: str | None = None
     job: dict[str, Any] = field(default_factory=dict)  # JobRef.to_dict()
     log_cursor: dict[str, Any] = field(default_factory=dict)  # LogCursor.to_dict(): how far the master log got
+    lost_nodes: list[str] = field(default_factory=list)  # nodes whose pods were deleted after node_lost_timeout
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "status": self.status.value}
@@ -33,7 +34,8 @@ class JobEvent:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobEvent:
         return cls(status=WaitOutcome(data["status"]), phase=data.get("phase"), message=data.get("message"),
-                   job=data.get("job") or {}, log_cursor=data.get("log_cursor") or {})
+                   job=data.get("job") or {}, log_cursor=data.get("log_cursor") or {},
+                   lost_nodes=list(data.get("lost_nodes") or []))
 
     def describe(self) -> str:
         return self.phase or self.message or self.status.value

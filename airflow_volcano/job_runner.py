@@ -40,6 +40,7 @@ from airflow_volcano.status import (
 from airflow_volcano.wait_engine import (
     Action,
     CheckPods,
+    DeletePods,
     Done,
     Reread,
     WaitEngine,
@@ -172,6 +173,13 @@ def _watch_until_done(hook: VolcanoHook, ref: JobRef, limits: WaitLimits, clock:
             case Reread(after=after):
                 time.sleep(after)
                 action = engine.job_read(hook.get_job(ref.name, ref.namespace), clock())
+            case DeletePods(pods=pods):
+                for pod in pods:
+                    try:
+                        hook.delete_lost_pod(pod, ref.namespace)
+                    except VolcanoApiError as error:  # e.g. no permission to delete pods: the check retries
+                        log.warning("Could not delete pod %s/%s on a lost node: %s", ref.namespace, pod, error)
+                action = engine.pods_deleted(clock())
 
 
 def wait_until_running(
@@ -294,7 +302,7 @@ def explain_failure(hook: VolcanoHook, ref: JobRef, result: WaitResult) -> str:
     elif result.problem:
         headline = f"{result.problem}; the Job was deleted"
     return failure_message(result.state, pods=pods, events=events, main_task=ref.main_task,
-                           log_tail=log_tail, log_pod=log_pod, headline=headline)
+                           log_tail=log_tail, log_pod=log_pod, headline=headline, lost_nodes=result.lost_nodes)
 
 
 def main_result(hook: VolcanoHook, ref: JobRef) -> Any:
@@ -358,8 +366,12 @@ def finalize(
         "master_pod": ref.main_pod,
         "retry_count": result.state.retry_count,
         "log_lines": result.log_cursor.lines_shown,
+        "resumed_from": result.log_cursor.resumed_from,
         "result": main_result(hook, ref) if succeeded else None,
     }
+    if result.log_cursor.resumed_from:
+        log.info("The training resumed from checkpoint %s (Volcano restarts so far: %d)",
+                 result.log_cursor.resumed_from, result.state.retry_count)
     if succeeded:
         cleanup(hook, ref, succeeded=True, action=on_finish_action)
         return summary

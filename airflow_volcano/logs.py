@@ -43,13 +43,21 @@ def _epoch_seconds(whole: str) -> int | None:
         return None
 
 
+# The convention a training script follows to say where it resumed: a line of its main pod's log
+# (after any logging prefix) `[airflow-volcano] resumed from <checkpoint>`.
+RESUMED_FROM_MARKER = "[airflow-volcano] resumed from "
+MAX_RESUMED_FROM = 1024
+
+
 @dataclass
 class LogCursor:
-    """How far a log has been shown: the newest line's timestamp, and how many lines had it."""
+    """How far a log has been shown: the newest line's timestamp, and how many lines had it; and the
+    checkpoint the training last said it resumed from (a line with RESUMED_FROM_MARKER)."""
 
     last_ns: int = 0
     seen_at_last: int = 0
     lines_shown: int = 0
+    resumed_from: str | None = None
     _seen_this_read: int = field(default=0, repr=False)
 
     def start_read(self) -> None:
@@ -82,11 +90,15 @@ class LogCursor:
         now = time.time() if now is None else now
         return max(1, math.ceil(now - self.last_ns / 1e9) + 1)
 
-    def to_dict(self) -> dict[str, int]:
-        return {"last_ns": self.last_ns, "seen_at_last": self.seen_at_last, "lines_shown": self.lines_shown}
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"last_ns": self.last_ns, "seen_at_last": self.seen_at_last,
+                                "lines_shown": self.lines_shown}
+        if self.resumed_from is not None:
+            data["resumed_from"] = self.resumed_from
+        return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, int] | None) -> LogCursor:
+    def from_dict(cls, data: dict[str, Any] | None) -> LogCursor:
         return cls(**(data or {}))
 
 
@@ -106,6 +118,8 @@ def emit_unseen(lines: Iterable[str], cursor: LogCursor, emit: Emit) -> int:
         if message is not None:
             emit(message)
             shown += 1
+            if RESUMED_FROM_MARKER in message:
+                cursor.resumed_from = message.split(RESUMED_FROM_MARKER, 1)[1].strip()[:MAX_RESUMED_FROM] or None
     return shown
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, overload
 
@@ -179,6 +180,70 @@ def image_pull_problem(pods: Iterable[Mapping[str, Any]]) -> PodProblem | None:
     return None
 
 
+@dataclass(frozen=True)
+class LostPod:
+    """A pod whose node stopped answering: the node controller marked it not Ready while its
+    containers still read as ready (the kubelet, which would have said otherwise, is silent)."""
+
+    pod: str
+    node: str
+    since: float  # epoch seconds: when it was marked not Ready
+
+    @property
+    def since_text(self) -> str:
+        return datetime.fromtimestamp(self.since, UTC).strftime("%H:%M:%S UTC")
+
+
+def lost_pods(pods: Iterable[Mapping[str, Any]]) -> list[LostPod]:
+    """The pods on nodes that stopped answering, read from the pods alone (no Node read, so no
+    cluster-wide permission): Running, on a node, condition Ready False, yet every container status
+    ready. A kubelet that fails a readiness probe or sees a container exit says so in the container
+    status; only the node controller (the node's Lease expired) turns Ready False behind its back."""
+    lost = []
+    for pod in pods:
+        status, spec = pod.get("status") or {}, pod.get("spec") or {}
+        containers = status.get("containerStatuses") or []
+        ready = next((condition for condition in status.get("conditions") or []
+                      if condition.get("type") == "Ready"), None)
+        if (status.get("phase") != PodPhase.RUNNING or not spec.get("nodeName") or ready is None
+                or ready.get("status") != "False" or not containers
+                or not all(container.get("ready") for container in containers)):
+            continue
+        since = parse_time(ready.get("lastTransitionTime"))
+        lost.append(LostPod(pod=(pod.get("metadata") or {}).get("name", ""), node=spec["nodeName"],
+                            since=since if since is not None else 0.0))
+    return sorted(lost, key=lambda item: (item.node, item.pod))
+
+
+def parse_time(value: Any) -> float | None:
+    """A Kubernetes timestamp (`2026-11-24T17:21:06Z`) as epoch seconds."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def pod_view(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a pod that waiting reads (`pod_problem`, `unstarted_pods`, `lost_pods`): a
+    triggerer keeps one per pod of each waited Job, and a whole pod is many times larger."""
+    metadata, status = pod.get("metadata") or {}, pod.get("status") or {}
+    labels = metadata.get("labels") or {}
+    return {
+        "metadata": {**{key: metadata[key] for key in ("name", "resourceVersion", "deletionTimestamp")
+                        if key in metadata}, "labels": {key: labels[key] for key in (TASK_LABEL,) if key in labels}},
+        "spec": {key: value for key, value in (pod.get("spec") or {}).items() if key == "nodeName"},
+        "status": {
+            **{key: status[key] for key in ("phase", "reason", "message") if key in status},
+            "conditions": [condition for condition in status.get("conditions") or []
+                           if condition.get("type") == "Ready"],
+            "containerStatuses": [{key: container[key] for key in ("name", "image", "ready", "state", "lastState")
+                                   if key in container} for container in status.get("containerStatuses") or []],
+        },
+    }
+
+
 GENERIC_GANG_MESSAGE = "tasks in gang unschedulable: pod group is not ready"
 
 
@@ -227,6 +292,7 @@ def failure_message(
     log_tail: Sequence[str] = (),
     log_pod: str | None = None,
     headline: str | None = None,
+    lost_nodes: Sequence[str] = (),
 ) -> str:
     """The text a user reads when the task fails: what, which pod, exit code, reason, log, events."""
     lines = [headline or f"Volcano Job {state.namespace}/{state.name} ended in phase {state.phase}"]
@@ -234,6 +300,12 @@ def failure_message(
         lines[0] += f" after {state.retry_count} restart(s)"
         if state.phase == JobPhase.FAILED and state.max_retry and state.retry_count >= state.max_retry:
             lines[0] += f": the retry budget is exhausted (max_retry {state.max_retry})"
+    if lost_nodes:
+        lines[0] += (f"; node {', '.join(lost_nodes)} stopped answering, and its pods were deleted after "
+                     "node_lost_timeout (handled like an eviction)")
+    hint = shared_memory_hint(log_tail)
+    if hint:
+        lines.append(hint)
     problems = failed_pods(pods, main_task)
     if problems:
         lines.append("Failed pods:")
@@ -251,6 +323,20 @@ def failure_message(
         lines.append("Warning events:")
         lines.extend(f"  - {warning}" for warning in warnings)
     return "\n".join(lines)
+
+
+SHM_SIGNS = ("bus error", "unable to write to file </torch_", "no space left on device", "/dev/shm")
+
+
+def shared_memory_hint(log_tail: Sequence[str]) -> str | None:
+    """One sentence when the log shows the training ran out of shared memory (PyTorch's DataLoader
+    workers pass batches through /dev/shm and die with "bus error" or "unable to write to file")."""
+    text = "\n".join(log_tail).lower()
+    if "bus error" in text or ("shm" in text and any(sign in text for sign in SHM_SIGNS)) or \
+            "unable to write to file </torch_" in text:
+        return ("The training ran out of shared memory (/dev/shm): PyTorch's DataLoader workers pass batches "
+                "through it; raise shm_size (None turns it off and leaves the container's 64 MiB).")
+    return None
 
 
 def _pod_counts(job: Mapping[str, Any]) -> tuple[int, int]:

@@ -7,7 +7,9 @@ watch) with the time it observed it, the engine answers with the next action:
 - `CheckPods`: list the pods (and, while scheduling matters, the PodGroup and its events);
 - `Watch`: watch the Job from a resourceVersion for at most so many seconds, feeding each change;
 - `Reread`: the watch ended early (dropped, refused, 410 Gone): read the Job again after a back-off
-  with jitter, so many waiters do not hammer an apiserver that is struggling.
+  with jitter, so many waiters do not hammer an apiserver that is struggling;
+- `DeletePods`: pods whose node stopped answering for node_lost_timeout: delete them at once
+  (the kubelet cannot confirm), which Volcano handles as an eviction; then `pods_deleted`.
 
 The worker's loop (`job_runner.wait_for_job`, blocking) and the trigger's (`VolcanoJobTrigger`,
 asyncio) are thin drivers of this one engine: the same policy, contract and deadlines in both.
@@ -27,8 +29,10 @@ from airflow_volcano.manifest import optional_seconds, seconds
 from airflow_volcano.status import (
     JobProgress,
     JobState,
+    LostPod,
     image_pull_problem,
     job_state,
+    lost_pods,
     unschedulable_message,
     unstarted_pods,
 )
@@ -40,6 +44,7 @@ if TYPE_CHECKING:
 SCHEDULING_EVENT_PODS = 3
 RUNNING_WATCH_SECONDS = 300.0  # a Running Job costs one watch request per five minutes
 MAX_BACKOFF_SECONDS = 30.0
+DEFAULT_NODE_LOST_TIMEOUT = 180.0
 
 
 @dataclass(frozen=True)
@@ -50,13 +55,18 @@ class WaitLimits:
     startup_timeout: float | None = 900.0
     job_timeout: float | None = None
     poll_interval: float = 5.0  # how often to look at pods while the Job has not started
+    # How long pods on a node that stopped answering stay before they are deleted (None: never
+    # looked for; a sensor, which does not own the Job, leaves it None).
+    node_lost_timeout: float | None = None
 
     @classmethod
-    def checked(cls, *, startup_timeout: Any, job_timeout: Any, poll_interval: Any) -> WaitLimits:
+    def checked(cls, *, startup_timeout: Any, job_timeout: Any, poll_interval: Any,
+                node_lost_timeout: Any = None) -> WaitLimits:
         """From the operator's arguments; a bad value raises JobSpecError naming its parameter."""
         return cls(startup_timeout=optional_seconds("startup_timeout", startup_timeout),
                    job_timeout=optional_seconds("job_timeout", job_timeout),
-                   poll_interval=seconds("poll_interval", poll_interval))
+                   poll_interval=seconds("poll_interval", poll_interval),
+                   node_lost_timeout=optional_seconds("node_lost_timeout", node_lost_timeout))
 
     def to_dict(self) -> dict[str, float | None]:
         return dataclasses.asdict(self)
@@ -74,6 +84,7 @@ class WaitResult:
     problem: str | None = None  # a failure found before the Job itself failed (e.g. image pull)
     log_cursor: LogCursor = field(default_factory=LogCursor)
     deleted: str | None = None  # the Job disappeared while waited for
+    lost_nodes: tuple[str, ...] = ()  # nodes whose pods were deleted after node_lost_timeout
 
 
 @dataclass(frozen=True)
@@ -97,7 +108,12 @@ class Reread:
     after: float  # seconds to back off before reading the Job again
 
 
-Action = Done | CheckPods | Watch | Reread
+@dataclass(frozen=True)
+class DeletePods:
+    pods: tuple[str, ...]  # delete now (no grace period: their kubelet cannot confirm), then pods_deleted
+
+
+Action = Done | CheckPods | Watch | Reread | DeletePods
 
 
 @dataclass(frozen=True)
@@ -122,6 +138,15 @@ def pod_check_interval(limits: WaitLimits, elapsed: float) -> float:
     return min(60.0, max(limits.poll_interval, elapsed / 10))
 
 
+def node_check_interval(limits: WaitLimits) -> float | None:
+    """How often to look for pods on lost nodes while the Job runs: a third of node_lost_timeout,
+    between 10 s and a minute (one pod list per check in a worker; none in a triggerer, where the
+    shared pod watch keeps the pods current)."""
+    if limits.node_lost_timeout is None:
+        return None
+    return min(60.0, max(10.0, limits.node_lost_timeout / 3))
+
+
 def next_step(job: dict, limits: WaitLimits, elapsed: float, since_pod_check: float) -> WaitStep:
     """The waiting policy for one reading of the Job."""
     state = job_state(job)
@@ -141,6 +166,9 @@ def next_step(job: dict, limits: WaitLimits, elapsed: float, since_pod_check: fl
         wait = interval if check_pods else interval - since_pod_check
         if limits.startup_timeout is not None and elapsed < limits.startup_timeout:
             wait = min(wait, limits.startup_timeout - elapsed)
+    elif (interval := node_check_interval(limits)) is not None and state.phase == JobPhase.RUNNING:
+        check_pods = since_pod_check >= interval
+        wait = interval if check_pods else interval - since_pod_check
     if limits.job_timeout is not None:
         wait = min(wait, limits.job_timeout - elapsed)
     return WaitStep(check_pods=check_pods, wait_seconds=max(1.0, wait))
@@ -167,6 +195,8 @@ class WaitEngine:
         self._drops = 0
         self._watch: tuple[float, float] | None = None  # (opened at, for how long)
         self._scheduling = False  # the pending CheckPods asked for the scheduler's view
+        self._lost: dict[str, tuple[str, ...]] = {}  # node -> its pods, as last reported lost
+        self.lost_nodes: list[str] = []  # nodes whose pods were deleted after node_lost_timeout
 
     def job_read(self, job: dict | None, now: float) -> Action:
         """The Job as a read (GET) returned it; None if it does not exist."""
@@ -180,7 +210,7 @@ class WaitEngine:
         """A change the open watch delivered: None to keep watching, else end the watch and act."""
         self._observe(job)
         step = next_step(job, self.limits, now - self.started_at, now - self._last_pod_check)
-        if step.done is not None or step.check_pods or self._past_deadline(now):
+        if step.done is not None or (step.check_pods and self.starting) or self._past_deadline(now):
             self._watch = None
             return self._decide(now)
         return None
@@ -206,8 +236,46 @@ class WaitEngine:
                 self.report(line)
         problem = startup_problem(self.ref, pods, podgroup, self.limits, waited, events)
         if problem is not None:
-            return Done(WaitResult(state=job_state(self.job), job=self.job, problem=problem))
+            return Done(self._result(problem=problem))
+        if self.limits.node_lost_timeout is not None:
+            expired = self._lost_node_pods(pods, now, self.limits.node_lost_timeout)
+            if expired:
+                return DeletePods(pods=expired)
         return self._decide(now)
+
+    def pods_deleted(self, now: float) -> Action:
+        """The answer to DeletePods (whether or not every delete succeeded: the next check retries)."""
+        self._last_pod_check = now
+        return self._decide(now)
+
+    def _lost_node_pods(self, pods: list[dict], now: float, timeout: float) -> tuple[str, ...]:
+        """Report each node that stops (or resumes) answering once; the pods lost for `timeout`."""
+        by_node: dict[str, list[LostPod]] = {}
+        for pod in lost_pods(pods):
+            by_node.setdefault(pod.node, []).append(pod)
+        for node in [node for node in self._lost if node not in by_node]:
+            self.report(f"Node {node} answers again: pod(s) {', '.join(self._lost.pop(node))} are ready")
+        expired: list[str] = []
+        for node, lost in by_node.items():
+            names, since = tuple(pod.pod for pod in lost), min(pod.since for pod in lost)
+            if self._lost.get(node) != names:
+                self._lost[node] = names
+                self.report(f"Node {node} stopped answering: its pod(s) {', '.join(names)} of Volcano Job "
+                            f"{self.ref.namespace}/{self.ref.name} were marked not ready at "
+                            f"{lost[0].since_text}; unless it is back within node_lost_timeout ({timeout:.0f}s), "
+                            "they are deleted and handled like an eviction")
+            if now - since >= timeout:
+                self.report(f"Node {node} has not answered for {now - since:.0f}s (node_lost_timeout {timeout:.0f}s): "
+                            f"deleting its pod(s) {', '.join(names)}; Volcano handles that like an eviction (the "
+                            "Job restarts if its retry budget allows)")
+                if node not in self.lost_nodes:
+                    self.lost_nodes.append(node)
+                expired += names
+        return tuple(expired)
+
+    def _result(self, **fields: Any) -> WaitResult:
+        assert self.job is not None
+        return WaitResult(state=job_state(self.job), job=self.job, lost_nodes=tuple(self.lost_nodes), **fields)
 
     @property
     def starting(self) -> bool:
@@ -227,15 +295,15 @@ class WaitEngine:
         waited = now - self.started_at
         step = next_step(self.job, self.limits, waited, now - self._last_pod_check)
         if step.done is not None:
-            return Done(step.done)
+            return Done(dataclasses.replace(step.done, lost_nodes=tuple(self.lost_nodes)))
         if self._past_deadline(now):
-            return Done(WaitResult(state=job_state(self.job), job=self.job,
-                                   timed_out="the task's execution_timeout passed"))
+            return Done(self._result(timed_out="the task's execution_timeout passed"))
         if step.check_pods:
             # The scheduler's view (PodGroup, events: two reads) once the Job has been Pending a while:
             # one that starts within a check interval needs no explaining.
-            self._scheduling = startup_timed_out(self.limits, waited) or (
-                job_state(self.job).phase == JobPhase.PENDING and waited >= self.limits.poll_interval)
+            # (A running Job's pods are checked for lost nodes only.)
+            self._scheduling = self.starting and (startup_timed_out(self.limits, waited) or (
+                job_state(self.job).phase == JobPhase.PENDING and waited >= self.limits.poll_interval))
             return CheckPods(scheduling=self._scheduling)
         seconds = step.wait_seconds
         if self.deadline is not None:

@@ -1,6 +1,11 @@
 """A real Volcano cluster on one machine, as plain processes, for tests and the demo.
 
     scripts/volcano-cluster up | down | status | kubeconfig | real-node | build | restart COMPONENT
+                            | stop COMPONENT
+
+`stop` kills one component as a crash or a lost machine would (SIGKILL, nothing cleaned up): `stop kubelet`
+leaves the real node's containers running under containerd, as in a network partition, while the node
+turns NotReady. `restart` starts it again (or kills and restarts a running one).
 
 `real-node` prints, as JSON, the operator arguments that run a pod on the real node (node selector,
 toleration, the local training image).
@@ -407,10 +412,12 @@ def controller_manager_argv() -> list[str]:
     return [
         str(BIN / "kube-controller-manager"), f"--kubeconfig={admin_kubeconfig()}", "--leader-elect=false",
         # Only what this cluster needs: the default ServiceAccount and the CA ConfigMap pods mount,
-        # owner-reference garbage collection, namespace deletion, and the EndpointSlices that give
-        # the real node's pods their DNS names (<job>-master-0.<job>).
+        # owner-reference garbage collection, namespace deletion, the EndpointSlices that give
+        # the real node's pods their DNS names (<job>-master-0.<job>), and node lifecycle as in any
+        # cluster: a node whose kubelet stops renewing its Lease turns NotReady after the default
+        # grace period (50 s), is tainted, and its pods are marked not Ready (lost-node tests).
         "--controllers=serviceaccount,serviceaccount-token,root-ca-cert-publisher,garbagecollector,namespace,"
-        "endpoint,endpointslice",
+        "endpoint,endpointslice,nodelifecycle,taint-eviction-controller",
         f"--service-account-private-key-file={pki_path('sa.key')}", f"--root-ca-file={pki_path('ca.crt')}",
         "--use-service-account-credentials=false", "--secure-port=0",
     ]
@@ -438,6 +445,8 @@ def kwok_argv() -> list[str]:
         f"--tls-cert-file={pki_path('kwok.crt')}", f"--tls-private-key-file={pki_path('kwok.key')}",
         # Simulated pod IPs: never used to send anything, but not loopback (EndpointSlices refuse those).
         "--enable-crds=Logs,ClusterLogs", "--cidr=10.235.0.1/16",
+        # Simulated nodes renew Leases as a kubelet does, so the node lifecycle controller keeps them Ready.
+        "--node-lease-duration-seconds=40",
     ]
 
 
@@ -843,6 +852,19 @@ def port_open(port: int, host: str = HOST) -> bool:
         return probe.connect_ex((host, port)) == 0
 
 
+def stop(name: str) -> None:
+    """Kill one component as a crash would (tests: a kubelet that stops answering); `restart` brings it back."""
+    if BY_NAME.get(name) is None:
+        raise ClusterError(f"no component {name!r} (components: {', '.join(BY_NAME)})")
+    pid = running_pid(name)
+    if pid is None:
+        raise ClusterError(f"{name} is not running")
+    os.kill(pid, signal.SIGKILL)
+    while running_pid(name) is not None:
+        time.sleep(0.05)
+    log(f"stopped {name} (pid {pid}, SIGKILL)")
+
+
 def restart(name: str) -> None:
     """Stop one component and start it again as it was (tests: an apiserver restart mid-wait)."""
     argv_file = STATE / "pids" / f"{name}.argv"
@@ -909,6 +931,8 @@ def main(args: list[str]) -> int:
             build()
         elif command == "restart" and len(args) > 1:
             restart(args[1])
+        elif command == "stop" and len(args) > 1:
+            stop(args[1])
         else:
             print(__doc__.strip(), file=sys.stderr)
             return 2

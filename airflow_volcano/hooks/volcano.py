@@ -445,6 +445,15 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
 
         return self.call(f"delete ConfigMap {namespace}/{name}", delete, if_absent=False)
 
+    def delete_lost_pod(self, name: str, namespace: str) -> bool:
+        """Delete a pod whose node stopped answering, with no grace period (its kubelet cannot
+        confirm: a graceful delete would leave it Terminating for good). False if it was already gone."""
+        def delete() -> bool:
+            self.core_v1_client.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+            return True
+
+        return self.call(f"delete pod {namespace}/{name}", delete, if_absent=False)
+
 
 async def _checked_body(response: Any) -> bytes:
     """The body of a raw response (`_preload_content=False`). The client raises on an error status
@@ -665,3 +674,11 @@ class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
             return True
 
         return await self.call(f"delete ConfigMap {namespace}/{name}", delete, if_absent=False)
+
+    async def delete_lost_pod(self, name: str, namespace: str) -> bool:
+        """As VolcanoHook.delete_lost_pod: False if it was already gone."""
+        async def delete(api: Any) -> bool:
+            await async_client.CoreV1Api(api).delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+            return True
+
+        return await self.call(f"delete pod {namespace}/{name}", delete, if_absent=False)

@@ -38,8 +38,10 @@ from airflow_volcano.manifest.names import (
     role_names,
     script_configmap_name,
 )
+from airflow_volcano.manifest.pod_runtime import apply_pod_runtime, shared_volume
 from airflow_volcano.manifest.policies import DEFAULT_MASTER_POLICIES, DEFAULT_RETRYABLE_EXIT_CODES, exit_code_policies
 from airflow_volcano.manifest.request import (
+    DEFAULT_SHM_SIZE,
     TENSORBOARD_PORT,
     JobKind,
     JobRequest,
@@ -69,8 +71,10 @@ class JobManifests:
         return [doc for doc in (self.configmap, self.job) if doc is not None]
 
 
-def build_manifests(req: JobRequest, *, run_labels: dict[str, str], default_name: str) -> JobManifests:
-    """The Job (and ConfigMap) to submit; raises JobSpecError naming the bad parameter."""
+def build_manifests(req: JobRequest, *, run_labels: dict[str, str], default_name: str,
+                    checkpoint_subdir: str = "manual") -> JobManifests:
+    """The Job (and ConfigMap) to submit; raises JobSpecError naming the bad parameter.
+    `checkpoint_subdir` is the task instance's directory under `checkpoint_dir` (names.checkpoint_subdir)."""
     if req.job_template is not None and req.full_job_spec is not None:
         raise JobSpecError("job_template and full_job_spec cannot be combined: give one of them")
     if req.kind is JobKind.GENERIC and req.job_template is None and req.full_job_spec is None:
@@ -80,7 +84,8 @@ def build_manifests(req: JobRequest, *, run_labels: dict[str, str], default_name
     if req.full_job_spec is not None:
         allowed = {"name", "namespace", "labels", "annotations", "full_job_spec", "main_task",
                    "debug_timeout"}  # (debug itself is refused: it changes the commands)
-        conflicting = [name for name in arguments() if name not in allowed and getattr(req, name) is not None]
+        conflicting = [name for name in arguments() if name not in allowed and getattr(req, name) is not None
+                       and not (name == "shm_size" and req.shm_size == DEFAULT_SHM_SIZE)]
         if conflicting:
             raise JobSpecError(f"full_job_spec is used as is: {', '.join(conflicting)} cannot be combined with it "
                                "(use job_template to override fields)")
@@ -111,6 +116,8 @@ def build_manifests(req: JobRequest, *, run_labels: dict[str, str], default_name
         # A hostfile launch's workers run only sshd, which the master's launcher needs when run by hand.
         apply_debug(job, keep={role_names(job, req)[1]} if req.kind is JobKind.HOSTFILE else set(),
                      seconds=math.ceil(float(req.debug_timeout) + DEBUG_POD_MARGIN_SECONDS))
+    if req.full_job_spec is None:
+        apply_pod_runtime(pod_tasks(job, req), req, checkpoint_subdir=checkpoint_subdir)
     validate_job(job, origin=origin)
     main = main_task(job, req)
     names = [task.get("name") for task in job["spec"]["tasks"]]
@@ -370,21 +377,7 @@ def _add_tensorboard(job: dict, req: JobRequest) -> None:
     pod = (master.get("template") or {}).get("spec") or {}
     container = (pod.get("containers") or [{}])[0]
     logdir = options["logdir"]
-    mounts = [mount for mount in container.get("volumeMounts") or []
-              if logdir == mount.get("mountPath", "").rstrip("/") or
-              logdir.startswith(mount.get("mountPath", "").rstrip("/") + "/")]
-    if not mounts:
-        paths = ", ".join(repr(mount.get("mountPath")) for mount in container.get("volumeMounts") or []) or "none"
-        raise JobSpecError(f"tensorboard: logdir {logdir!r} is not inside a volume mounted in the master (mounts: "
-                           f"{paths}); TensorBoard runs in a pod of its own and reads the event files from a shared "
-                           "volume: add one with volumes= and volume_mounts= (a PersistentVolumeClaim, NFS, or a "
-                           "hostPath on a single node)")
-    mount = max(mounts, key=lambda item: len(item.get("mountPath", "")))
-    volume = next((item for item in pod.get("volumes") or [] if item.get("name") == mount.get("name")), None)
-    if volume is None or "emptyDir" in volume:
-        kind = "an emptyDir, private to each pod" if volume else "not among the master's volumes"
-        raise JobSpecError(f"tensorboard: logdir {logdir!r} is on volume {mount.get('name')!r}, which is {kind}; "
-                           "TensorBoard needs a volume the master shares (a PersistentVolumeClaim, NFS, hostPath)")
+    mount, volume = shared_volume(pod, container, logdir, "tensorboard: logdir", "the master")
     port = options["port"]
     tensorboard_container: dict[str, Any] = {
         "name": TENSORBOARD_TASK,

@@ -73,6 +73,18 @@ def run_labels(*, dag_id: str, task_id: str, run_id: str, try_number: int, map_i
     }
 
 
+def checkpoint_subdir(*, dag_id: str, task_id: str, run_id: str, map_index: int) -> str:
+    """The task instance's directory under checkpoint_dir: `<dag_id>/<task_id>[-<map_index>]/<run_id>`,
+    the same for every try (and every restart) of it. A part with characters other than letters,
+    digits and `._-` has them replaced and keeps a hash of the original, so distinct runs stay distinct."""
+    def part(value: str) -> str:
+        cleaned = re.sub(r"[^A-Za-z0-9._-]", "_", value).lstrip(".")[:100]
+        return cleaned if cleaned == value and cleaned else f"{cleaned}-{_short_hash(value)}"
+
+    task = task_id if map_index < 0 else f"{task_id}-{map_index}"
+    return "/".join(part(str(value)) for value in (dag_id, task, run_id))
+
+
 def identity_labels(labels: Mapping[str, str]) -> dict[str, str]:
     """run_labels minus the try number: finds this task instance's Job across its tries."""
     return {key: labels[key] for key in IDENTITY_KEYS if key in labels}

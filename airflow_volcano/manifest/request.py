@@ -10,6 +10,7 @@ names the parameter and the bad value. `None` means "not given": an explicit arg
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -21,6 +22,7 @@ from airflow_volcano.kubelet import ExpandVars, container_string
 from airflow_volcano.manifest.checks import (
     CONFIGMAP_KEY,
     PULL_POLICIES,
+    QUANTITY,
     RESTART_POLICIES,
     check_key,
     check_label,
@@ -43,6 +45,10 @@ from airflow_volcano.manifest.policies import (
 )
 
 MAX_CONFIGMAP_BYTES = 1024 * 1024
+# /dev/shm of every training pod: a memory-backed emptyDir this large at most (a DataLoader with
+# workers passes each batch through it; a container's own /dev/shm is 64 MiB).
+DEFAULT_SHM_SIZE = "2Gi"
+QUANTITY_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
 TENSORBOARD_PORT = 6006
 TENSORBOARD_KEYS = {"logdir", "image", "port", "resources"}
 
@@ -167,6 +173,21 @@ def _tensorboard(parameter: str, value: Any) -> Any:
     return tensorboard_options(value)
 
 
+def _quantity(parameter: str, value: Any) -> str:
+    text = str(value).strip() if isinstance(value, str | int) and not isinstance(value, bool) else ""
+    if not QUANTITY.match(text) or text.startswith("-") or float(QUANTITY_NUMBER.match(text)[0]) <= 0:
+        raise JobSpecError(f"{parameter} must be a positive Kubernetes quantity such as '2Gi' or '512Mi' (None to "
+                           f"turn it off), got {value!r}")
+    return text
+
+
+def _absolute_path(parameter: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.startswith("/") or "\0" in value or \
+            any(part in (".", "..") for part in value.split("/")):
+        raise JobSpecError(f"{parameter} must be an absolute path without '.' or '..' parts, got {value!r}")
+    return value.rstrip("/") or "/"
+
+
 @dataclass
 class JobRequest:
     """The operators' arguments for building a Job (see the operators' docstrings and the README for
@@ -210,6 +231,10 @@ class JobRequest:
     training_script: TrainingScript | None = argument(_script)  # read by the operator
     debug: bool | None = argument()
     debug_timeout: float | str = argument(seconds, DEFAULT_DEBUG_TIMEOUT)  # seconds the debug pods may live
+    # None turns it off (unlike the other fields, whose None means "not given").
+    shm_size: str | None = argument(_quantity, DEFAULT_SHM_SIZE)
+    termination_grace_period: int | str | None = argument(_integer(0))
+    checkpoint_dir: str | None = argument(_absolute_path)
     # -- master and workers (PYTORCH, HOSTFILE) ------------------------------------------------------
     worker_replicas: int | str | None = argument(_integer(0))
     master_task_name: str | None = argument(_dns_label)

@@ -37,12 +37,14 @@ from airflow_volcano.job_ref import JobRef
 from airflow_volcano.links import LINKS, link_urls
 from airflow_volcano.manifest import (
     DEFAULT_DEBUG_TIMEOUT,
+    DEFAULT_SHM_SIZE,
     JobKind,
     JobManifests,
     JobRequest,
     TrainingScript,
     arguments,
     build_manifests,
+    checkpoint_subdir,
     default_job_name,
     load_job_template,
     max_job_name_length,
@@ -52,7 +54,7 @@ from airflow_volcano.manifest import (
     tensorboard_endpoint,
 )
 from airflow_volcano.masking import register_secrets, shown_yaml
-from airflow_volcano.wait_engine import WaitLimits
+from airflow_volcano.wait_engine import DEFAULT_NODE_LOST_TIMEOUT, WaitLimits
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -135,6 +137,23 @@ class VolcanoJobOperator(BaseOperator):
         (`kubectl exec`); the Job is deleted after `debug_timeout` or when the task is marked
         success/failed. Waits in the worker.
     :param debug_timeout: seconds the debug pods stay up (default 3600).
+    :param shm_size: size of the memory-backed `emptyDir` mounted at `/dev/shm` in every training pod
+        (default `2Gi`; a container's own is 64 MiB, too small for a DataLoader with workers). Its
+        pages count against the container's memory limit as they are written. `None` turns it off; a
+        `/dev/shm` volume of the template or of `volume_mounts` wins over the default.
+    :param termination_grace_period: seconds a deleted pod's processes have between SIGTERM and
+        SIGKILL (Kubernetes' default 30): for a script that saves a checkpoint on SIGTERM. Every
+        training command runs under a small `sh` that passes SIGTERM on to the training processes, so
+        a script without a handler ends at once.
+    :param checkpoint_dir: an absolute path on a volume every training pod mounts and shares (a PVC,
+        NFS, hostPath): every rank gets `CHECKPOINT_DIR`, its subdirectory `<dag_id>/<task_id>/<run_id>`,
+        the same across Volcano's restarts and Airflow's retries of the task instance. Every rank also
+        gets `VOLCANO_RESTART_COUNT` and `AIRFLOW_TRY_NUMBER`. A main-pod log line
+        `[airflow-volcano] resumed from <checkpoint>` is reported as the result's `resumed_from`.
+    :param node_lost_timeout: seconds (or a timedelta) the pods of a node that stopped answering
+        (the cluster marks them not ready) may stay lost before they are deleted and handled like an
+        eviction: the Job restarts under its retry budget, or the task fails naming the node.
+        Default 180; `None` turns the check off.
     :param deferrable: wait in the triggerer (default `[operators] default_deferrable`).
     :param poll_interval: seconds between pod checks while the Job has not started.
     """
@@ -146,7 +165,7 @@ class VolcanoJobOperator(BaseOperator):
         "image", "command", "args", "env", "name", "namespace", "container_resources", "node_selector",
         "tolerations", "volumes", "volume_mounts", "service_account_name", "labels", "annotations", "volcano_queue",
         "priority_class_name", "min_available", "training_script", "job_template", "full_job_spec",
-        "kubernetes_conn_id", "tensorboard", "log_tasks", "main_task",
+        "kubernetes_conn_id", "tensorboard", "log_tasks", "main_task", "checkpoint_dir",
     )
     # Empty: Airflow would read *every* templated string ending in .yaml/.json as a template file
     # (so `args=["--config", "train.yaml"]` failed with TemplateNotFound). Only job_template is a
@@ -194,6 +213,10 @@ class VolcanoJobOperator(BaseOperator):
         tensorboard: dict[str, Any] | None = None,
         debug: bool = False,
         debug_timeout: float = DEFAULT_DEBUG_TIMEOUT,
+        shm_size: str | None = DEFAULT_SHM_SIZE,
+        termination_grace_period: int | None = None,
+        checkpoint_dir: str | None = None,
+        node_lost_timeout: float | None = DEFAULT_NODE_LOST_TIMEOUT,
         training_script: str | None = None,
         job_template: str | dict | None = None,
         allowed_file_dirs: Sequence[str] | None = None,
@@ -231,6 +254,8 @@ class VolcanoJobOperator(BaseOperator):
         self.extra_plugins = extra_plugins
         self.tensorboard = tensorboard
         self.debug, self.debug_timeout = debug, debug_timeout
+        self.shm_size, self.termination_grace_period = shm_size, termination_grace_period
+        self.checkpoint_dir, self.node_lost_timeout = checkpoint_dir, node_lost_timeout
         self.training_script = training_script
         self.job_template = job_template
         self.allowed_file_dirs = _folders("allowed_file_dirs", allowed_file_dirs)
@@ -271,13 +296,10 @@ class VolcanoJobOperator(BaseOperator):
         """The ConfigMap and Job this task submits; raises JobSpecError before any API call."""
         ti = context.get("ti") if context else None
         dag_id = self.dag_id if self.has_dag() else "no-dag"
-        labels = run_labels(
-            dag_id=dag_id,
-            task_id=self.task_id,
-            run_id=str(context.get("run_id")) if context and context.get("run_id") else "manual",
-            try_number=int(getattr(ti, "try_number", 1) or 1),
-            map_index=int(getattr(ti, "map_index", -1) if getattr(ti, "map_index", None) is not None else -1),
-        )
+        run_id = str(context.get("run_id")) if context and context.get("run_id") else "manual"
+        map_index = int(getattr(ti, "map_index", -1) if getattr(ti, "map_index", None) is not None else -1)
+        labels = run_labels(dag_id=dag_id, task_id=self.task_id, run_id=run_id,
+                            try_number=int(getattr(ti, "try_number", 1) or 1), map_index=map_index)
         # Sized for the common task names; a template's longer ones shorten it (manifest._fit_default_name).
         default_name = default_job_name(dag_id, self.task_id, suffix=secrets.token_hex(3),
                                         max_len=self._default_name_limit())
@@ -285,14 +307,16 @@ class VolcanoJobOperator(BaseOperator):
         if self.debug:
             seconds("debug_timeout", self.debug_timeout)
         request = self._job_request(context)
-        manifests = build_manifests(request, run_labels=labels, default_name=default_name)
+        manifests = build_manifests(request, run_labels=labels, default_name=default_name,
+                                    checkpoint_subdir=checkpoint_subdir(dag_id=dag_id, task_id=self.task_id,
+                                                                        run_id=run_id, map_index=map_index))
         self._log_pods(manifests.job, manifests.main_task)  # an unknown task name fails here, before submitting
         register_secrets(manifests.job)  # the task log hides them from now on
         return manifests
 
     def _wait_limits(self) -> WaitLimits:
         return WaitLimits.checked(startup_timeout=self.startup_timeout, job_timeout=self.job_timeout,
-                                  poll_interval=self.poll_interval)
+                                  poll_interval=self.poll_interval, node_lost_timeout=self.node_lost_timeout)
 
     def _default_name_limit(self) -> int:
         return max_job_name_length(["master", "worker"], max_index=9)
@@ -527,6 +551,7 @@ class VolcanoJobOperator(BaseOperator):
                 state=job_state(job), job=job, log_cursor=cursor,
                 timed_out=ended.message if ended.status is WaitOutcome.TIMEOUT else None,
                 problem=ended.message if ended.status is WaitOutcome.PROBLEM else None,
+                lost_nodes=tuple(ended.lost_nodes),
             )
             return self._finalize(hook, ref, result, context)
         except BaseException as error:

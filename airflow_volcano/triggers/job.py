@@ -37,6 +37,7 @@ from airflow_volcano.triggers.job_watch import (
 from airflow_volcano.wait_engine import (
     Action,
     CheckPods,
+    DeletePods,
     Done,
     Reread,
     WaitEngine,
@@ -82,13 +83,14 @@ async def _follow(engine: WaitEngine, changes: Changes, seconds: float) -> Actio
 
 def _event(result: WaitResult) -> JobEvent:
     """The engine's verdict as the event the worker resumes with."""
+    lost = list(result.lost_nodes)
     if result.deleted:
-        return JobEvent(WaitOutcome.ERROR, message=result.deleted)
+        return JobEvent(WaitOutcome.ERROR, message=result.deleted, lost_nodes=lost)
     if result.timed_out:
-        return JobEvent(WaitOutcome.TIMEOUT, message=result.timed_out)
+        return JobEvent(WaitOutcome.TIMEOUT, message=result.timed_out, lost_nodes=lost)
     if result.problem:
-        return JobEvent(WaitOutcome.PROBLEM, message=result.problem)
-    return JobEvent(WaitOutcome.FINISHED, phase=result.state.phase)
+        return JobEvent(WaitOutcome.PROBLEM, message=result.problem, lost_nodes=lost)
+    return JobEvent(WaitOutcome.FINISHED, phase=result.state.phase, lost_nodes=lost)
 
 
 class VolcanoJobTrigger(BaseTrigger):
@@ -183,7 +185,7 @@ class VolcanoJobTrigger(BaseTrigger):
     async def _watch_until_done(self, hook: Any, ref: JobRef, copy_logs: Callable[[], None]) -> JobEvent:
         """The asyncio driver of the wait engine (job_runner._watch_until_done is the blocking one).
         Changes come from the triggerer's one shared watch of the namespace's Jobs; while the Job
-        is starting, its pods come from the shared pod watch."""
+        is starting (and, to notice lost nodes, while it runs), its pods come from the shared pod watch."""
         engine = WaitEngine(ref, self.limits, started_at=ref.created_at or time.time(),
                             report=lambda line: self.log.info("%s", line), deadline=self.deadline)
         watch = shared_job_watch(self.kubernetes_conn_id, ref.namespace)
@@ -202,8 +204,9 @@ class VolcanoJobTrigger(BaseTrigger):
             copy_logs()
             action: Action = engine.job_read(job, time.time())
             while True:
-                if job_pods is not None and not engine.starting:
-                    await pod_subscription.aclose()  # started: the pod watch may stop once no Job is starting
+                if job_pods is not None and not engine.starting and self.limits.node_lost_timeout is None:
+                    # Started, and no lost node to look for: the pod watch may stop once no Job is starting.
+                    await pod_subscription.aclose()
                     job_pods = None
                 match action:
                     case Done(result=result):
@@ -226,6 +229,14 @@ class VolcanoJobTrigger(BaseTrigger):
                         async with watch.reads:
                             action = engine.job_read(waited_view(await hook.get_job(ref.name, ref.namespace)),
                                                      time.time())
+                    case DeletePods(pods=pods):
+                        for pod in pods:
+                            try:
+                                await hook.delete_lost_pod(pod, ref.namespace)
+                            except Exception as error:  # noqa: BLE001 - e.g. no permission: the check retries
+                                self.log.warning("Could not delete pod %s/%s on a lost node: %s", ref.namespace,
+                                                 pod, error)
+                        action = engine.pods_deleted(time.time())
 
     async def _copy_logs_periodically(self, hook: Any, ref: JobRef, cursor: LogCursor) -> None:
         while True:

@@ -31,7 +31,7 @@ from typing import Any
 from airflow_volcano.constants import JOB_NAME_LABEL
 from airflow_volcano.exceptions import WatchExpired
 from airflow_volcano.masking import register_secrets_in_triggerer
-from airflow_volcano.status import waited_view
+from airflow_volcano.status import pod_view, waited_view
 from airflow_volcano.wait_engine import backoff_after_drops
 
 log = logging.getLogger(__name__)
@@ -330,8 +330,8 @@ class SharedPodWatch(SharedWatch):
 
 
 class JobPods:
-    """A starting Job's pods, kept current from the shared pod watch: listed once (and again after
-    a RESYNC), then changed by each event, so checking them costs no request."""
+    """A Job's pods (`status.pod_view`), kept current from the shared pod watch: listed once (and
+    again after a RESYNC), then changed by each event, so checking them costs no request."""
 
     def __init__(self, changes: Changes, list_pods: Callable[[], Awaitable[list[dict]]]) -> None:
         self.changes, self.list_pods = changes, list_pods
@@ -347,7 +347,7 @@ class JobPods:
         if self.pods is None:
             # Changes queued until now are older than this list; those arriving during it are
             # sorted out by resourceVersion in _apply.
-            self.pods = {pod["metadata"]["name"]: pod for pod in await self.list_pods()}
+            self.pods = {pod["metadata"]["name"]: pod_view(pod) for pod in await self.list_pods()}
         return list(self.pods.values())
 
     def _apply(self, kind: str, pod: dict) -> None:
@@ -358,7 +358,7 @@ class JobPods:
         if kind == "DELETED":
             self.pods.pop(name, None)  # type: ignore[union-attr]
         else:
-            self.pods[name] = pod  # type: ignore[index]
+            self.pods[name] = pod_view(pod)  # type: ignore[index]
 
 
 def _older(pod: dict, than: dict) -> bool:

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from airflow_volcano.manifest.pod_runtime import without_signal_forwarding
+
 REPO = Path(__file__).resolve().parents[2]
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 
@@ -54,7 +56,8 @@ def test_task_volcano_pytorch_is_registered_and_ships_the_function(capsys):
     script = manifests["configmap"]["data"]["train.py"]
     assert script.startswith("def train(epochs: int, lr: float = 0.1) -> dict:")
     assert "@task" not in script and '{"args": [3], "kwargs": {"lr": 0.5}}' in script
-    assert manifests["job"]["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["command"] == [
+    master = manifests["job"]["spec"]["tasks"][0]["template"]["spec"]["containers"][0]
+    assert without_signal_forwarding(master["command"]) == [
         "python", "/opt/airflow-volcano/script/train.py"]
 
 
@@ -133,5 +136,5 @@ def test_operator_passes_launcher_and_restart_arguments_to_the_manifest():
                                    launcher="torchrun", nproc_per_node=4, max_restarts=2)
     job = op.build_manifests().job
     assert job["spec"]["policies"][0] == {"exitCode": 137, "action": "RestartTask"}
-    command = job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["command"]
+    command = without_signal_forwarding(job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["command"])
     assert command[:2] == ["torchrun", "--nproc_per_node=4"] and "--max_restarts=2" in command

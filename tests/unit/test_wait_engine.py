@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_volcano.job_ref import JobRef
-from airflow_volcano.wait_engine import CheckPods, Done, Reread, WaitEngine, WaitLimits, Watch
+from airflow_volcano.wait_engine import CheckPods, DeletePods, Done, Reread, WaitEngine, WaitLimits, Watch
 
 from .test_status import job, pod
 
@@ -87,3 +87,63 @@ def test_the_scheduler_reason_is_reported_once_while_pending():
     wait.watch_ended(now=1007)
     wait.pods_seen([], podgroup, [], now=1007)
     assert sum("the scheduler says" in line for line in reported) == 1, reported
+
+
+def lost(name: str, node: str = "gpu-7", *, ready: str = "False", since: str = "2026-11-24T17:21:06Z",
+         containers_ready: bool = True) -> dict:
+    """A Running pod as the node controller leaves it when the node's kubelet goes silent: Ready False
+    while every container still reads as ready (or, with ready="True", a healthy pod)."""
+    body = pod(name, "worker", "Running")
+    body["spec"] = {"nodeName": node}
+    body["status"]["conditions"] = [{"type": "Ready", "status": ready, "lastTransitionTime": since}]
+    body["status"]["containerStatuses"][0]["ready"] = containers_ready
+    return body
+
+
+SINCE = 1795540866.0  # 2026-11-24T17:21:06Z
+
+
+def test_pods_of_a_node_that_stopped_answering_are_reported_then_deleted_after_node_lost_timeout():
+    wait, reported = engine(WaitLimits(node_lost_timeout=120))
+    assert wait.job_read(job("Running", running=2), now=SINCE - 100) == CheckPods(scheduling=False)
+    healthy = [lost("train-master-0", "node-a", ready="True"), lost("train-worker-0", ready="True")]
+    assert wait.pods_seen(healthy, None, [], now=SINCE - 100) == Watch(resource_version="7", seconds=40), (
+        "a running Job's pods are looked at every node_lost_timeout / 3")
+    assert wait.watch_ended(now=SINCE - 60) == CheckPods(scheduling=False)
+    assert wait.pods_seen(healthy, None, [], now=SINCE - 60) == Watch(resource_version="7", seconds=40)
+    pods = [lost("train-master-0", "node-a", ready="True"), lost("train-worker-0")]
+    assert isinstance(wait.pods_seen(pods, None, [], now=SINCE + 10), Watch)
+    assert [line for line in reported if "gpu-7" in line] == [
+        "Node gpu-7 stopped answering: its pod(s) train-worker-0 of Volcano Job ml/train were marked not ready "
+        "at 17:21:06 UTC; unless it is back within node_lost_timeout (120s), they are deleted and handled like "
+        "an eviction"], "said once, naming the node, the pods and since when"
+    assert isinstance(wait.pods_seen(pods, None, [], now=SINCE + 50), Watch) and len(reported) == 2
+    assert wait.pods_seen(pods, None, [], now=SINCE + 121) == DeletePods(pods=("train-worker-0",))
+    assert "has not answered for 121s" in reported[-1]
+    done = wait.pods_deleted(now=SINCE + 122)
+    assert isinstance(done, Watch)
+    ended = wait.job_changed(job("Failed", failed=2), now=SINCE + 130)
+    assert isinstance(ended, Done) and ended.result.lost_nodes == ("gpu-7",)
+
+
+def test_a_node_back_before_the_timeout_is_said_and_nothing_is_deleted():
+    wait, reported = engine(WaitLimits(node_lost_timeout=120))
+    wait.job_read(job("Running", running=1), now=SINCE)
+    wait.watch_ended(now=SINCE + 40)
+    assert isinstance(wait.pods_seen([lost("train-worker-0")], None, [], now=SINCE + 40), Watch)
+    assert isinstance(wait.pods_seen([lost("train-worker-0", ready="True")], None, [], now=SINCE + 80), Watch)
+    assert reported[-1] == "Node gpu-7 answers again: pod(s) train-worker-0 are ready"
+    assert isinstance(wait.pods_seen([lost("train-worker-0", ready="True")], None, [], now=SINCE + 200), Watch)
+
+
+def test_a_pod_the_kubelet_itself_marks_not_ready_is_not_lost():
+    wait, reported = engine(WaitLimits(node_lost_timeout=10))
+    wait.job_read(job("Running", running=1), now=SINCE)
+    failing_probe = lost("train-worker-0", containers_ready=False)
+    assert isinstance(wait.pods_seen([failing_probe], None, [], now=SINCE + 600), Watch)
+    assert not any("answering" in line for line in reported)
+
+
+def test_without_node_lost_timeout_a_running_job_is_not_polled():
+    wait, _ = engine(WaitLimits(node_lost_timeout=None))
+    assert wait.job_read(job("Running", running=1), now=SINCE) == Watch(resource_version="7", seconds=300)

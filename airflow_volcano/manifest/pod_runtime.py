@@ -1,0 +1,109 @@
+"""What every training pod gets around its command, for long training on real clusters: SIGTERM passed
+on to the training process (shell/forward-signals.sh as PID 1), a memory-backed /dev/shm, the
+checkpoint directory of the task instance, and the counters that tell a script it is resuming."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from airflow_volcano import shell
+from airflow_volcano.constants import DEBUG_ANNOTATION, TRY_NUMBER_LABEL
+from airflow_volcano.exceptions import JobSpecError
+from airflow_volcano.kubelet import container_string
+
+if TYPE_CHECKING:
+    from airflow_volcano.manifest.request import JobRequest
+
+SIGNAL_FORWARDER = "airflow-volcano-run"  # $0 of the forwarding shell, as `ps` shows it
+SHM_VOLUME = "airflow-volcano-shm"
+SHM_PATH = "/dev/shm"
+# The environment every rank gets (the values come from the pod's own metadata: the downward API).
+CHECKPOINT_DIR_ENV = "CHECKPOINT_DIR"
+RESTART_COUNT_ENV = "VOLCANO_RESTART_COUNT"
+TRY_NUMBER_ENV = "AIRFLOW_TRY_NUMBER"
+# Volcano writes the Job's restart count (status.retryCount when the pod was made) on every pod.
+RETRY_COUNT_ANNOTATION = "volcano.sh/job-retry-count"
+
+
+def signal_forwarding_command(command: list[str]) -> list[str]:
+    """`command` run under the forwarding shell (inline: the pod may not mount the script's ConfigMap)."""
+    return ["/bin/sh", "-c", container_string(shell.read("forward-signals.sh")), SIGNAL_FORWARDER, *command]
+
+
+def without_signal_forwarding(command: list[str]) -> list[str]:
+    """The command the forwarding shell runs (the command itself if it has none)."""
+    if len(command) >= 4 and command[:2] == ["/bin/sh", "-c"] and command[3] == SIGNAL_FORWARDER:
+        return command[4:]
+    return command
+
+
+def apply_pod_runtime(tasks: list[dict], req: JobRequest, *, checkpoint_subdir: str) -> None:
+    """Give the first container of each task's pods what long training needs (see the module docstring).
+    A debug pod keeps its sleeping command; a container without a command (the image's entrypoint,
+    which the Job does not show) runs it as PID 1, unwrapped."""
+    checkpoint = f"{req.checkpoint_dir}/{checkpoint_subdir}" if req.checkpoint_dir else None
+    for task in tasks:
+        template = task.setdefault("template", {})
+        pod = template.setdefault("spec", {})
+        containers = pod.get("containers") or []
+        if not containers:
+            continue
+        container = containers[0]
+        debugging = DEBUG_ANNOTATION in ((template.get("metadata") or {}).get("annotations") or {})
+        if container.get("command") and not debugging:
+            container["command"] = signal_forwarding_command(container["command"])
+        if req.termination_grace_period is not None:
+            pod["terminationGracePeriodSeconds"] = req.termination_grace_period
+        if req.shm_size is not None:
+            _add_shm(pod, container, req)
+        if req.checkpoint_dir is not None:
+            shared_volume(pod, container, req.checkpoint_dir, "checkpoint_dir", f"task {task.get('name')!r}")
+        _set_env(container, checkpoint)
+
+
+def _add_shm(pod: dict, container: dict, req: JobRequest) -> None:
+    from airflow_volcano.manifest.request import DEFAULT_SHM_SIZE
+
+    own = [mount for mount in container.get("volumeMounts") or [] if mount.get("mountPath", "").rstrip("/") == SHM_PATH]
+    if own:
+        if req.shm_size != DEFAULT_SHM_SIZE:
+            raise JobSpecError(f"shm_size={req.shm_size!r}: the container already mounts volume "
+                               f"{own[0].get('name')!r} at {SHM_PATH}; give one or the other (shm_size=None keeps "
+                               "yours)")
+        return  # the user's own /dev/shm wins over the default
+    pod.setdefault("volumes", []).append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory",
+                                                                          "sizeLimit": req.shm_size}})
+    container.setdefault("volumeMounts", []).append({"name": SHM_VOLUME, "mountPath": SHM_PATH})
+
+
+def _set_env(container: dict, checkpoint: str | None) -> None:
+    ours: list[dict[str, Any]] = [
+        {"name": RESTART_COUNT_ENV, "valueFrom": {"fieldRef": {
+            "fieldPath": f"metadata.annotations['{RETRY_COUNT_ANNOTATION}']"}}},
+        {"name": TRY_NUMBER_ENV, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{TRY_NUMBER_LABEL}']"}}},
+    ]
+    if checkpoint is not None:
+        ours.append({"name": CHECKPOINT_DIR_ENV, "value": container_string(checkpoint)})
+    names = {item["name"] for item in ours}
+    env = container.setdefault("env", [])
+    env[:] = [item for item in env if item.get("name") not in names] + ours
+
+
+def shared_volume(pod: dict, container: dict, path: str, parameter: str, where: str) -> tuple[dict, dict]:
+    """The mount and volume that hold `path` in `container`, which other pods can see too (not an
+    emptyDir); a JobSpecError naming `parameter` otherwise."""
+    mounts = [mount for mount in container.get("volumeMounts") or []
+              if path == mount.get("mountPath", "").rstrip("/") or
+              path.startswith(mount.get("mountPath", "").rstrip("/") + "/")]
+    if not mounts:
+        paths = ", ".join(repr(mount.get("mountPath")) for mount in container.get("volumeMounts") or []) or "none"
+        raise JobSpecError(f"{parameter} {path!r} is not inside a volume mounted in {where} (mounts: {paths}); it "
+                           "must be on a volume the pods share: add one with volumes= and volume_mounts= (a "
+                           "PersistentVolumeClaim, NFS, or a hostPath on a single node)")
+    mount = max(mounts, key=lambda item: len(item.get("mountPath", "")))
+    volume = next((item for item in pod.get("volumes") or [] if item.get("name") == mount.get("name")), None)
+    if volume is None or "emptyDir" in volume:
+        kind = "an emptyDir, private to each pod" if volume else f"not among the volumes of {where}"
+        raise JobSpecError(f"{parameter} {path!r} is on volume {mount.get('name')!r}, which is {kind}; it must be "
+                           "on a volume the pods share (a PersistentVolumeClaim, NFS, hostPath)")
+    return mount, volume
