@@ -29,9 +29,11 @@ from airflow_volcano.job_ref import JobRef
 from airflow_volcano.logs import Emit, LogCursor, LogFollower, emit_new_lines, iter_lines
 from airflow_volcano.manifest import TENSORBOARD_TASK, task_pods
 from airflow_volcano.status import (
+    LOG_SCAN_LINES,
     LOG_TAIL_LINES,
     Outcome,
     failed_pods,
+    failure_hints,
     failure_message,
     job_state,
     termination_result,
@@ -290,10 +292,11 @@ def explain_failure(hook: VolcanoHook, ref: JobRef, result: WaitResult) -> str:
     # The failing container's log (any task's pod, any container name), else the master's.
     log_pod = problems[0].pod if problems else ref.main_pod
     log_container = problems[0].container if problems else ref.main_pod_container
-    log_tail: list[str] = []
+    log_scan: list[str] = []
     try:
-        chunks = hook.pod_log_chunks(log_pod, ref.namespace, container=log_container, tail_lines=LOG_TAIL_LINES)
-        log_tail = [line.partition(" ")[2] or line for line in iter_lines(chunks)][-LOG_TAIL_LINES:]
+        # More lines than shown: a cause (a DataLoader worker's bus error) may precede a long traceback.
+        chunks = hook.pod_log_chunks(log_pod, ref.namespace, container=log_container, tail_lines=LOG_SCAN_LINES)
+        log_scan = [line.partition(" ")[2] or line for line in iter_lines(chunks)][-LOG_SCAN_LINES:]
     except Exception:  # noqa: BLE001 - no log is not worth hiding the real failure
         pass
     headline = None
@@ -302,7 +305,8 @@ def explain_failure(hook: VolcanoHook, ref: JobRef, result: WaitResult) -> str:
     elif result.problem:
         headline = f"{result.problem}; the Job was deleted"
     return failure_message(result.state, pods=pods, events=events, main_task=ref.main_task,
-                           log_tail=log_tail, log_pod=log_pod, headline=headline, lost_nodes=result.lost_nodes)
+                           log_tail=log_scan[-LOG_TAIL_LINES:], log_pod=log_pod, headline=headline,
+                           lost_nodes=result.lost_nodes, hints=failure_hints(log_scan))
 
 
 def main_result(hook: VolcanoHook, ref: JobRef) -> Any:

@@ -25,7 +25,8 @@ from airflow_volcano.constants import (
 from airflow_volcano.manifest import retryable_exit_codes
 
 IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
-LOG_TAIL_LINES = 20
+LOG_TAIL_LINES = 20  # shown in a failure report
+LOG_SCAN_LINES = 200  # read for what they say of the cause (failure_hints)
 
 
 class Outcome(StrEnum):
@@ -293,6 +294,7 @@ def failure_message(
     log_pod: str | None = None,
     headline: str | None = None,
     lost_nodes: Sequence[str] = (),
+    hints: Sequence[str] = (),
 ) -> str:
     """The text a user reads when the task fails: what, which pod, exit code, reason, log, events."""
     lines = [headline or f"Volcano Job {state.namespace}/{state.name} ended in phase {state.phase}"]
@@ -303,9 +305,7 @@ def failure_message(
     if lost_nodes:
         lines[0] += (f"; node {', '.join(lost_nodes)} stopped answering, and its pods were deleted after "
                      "node_lost_timeout (handled like an eviction)")
-    hint = shared_memory_hint(log_tail)
-    if hint:
-        lines.append(hint)
+    lines.extend(hints)
     problems = failed_pods(pods, main_task)
     if problems:
         lines.append("Failed pods:")
@@ -337,6 +337,11 @@ def shared_memory_hint(log_tail: Sequence[str]) -> str | None:
         return ("The training ran out of shared memory (/dev/shm): PyTorch's DataLoader workers pass batches "
                 "through it; raise shm_size (None turns it off and leaves the container's 64 MiB).")
     return None
+
+
+def failure_hints(log_lines: Sequence[str]) -> list[str]:
+    """What the failed pod's log says about the cause, in a sentence each (for now: shared memory)."""
+    return [hint for hint in (shared_memory_hint(log_lines),) if hint]
 
 
 def _pod_counts(job: Mapping[str, Any]) -> tuple[int, int]:

@@ -1,0 +1,112 @@
+"""Training that resumes where it stopped, on every rank of a Volcano Job.
+
+Rank 0 saves a checkpoint at the end of every epoch under $CHECKPOINT_DIR (the operator's
+`checkpoint_dir`, resolved to this task instance's own directory on a shared volume), and every
+attempt starts from the latest one: after a gang restart (a rank killed, a pod evicted, a lost node)
+and after an Airflow retry of the task alike. It says so in the line the operator reports as the
+result's `resumed_from`:
+
+    [airflow-volcano] resumed from /checkpoints/<dag>/<task>/<run>/epoch-3.pt
+
+On SIGTERM (the Job deleted, a restart, a preemption: the operator passes it on to the script) it
+finishes the step under way, saves, and exits, within `termination_grace_period`.
+
+Environment: EPOCHS (default 6), EPOCH_SECONDS (a pause per epoch, default 0: the model is tiny).
+To watch a resume happen, CRASH_AT_EPOCH=N makes rank CRASH_RANK (default 1) exit with
+CRASH_EXIT_CODE (default 137, as the OOM killer gives) after epoch N on the first attempt only
+(VOLCANO_RESTART_COUNT 0, AIRFLOW_TRY_NUMBER 1).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+EPOCHS = int(os.environ.get("EPOCHS", "6"))
+EPOCH_SECONDS = float(os.environ.get("EPOCH_SECONDS", "0"))
+RANK, WORLD_SIZE = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+RESTARTS = int(os.environ.get("VOLCANO_RESTART_COUNT") or 0)
+TRY_NUMBER = int(os.environ.get("AIRFLOW_TRY_NUMBER") or 1)
+CHECKPOINTS = Path(os.environ["CHECKPOINT_DIR"])
+
+stop_requested = False
+
+
+def on_sigterm(signum: int, frame: object) -> None:
+    global stop_requested
+    stop_requested = True  # finish the step under way, save, exit
+
+
+def latest_checkpoint() -> Path | None:
+    found = [(int(match[1]), path) for path in CHECKPOINTS.glob("epoch-*.pt")
+             if (match := re.fullmatch(r"epoch-(\d+)\.pt", path.name))]
+    return max(found)[1] if found else None
+
+
+def save(epoch: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer, reason: str) -> Path:
+    path = CHECKPOINTS / f"epoch-{epoch}.pt"
+    partial = path.with_suffix(".partial")
+    torch.save({"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict()}, partial)
+    os.replace(partial, path)  # a checkpoint is whole or absent
+    (CHECKPOINTS / "latest.json").write_text(json.dumps({"epoch": epoch, "path": str(path), "reason": reason}))
+    return path
+
+
+def main() -> int:
+    signal.signal(signal.SIGTERM, on_sigterm)
+    if WORLD_SIZE > 1:
+        os.environ.setdefault("USE_LIBUV", "0")
+        dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    first_epoch = 1
+    checkpoint = latest_checkpoint()
+    if checkpoint is not None:
+        state = torch.load(checkpoint)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        first_epoch = state["epoch"] + 1
+        if RANK == 0:
+            print(f"[airflow-volcano] resumed from {checkpoint}", flush=True)
+    print(f"rank {RANK}/{WORLD_SIZE} starts at epoch {first_epoch} of {EPOCHS} (VOLCANO_RESTART_COUNT={RESTARTS}, "
+          f"AIRFLOW_TRY_NUMBER={TRY_NUMBER})", flush=True)
+    for epoch in range(first_epoch, EPOCHS + 1):
+        inputs = torch.randn(64, 16, generator=torch.Generator().manual_seed(epoch * 100 + RANK))
+        loss = ((model(inputs) - inputs.sum(1, keepdim=True)) ** 2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        if WORLD_SIZE > 1:
+            for parameter in model.parameters():
+                dist.all_reduce(parameter.grad)
+                parameter.grad /= WORLD_SIZE
+        optimizer.step()
+        time.sleep(EPOCH_SECONDS)
+        if RANK == 0:
+            path = save(epoch, model, optimizer, "SIGTERM" if stop_requested else "epoch end")
+            print(f"epoch {epoch}/{EPOCHS} loss {loss.item():.4f}, saved {path}", flush=True)
+        if stop_requested:
+            print(f"rank {RANK}: SIGTERM, stopping after epoch {epoch} (checkpoint saved)", flush=True)
+            return 143
+        if WORLD_SIZE > 1:
+            dist.barrier()
+        if (epoch == int(os.environ.get("CRASH_AT_EPOCH") or 0) and RANK == int(os.environ.get("CRASH_RANK", "1"))
+                and RESTARTS == 0 and TRY_NUMBER == 1):
+            print(f"rank {RANK}: crashing after epoch {epoch}, as asked (CRASH_AT_EPOCH)", flush=True)
+            os._exit(int(os.environ.get("CRASH_EXIT_CODE", "137")))
+    if WORLD_SIZE > 1:
+        dist.destroy_process_group()
+    print(f"rank {RANK}: trained {EPOCHS} epochs", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

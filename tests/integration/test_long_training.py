@@ -1,0 +1,250 @@
+"""What real clusters do to long training, done for real on the real node: shared memory, SIGTERM
+when a Job is deleted, checkpoints across Volcano's restarts and Airflow's retries, a node whose
+kubelet stops answering (the real kubelet killed; its containers keep running under containerd, as
+in a network partition, and the real node lifecycle controller marks the node and its pods)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from .test_kill_and_reattach import start_worker, write_dag
+from .test_real_pods import REPO, SMALL, real_operator, script
+
+RESUMABLE = str(REPO / "dags" / "scripts" / "train_resumable.py")
+CLUSTER = str(REPO / "scripts" / "volcano-cluster")
+
+DATALOADER = """
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+    class Batches(Dataset):
+        def __len__(self):
+            return 6
+
+        def __getitem__(self, index):
+            return torch.full((100 * 2**20 // 4,), float(index))  # 100 MiB of float32
+
+    moved = 0
+    for batch in DataLoader(Batches(), batch_size=None, num_workers=2):
+        moved += batch.numel() * batch.element_size()
+    print(f"moved {moved // 2**20} MiB in 6 batches from 2 DataLoader workers", flush=True)
+"""
+
+NO_HANDLER = """
+    import os, time
+    print(f"rank {os.environ['RANK']} started", flush=True)
+    time.sleep(3600)
+"""
+
+
+def checkpoints(tmp_path: Path) -> tuple[Path, dict]:
+    """A directory every pod of the Job mounts (a hostPath: the node is this machine), as
+    operator arguments with checkpoint_dir."""
+    shared = tmp_path / "checkpoints"
+    shared.mkdir(mode=0o777)
+    return shared, {"volumes": [{"name": "ckpt", "hostPath": {"path": str(shared), "type": "Directory"}}],
+                    "volume_mounts": [{"name": "ckpt", "mountPath": "/checkpoints"}],
+                    "checkpoint_dir": "/checkpoints"}
+
+
+def latest(shared: Path) -> dict:
+    """The newest checkpoint record train_resumable.py wrote, wherever CHECKPOINT_DIR put it."""
+    found = sorted(shared.rglob("latest.json"))
+    return json.loads(found[0].read_text()) if found else {}
+
+
+def wait_until_gone(cluster, containerd, name: str, timeout: float = 180) -> float:
+    """Wait until the Job and every container of its pods are gone from the node; returns when (epoch
+    seconds, at most the poll interval late)."""
+    cluster.wait_for("no container of the Job left running in containerd",
+                     lambda: cluster.job(name) is None and not containerd.running_containers(cluster.namespace),
+                     timeout=timeout)
+    return time.time()
+
+
+def deleted_at(log: str, namespace: str, name: str) -> float:
+    """When the task deleted the Job, from the timestamp of its task log line."""
+    line = next(line for line in log.splitlines() if f"Deleted Volcano Job {namespace}/{name}" in line)
+    return datetime.datetime.fromisoformat(line.split()[0].replace("Z", "+00:00")).timestamp()
+
+
+@pytest.mark.parametrize("deferrable", [False, True])
+def test_a_dataloader_moves_100_mib_batches_through_the_default_shm_and_without_it_the_task_says_why(
+        cluster, operator_kubeconfig, run_task, real_node, tmp_path, deferrable):
+    train = script(tmp_path, DATALOADER)
+    run = run_task(lambda: real_operator(real_node, cluster.namespace, "shm", training_script=train,
+                                         worker_replicas=0, deferrable=deferrable))
+    assert run.state == "success", run.log
+    assert "[shm-master-0] moved 600 MiB in 6 batches from 2 DataLoader workers" in run.log
+
+    run = run_task(lambda: real_operator(real_node, cluster.namespace, "noshm", training_script=train,
+                                         worker_replicas=0, shm_size=None, deferrable=deferrable))
+    assert run.state == "failed", run.log
+    assert ("The training ran out of shared memory (/dev/shm): PyTorch's DataLoader workers pass batches through "
+            "it; raise shm_size") in run.log, run.log
+
+
+def test_job_timeout_sends_sigterm_the_script_saves_and_the_pods_go_within_the_grace_period(
+        cluster, operator_kubeconfig, run_task, real_node, containerd, tmp_path):
+    shared, volume = checkpoints(tmp_path)
+    run = run_task(lambda: real_operator(
+        real_node, cluster.namespace, "sigterm", training_script=RESUMABLE, worker_replicas=1, job_timeout=30,
+        termination_grace_period=20, env={"EPOCHS": "1000", "EPOCH_SECONDS": "2"}, **volume))
+    gone_after = wait_until_gone(cluster, containerd, "sigterm") - deleted_at(run.log, cluster.namespace, "sigterm")
+
+    assert run.state == "failed" and "job_timeout of 30s passed" in run.log, run.log
+    saved = latest(shared)
+    assert saved.get("reason") == "SIGTERM", f"the handler saved on SIGTERM: {saved}"
+    assert gone_after < 20 + 5, f"gone {gone_after:.1f}s after the Job was deleted: within the grace period"
+    print(f"MEASURED job_timeout, script with a SIGTERM handler: pods gone {gone_after:.1f}s after the delete")
+
+
+def test_a_script_without_a_sigterm_handler_is_gone_in_seconds_not_the_grace_period(
+        cluster, operator_kubeconfig, run_task, real_node, containerd, tmp_path):
+    run = run_task(lambda: real_operator(real_node, cluster.namespace, "nohandler", worker_replicas=1,
+                                         training_script=script(tmp_path, NO_HANDLER), job_timeout=20))
+    gone_after = wait_until_gone(cluster, containerd, "nohandler") - deleted_at(run.log, cluster.namespace,
+                                                                                   "nohandler")
+
+    assert run.state == "failed" and "[nohandler-master-0] rank 0 started" in run.log, run.log
+    # Python as PID 1 would ignore SIGTERM and be SIGKILLed after Kubernetes' default 30 s.
+    assert gone_after < 15, f"gone {gone_after:.1f}s after the Job was deleted"
+    print(f"MEASURED job_timeout, script without a handler: pods gone {gone_after:.1f}s after the delete")
+
+
+def test_killing_the_task_lets_the_script_save_before_its_pods_go(cluster, operator_kubeconfig, airflow_db,
+                                                                    real_node, containerd, tmp_path):
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    dag_id = "real_kill_saves"
+    shared, volume = checkpoints(tmp_path)
+    train = tmp_path / "train_resumable.py"  # beside the DAG file: files are read from the DAG's folder
+    train.write_text(Path(RESUMABLE).read_text())
+    dag_file = write_dag(tmp_path, dag_id, cluster.namespace, name="killsave", training_script=str(train),
+                         container_resources=SMALL, termination_grace_period=20,
+                         env={"EPOCHS": "1000", "EPOCH_SECONDS": "2"}, **volume, **real_node)
+    worker = start_worker(dag_file, dag_id, datetime.datetime.now(datetime.UTC).isoformat(), tmp_path / "worker.log")
+    cluster.wait_for("a first checkpoint", lambda: latest(shared).get("epoch", 0) >= 2, timeout=180)
+
+    with create_session() as session:  # "Mark failed" in the UI: the state changes, then the task gets SIGTERM
+        session.query(TaskInstance).filter_by(dag_id=dag_id, task_id="train").update({"state": "failed"})
+    killed_at = time.time()
+    worker.send_signal(signal.SIGTERM)
+    worker.wait(timeout=60)
+    gone_after = wait_until_gone(cluster, containerd, "killsave") - killed_at
+
+    assert latest(shared).get("reason") == "SIGTERM", latest(shared)
+    assert gone_after < 20 + 5, f"gone {gone_after:.1f}s after the kill"
+    print(f"MEASURED kill of the task, script with a SIGTERM handler: pods gone {gone_after:.1f}s after the kill")
+
+
+def test_a_rank_killed_after_epoch_3_restarts_the_gang_which_resumes_from_the_epoch_3_checkpoint(
+        cluster, operator_kubeconfig, run_task, real_node, tmp_path):
+    shared, volume = checkpoints(tmp_path)
+    run = run_task(lambda: real_operator(
+        real_node, cluster.namespace, "resume", training_script=RESUMABLE, worker_replicas=1,
+        env={"EPOCHS": "6", "CRASH_AT_EPOCH": "3", "CRASH_EXIT_CODE": "137"}, **volume))
+
+    assert run.state == "success", run.log
+    assert f"Volcano Job {cluster.namespace}/resume is Restarting (" in run.log, run.log
+    result = run.xcom["return_value"]
+    assert result["retry_count"] == 1 and result["resumed_from"].endswith("/epoch-3.pt"), result
+    assert result["resumed_from"].startswith("/checkpoints/test_"), "the task instance's own directory"
+    assert f"[resume-master-0] [airflow-volcano] resumed from {result['resumed_from']}" in run.log
+    assert "[resume-master-0] rank 0/2 starts at epoch 4 of 6 (VOLCANO_RESTART_COUNT=1, AIRFLOW_TRY_NUMBER=1)" \
+        in run.log, run.log
+    assert f"The training resumed from checkpoint {result['resumed_from']}" in run.log
+    assert latest(shared)["epoch"] == 6
+
+
+def test_a_failed_try_resumes_on_the_next_try_from_the_same_checkpoint_dir(
+        cluster, operator_kubeconfig, run_task, real_node, tmp_path):
+    shared, volume = checkpoints(tmp_path)
+    run = run_task(lambda: real_operator(
+        real_node, cluster.namespace, None, training_script=RESUMABLE, worker_replicas=1, deferrable=True,
+        retries=1, retry_delay=datetime.timedelta(0),
+        env={"EPOCHS": "6", "CRASH_AT_EPOCH": "4", "CRASH_EXIT_CODE": "1"}, **volume))
+
+    assert run.state == "success", run.log
+    result = run.xcom["return_value"]
+    assert result["resumed_from"].endswith("/epoch-4.pt") and result["retry_count"] == 0, result
+    assert "rank 0/2 starts at epoch 5 of 6 (VOLCANO_RESTART_COUNT=0, AIRFLOW_TRY_NUMBER=2)" in run.log, run.log
+    assert len(list(shared.rglob("latest.json"))) == 1, "both tries used one CHECKPOINT_DIR"
+
+
+def kubelet(action: str) -> None:
+    subprocess.run([CLUSTER, action, "kubelet"], check=True, capture_output=True)
+
+
+def test_a_lost_node_is_named_and_its_pods_restart_once_it_is_back(
+        cluster, operator_kubeconfig, run_task, real_node, containerd, tmp_path):
+    """The kubelet stops in epoch 2; the node controller marks its pods not ready (~50 s); after
+    node_lost_timeout they are deleted, Volcano restarts the gang, whose pods start once the
+    kubelet is back, and the training resumes from its checkpoint."""
+    shared, volume = checkpoints(tmp_path)
+    events: list[str] = []
+
+    def partition() -> None:
+        try:
+            cluster.wait_for("epoch 2", lambda: latest(shared).get("epoch", 0) >= 2, timeout=240)
+            kubelet("stop")
+            events.append("stopped")
+            cluster.wait_for("the Job to restart", lambda: ((cluster.job("lost") or {}).get("status") or {}).get(
+                "retryCount", 0) >= 1, timeout=240)
+            events.append("restarted")
+        finally:
+            kubelet("restart")
+
+    partitioner = threading.Thread(target=partition, daemon=True)
+    partitioner.start()
+    try:
+        run = run_task(lambda: real_operator(
+            real_node, cluster.namespace, "lost", training_script=RESUMABLE, worker_replicas=1, job_timeout=600,
+            node_lost_timeout=20, env={"EPOCHS": "40", "EPOCH_SECONDS": "3"}, **volume))
+    finally:
+        partitioner.join(timeout=300)
+        kubelet("restart") if partitioner.is_alive() else None
+
+    assert events == ["stopped", "restarted"], (events, run.log)
+    assert run.state == "success", run.log
+    assert "Node real-node stopped answering: its pod(s) lost-master-0, lost-worker-0 of Volcano Job " in run.log
+    assert "Node real-node has not answered for " in run.log and "deleting its pod(s) lost-master-0" in run.log
+    assert run.xcom["return_value"]["retry_count"] == 1 and run.xcom["return_value"]["resumed_from"], run.log
+    wait_until_gone(cluster, containerd, "lost")  # no container left behind
+
+
+def test_a_lost_node_with_the_retry_budget_spent_fails_the_task_naming_the_node(
+        cluster, operator_kubeconfig, run_task, real_node, containerd, tmp_path):
+    shared, volume = checkpoints(tmp_path)
+
+    def partition() -> None:
+        cluster.wait_for("epoch 1", lambda: latest(shared).get("epoch", 0) >= 1, timeout=240)
+        kubelet("stop")
+
+    partitioner = threading.Thread(target=partition, daemon=True)
+    partitioner.start()
+    try:
+        run = run_task(lambda: real_operator(
+            real_node, cluster.namespace, "lostfail", training_script=RESUMABLE, worker_replicas=1, max_retry=1,
+            job_timeout=600, node_lost_timeout=15, deferrable=True, env={"EPOCHS": "100", "EPOCH_SECONDS": "3"},
+            **volume))
+    finally:
+        partitioner.join(timeout=300)
+        kubelet("restart")
+
+    assert run.state == "failed", run.log
+    assert "Node real-node stopped answering" in run.log, run.log
+    assert ("the retry budget is exhausted (max_retry 1); node real-node stopped answering, and its pods were "
+            "deleted after node_lost_timeout") in run.log, run.log
+    # Back, the kubelet stops the containers of the pods deleted while it was away.
+    cluster.wait_for("no pod or container of the Job left", lambda: not cluster.pods("lostfail")
+                     and not containerd.running_containers(cluster.namespace), timeout=180)
