@@ -9,7 +9,9 @@ result's `resumed_from`:
     [airflow-volcano] resumed from /checkpoints/<dag>/<task>/<run>/epoch-3.pt
 
 On SIGTERM (the Job deleted, a restart, a preemption: the operator passes it on to the script) it
-finishes the step under way, saves, and exits, within `termination_grace_period`.
+finishes the step under way, saves, and exits, within `termination_grace_period`. It stops before a
+collective rather than in one: the peers are being stopped too, and a collective with a missing peer
+fails with a gloo/NCCL error (exit code 1), which Volcano reads as a failure of its own.
 
 Environment: EPOCHS (default 6), EPOCH_SECONDS (a pause per epoch, default 0: the model is tiny).
 To watch a resume happen, CRASH_AT_EPOCH=N makes rank CRASH_RANK (default 1) exit with
@@ -80,6 +82,12 @@ def main() -> int:
     print(f"rank {RANK}/{WORLD_SIZE} starts at epoch {first_epoch} of {EPOCHS} (VOLCANO_RESTART_COUNT={RESTARTS}, "
           f"AIRFLOW_TRY_NUMBER={TRY_NUMBER})", flush=True)
     for epoch in range(first_epoch, EPOCHS + 1):
+        time.sleep(EPOCH_SECONDS)  # where a real epoch reads its data
+        if stop_requested:  # before the next collective: a peer may be stopping too
+            if RANK == 0 and epoch > 1:
+                path = save(epoch - 1, model, optimizer, "SIGTERM")
+                print(f"SIGTERM: saved checkpoint {path}, exiting", flush=True)
+            return 143
         inputs = torch.randn(64, 16, generator=torch.Generator().manual_seed(epoch * 100 + RANK))
         loss = ((model(inputs) - inputs.sum(1, keepdim=True)) ** 2).mean()
         optimizer.zero_grad()
@@ -89,7 +97,6 @@ def main() -> int:
                 dist.all_reduce(parameter.grad)
                 parameter.grad /= WORLD_SIZE
         optimizer.step()
-        time.sleep(EPOCH_SECONDS)
         if RANK == 0:
             path = save(epoch, model, optimizer, "SIGTERM" if stop_requested else "epoch end")
             print(f"epoch {epoch}/{EPOCHS} loss {loss.item():.4f}, saved {path}", flush=True)

@@ -152,7 +152,7 @@ def test_a_rank_killed_after_epoch_3_restarts_the_gang_which_resumes_from_the_ep
     shared, volume = checkpoints(tmp_path)
     run = run_task(lambda: real_operator(
         real_node, cluster.namespace, "resume", training_script=RESUMABLE, worker_replicas=1,
-        env={"EPOCHS": "6", "CRASH_AT_EPOCH": "3", "CRASH_EXIT_CODE": "137"}, **volume))
+        env={"EPOCHS": "6", "EPOCH_SECONDS": "5", "CRASH_AT_EPOCH": "3", "CRASH_EXIT_CODE": "137"}, **volume))
 
     assert run.state == "success", run.log
     assert f"Volcano Job {cluster.namespace}/resume is Restarting (" in run.log, run.log
@@ -172,7 +172,7 @@ def test_a_failed_try_resumes_on_the_next_try_from_the_same_checkpoint_dir(
     run = run_task(lambda: real_operator(
         real_node, cluster.namespace, None, training_script=RESUMABLE, worker_replicas=1, deferrable=True,
         retries=1, retry_delay=datetime.timedelta(0),
-        env={"EPOCHS": "6", "CRASH_AT_EPOCH": "4", "CRASH_EXIT_CODE": "1"}, **volume))
+        env={"EPOCHS": "6", "EPOCH_SECONDS": "2", "CRASH_AT_EPOCH": "4", "CRASH_EXIT_CODE": "1"}, **volume))
 
     assert run.state == "success", run.log
     result = run.xcom["return_value"]
