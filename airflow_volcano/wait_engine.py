@@ -265,11 +265,11 @@ class WaitEngine:
                             f"{lost[0].since_text}; unless it is back within node_lost_timeout ({timeout:.0f}s), "
                             "they are deleted and handled like an eviction")
             if now - since >= timeout:
-                self.report(f"Node {node} has not answered for {now - since:.0f}s (node_lost_timeout {timeout:.0f}s): "
-                            f"deleting its pod(s) {', '.join(names)}; Volcano handles that like an eviction (the "
-                            "Job restarts if its retry budget allows)")
-                if node not in self.lost_nodes:
+                if node not in self.lost_nodes:  # said once; a delete that failed is retried quietly
                     self.lost_nodes.append(node)
+                    self.report(f"Node {node} has not answered for {now - since:.0f}s (node_lost_timeout "
+                                f"{timeout:.0f}s): deleting its pod(s) {', '.join(names)}; Volcano handles that like "
+                                "an eviction (the Job restarts if its retry budget allows)")
                 expired += names
         return tuple(expired)
 
