@@ -315,6 +315,7 @@ def _validate_pod(path: str, task: str, pod: dict) -> None:
             name = container.get("name") if isinstance(container, dict) else None
             raise JobSpecError(f"image: task {task!r} container {name!r} has no image, got {got!r} "
                                f"({path}.containers[{index}].image)")
+        _check_mounts(path, task, pod, container, index)
         if container.get("env") is not None:
             if not isinstance(container["env"], list):
                 raise JobSpecError(f"env must be a list of EnvVar dicts, got {container['env']!r} ({path}.env)")
@@ -322,6 +323,17 @@ def _validate_pod(path: str, task: str, pod: dict) -> None:
     if pod.get("restartPolicy") is not None and pod["restartPolicy"] not in RESTART_POLICIES:
         raise JobSpecError(f"restart_policy must be one of {', '.join(sorted(RESTART_POLICIES))}; got "
                            f"{pod['restartPolicy']!r} ({path}.restartPolicy)")
+
+
+def _check_mounts(path: str, task: str, pod: dict, container: dict, index: int) -> None:
+    """Every volumeMount names a volume of its pod (the webhook refuses the Job otherwise)."""
+    volumes = [volume.get("name") for volume in pod.get("volumes") or [] if isinstance(volume, dict)]
+    for mount in container.get("volumeMounts") or []:
+        if isinstance(mount, dict) and mount.get("name") not in volumes:
+            known = ", ".join(map(repr, volumes)) or "none"
+            raise JobSpecError(f"volume_mounts: mount {mount.get('name')!r} at {mount.get('mountPath')!r} in task "
+                               f"{task!r} names no volume of its pod (volumes: {known}); add it with volumes= "
+                               f"({path}.containers[{index}].volumeMounts)")
 
 
 def _validate_plugins(spec: dict, seen: dict[str, int], tasks: list[dict], role_param: dict[str, str]) -> None:

@@ -66,6 +66,14 @@ arguments = st.fixed_dictionaries({}, optional={
     "args": st.lists(st.one_of(st.text(max_size=15), st.sampled_from(["$(id)", "$(HOSTNAME)", "a$$b"])), max_size=3),
     "job_timeout": st.one_of(st.none(), st.integers(-5, 100), st.just("60"), st.floats(allow_nan=True)),
     "poll_interval": st.one_of(st.integers(-1, 10), st.just("5")),
+    # What long training needs (manifest.pod_runtime); a checkpoint_dir on a shared volume or not.
+    "shm_size": st.one_of(st.none(), quantities),
+    "termination_grace_period": st.one_of(st.integers(-2, 120), st.sampled_from(["30", "soon"])),
+    "checkpoint_dir": st.one_of(st.sampled_from(["/ckpt", "/ckpt/runs", "/elsewhere", "ckpt", "/ckpt/../x"]),
+                                st.text(max_size=8)),
+    "volumes": st.just([{"name": "ckpt", "persistentVolumeClaim": {"claimName": "ckpt"}}]),
+    "volume_mounts": st.just([{"name": "ckpt", "mountPath": "/ckpt"}]),
+    "node_lost_timeout": st.one_of(st.none(), st.integers(-5, 600), st.just("180"), st.floats(allow_nan=True)),
 })
 pytorch_arguments = st.fixed_dictionaries({}, optional={
     "launcher": st.sampled_from(["python", "torchrun", "mpi"]),

@@ -125,6 +125,9 @@ def test_the_checkpoint_subdirectory_is_the_task_instance_the_same_for_every_try
                                                  "task 'master'"),
     ({"checkpoint_dir": "/ckpt", "volumes": [{"name": "ckpt", "emptyDir": {}}],
       "volume_mounts": [{"name": "ckpt", "mountPath": "/ckpt"}]}, "which is an emptyDir, private to each pod"),
+    # Found by the property test with the new arguments: a mount without its volume (the webhook refuses it).
+    ({"volume_mounts": [{"name": "x", "mountPath": "/x"}]}, "volume_mounts: mount 'x' at '/x' in task 'master' names "
+                                                            "no volume of its pod"),
 ])
 def test_bad_values_of_the_new_arguments_are_refused_naming_the_parameter(kwargs, expected):
     assert expected in error_of(training_script=SCRIPT, **kwargs)
