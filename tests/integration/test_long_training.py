@@ -248,3 +248,26 @@ def test_a_lost_node_with_the_retry_budget_spent_fails_the_task_naming_the_node(
     # Back, the kubelet stops the containers of the pods deleted while it was away.
     cluster.wait_for("no pod or container of the Job left", lambda: not cluster.pods("lostfail")
                      and not containerd.running_containers(cluster.namespace), timeout=180)
+
+
+def test_the_resumable_example_dag_resumes_after_a_rank_is_killed(cluster, operator_kubeconfig, airflow_db,
+                                                                   real_node, tmp_path, capfd):
+    """dags/volcano_resumable_training.py as written, on the real node: a hostPath for its
+    PersistentVolumeClaim; a worker exits 137 after epoch 1 (CRASH_AT_EPOCH) on the first attempt."""
+    from .test_real_pods import example_dag_on_the_real_node, return_value
+
+    dag = example_dag_on_the_real_node("volcano_resumable_training.py", real_node)
+    train = dag.get_task("train")
+    shared = tmp_path / "checkpoints"
+    shared.mkdir()
+    train.volumes = [{"name": "checkpoints", "hostPath": {"path": str(shared), "type": "Directory"}}]
+    train.env = {**train.env, "EPOCHS": "3", "EPOCH_SECONDS": "5", "CRASH_AT_EPOCH": "1"}
+    capfd.readouterr()
+
+    run = dag.test(run_conf={"namespace": cluster.namespace})
+
+    log = "".join(capfd.readouterr())
+    assert str(run.get_task_instance("train").state) == "success", log
+    result = return_value(dag, run, "train")
+    assert result["retry_count"] == 1 and result["resumed_from"].endswith("/epoch-1.pt"), result
+    assert "rank 0/3 starts at epoch 2 of 3 (VOLCANO_RESTART_COUNT=1, AIRFLOW_TRY_NUMBER=1)" in log, log
