@@ -192,7 +192,7 @@ class LostPod:
 
     @property
     def since_text(self) -> str:
-        return datetime.fromtimestamp(self.since, UTC).strftime("%H:%M:%S UTC")
+        return datetime.fromtimestamp(self.since, UTC).strftime("%H:%M:%S UTC") if self.since else "an unknown time"
 
 
 def lost_pods(pods: Iterable[Mapping[str, Any]]) -> list[LostPod]:

@@ -196,6 +196,7 @@ class WaitEngine:
         self._watch: tuple[float, float] | None = None  # (opened at, for how long)
         self._scheduling = False  # the pending CheckPods asked for the scheduler's view
         self._lost: dict[str, tuple[str, ...]] = {}  # node -> its pods, as last reported lost
+        self._lost_seen: dict[str, float] = {}  # pod -> when this wait first saw it lost
         self.lost_nodes: list[str] = []  # nodes whose pods were deleted after node_lost_timeout
 
     def job_read(self, job: dict | None, now: float) -> Action:
@@ -249,27 +250,32 @@ class WaitEngine:
         return self._decide(now)
 
     def _lost_node_pods(self, pods: list[dict], now: float, timeout: float) -> tuple[str, ...]:
-        """Report each node that stops (or resumes) answering once; the pods lost for `timeout`."""
+        """Report each node that stops (or resumes) answering once; the pods lost for `timeout`,
+        counted from when this wait first saw them lost (the apiserver's timestamps come from
+        another clock, which may be skewed against this one)."""
         by_node: dict[str, list[LostPod]] = {}
         for pod in lost_pods(pods):
             by_node.setdefault(pod.node, []).append(pod)
         for node in [node for node in self._lost if node not in by_node]:
             self.report(f"Node {node} answers again: pod(s) {', '.join(self._lost.pop(node))} are ready")
+        seen = {pod.pod for lost in by_node.values() for pod in lost}
+        self._lost_seen = {pod: at for pod, at in self._lost_seen.items() if pod in seen}
         expired: list[str] = []
         for node, lost in by_node.items():
-            names, since = tuple(pod.pod for pod in lost), min(pod.since for pod in lost)
+            names = tuple(pod.pod for pod in lost)
             if self._lost.get(node) != names:
                 self._lost[node] = names
                 self.report(f"Node {node} stopped answering: its pod(s) {', '.join(names)} of Volcano Job "
                             f"{self.ref.namespace}/{self.ref.name} were marked not ready at "
                             f"{lost[0].since_text}; unless it is back within node_lost_timeout ({timeout:.0f}s), "
                             "they are deleted and handled like an eviction")
-            if now - since >= timeout:
+            first_seen = min(self._lost_seen.setdefault(name, now) for name in names)
+            if now - first_seen >= timeout:
                 if node not in self.lost_nodes:  # said once; a delete that failed is retried quietly
                     self.lost_nodes.append(node)
-                    self.report(f"Node {node} has not answered for {now - since:.0f}s (node_lost_timeout "
-                                f"{timeout:.0f}s): deleting its pod(s) {', '.join(names)}; Volcano handles that like "
-                                "an eviction (the Job restarts if its retry budget allows)")
+                    self.report(f"Node {node} has not come back within node_lost_timeout ({timeout:.0f}s): "
+                                f"deleting its pod(s) {', '.join(names)}; Volcano handles that like an eviction "
+                                "(the Job restarts if its retry budget allows)")
                 expired += names
         return tuple(expired)
 
