@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from airflow_volcano.kubelet import process_string
+from airflow_volcano.manifest.pod_runtime import shown_command
 
 REDACTED = "***"
 
@@ -73,7 +74,7 @@ async def register_secrets_in_triggerer(job: dict) -> None:
 def shown(document: dict) -> dict:
     """A copy of a manifest to show (UI, dry_run): secret env values as `***`, and in every string
     the values the masker knows to be secret masked (its own walk of a dict stops a few levels deep,
-    and a Job's env is deeper)."""
+    and a Job's env is deeper); the signal-forwarding shell named rather than inlined."""
     from airflow.sdk._shared.secrets_masker import redact
 
     def masked(value: Any) -> Any:
@@ -86,10 +87,16 @@ def shown(document: dict) -> dict:
     safe = masked(document)
     for item in secret_env(safe):
         item["value"] = REDACTED
+    for task in (safe.get("spec") or {}).get("tasks") or []:
+        for container in (((task or {}).get("template") or {}).get("spec") or {}).get("containers") or []:
+            if isinstance(container, dict) and isinstance(container.get("command"), list):
+                container["command"] = shown_command(container["command"])
     return safe
 
 
 def shown_yaml(*documents: dict | None) -> str:
     """The manifests as YAML to show (see `shown`)."""
+    # Collections of scalars on one line each ({name: x, value: y}): a Job stays readable and within
+    # Airflow's rendered-field limit (max_templated_field_length, 4,096 characters) for longer.
     return yaml.safe_dump_all([shown(doc) for doc in documents if doc is not None], sort_keys=False,
-                              allow_unicode=True)
+                              allow_unicode=True, default_flow_style=None, width=120)

@@ -17,6 +17,7 @@ kubelets); the triggers read the same objects from the same apiserver either way
 
     .venv/bin/python benchmarks/triggerer_capacity.py [--jobs 1000] [--seconds 60] [--design shared]
                                                       [--status-by volcano|benchmark] [--leave-jobs]
+                                                      [--node-lost-timeout 180|none]
 """
 
 from __future__ import annotations
@@ -82,25 +83,30 @@ async def per_trigger_watch(ref: dict, kubernetes_conn_id: str) -> dict:
 
 
 def apiserver_job_requests(kubectl: list[str]) -> dict[str, float]:
-    """The apiserver's own count of requests about Volcano Jobs, by verb."""
+    """The apiserver's own count of requests about Volcano Jobs and about pods, by verb."""
     metrics = subprocess.run([*kubectl, "get", "--raw", "/metrics"], capture_output=True, text=True,
                              check=True).stdout
     counts: dict[str, float] = {}
     for line in metrics.splitlines():
-        if 'group="batch.volcano.sh"' not in line or 'resource="jobs"' not in line:
+        if 'group="batch.volcano.sh"' in line and 'resource="jobs"' in line:
+            kind = "Jobs"
+        elif 'group=""' in line and 'resource="pods"' in line and 'subresource=""' in line:
+            kind = "pods"
+        else:
             continue
         if line.startswith("apiserver_request_total{"):  # a watch is counted when it ends
             verb = line.split('verb="', 1)[1].split('"', 1)[0]
-            counts[verb] = counts.get(verb, 0.0) + float(line.rsplit(" ", 1)[1])
+            counts[f"{kind} {verb}"] = counts.get(f"{kind} {verb}", 0.0) + float(line.rsplit(" ", 1)[1])
         elif line.startswith("apiserver_longrunning_requests{") and 'verb="WATCH"' in line:
-            counts["open watches"] = counts.get("open watches", 0.0) + float(line.rsplit(" ", 1)[1])
+            counts[f"open watches of {kind}"] = counts.get(f"open watches of {kind}", 0.0) + float(
+                line.rsplit(" ", 1)[1])
     return counts
 
 
 async def settled(kubectl: list[str]) -> dict[str, float]:
     """The apiserver's counts once the start-up burst is over: no new request about Jobs for 5 s."""
     def requests(counts: dict[str, float]) -> float:
-        return sum(count for verb, count in counts.items() if verb != "open watches")
+        return sum(count for verb, count in counts.items() if not verb.startswith("open watches"))
 
     await asyncio.sleep(10)
     counts = await asyncio.to_thread(apiserver_job_requests, kubectl)
@@ -129,14 +135,16 @@ def running_jobs(api, expected: int, limit_seconds: float) -> list[dict]:
         time.sleep(10)
 
 
-async def watch_all(refs: list[dict], kubernetes_conn_id: str, seconds: float, design: str, kubectl: list[str]) -> dict:
+async def watch_all(refs: list[dict], kubernetes_conn_id: str, seconds: float, design: str, kubectl: list[str],
+                    limits: dict) -> dict:
     import airflow_volcano.hooks.volcano  # noqa: F401 - the clients' one-time import is not the waiters' memory
     from airflow_volcano.triggers.job import VolcanoJobTrigger
 
     logging.getLogger("airflow_volcano").setLevel(logging.WARNING)  # 2 lines per trigger otherwise
     baseline = rss_mib()
     if design == "shared":
-        waits = [anext(VolcanoJobTrigger(ref, kubernetes_conn_id, get_logs=False).run()) for ref in refs]
+        waits = [anext(VolcanoJobTrigger(ref, kubernetes_conn_id, limits=limits, get_logs=False).run())
+                 for ref in refs]
     else:
         waits = [per_trigger_watch(ref, kubernetes_conn_id) for ref in refs]
     tasks = [asyncio.create_task(wait) for wait in waits]
@@ -148,8 +156,8 @@ async def watch_all(refs: list[dict], kubernetes_conn_id: str, seconds: float, d
     cpu = (cpu_seconds() - cpu0) / (time.monotonic() - t0)
     after = await asyncio.to_thread(apiserver_job_requests, kubectl)
     per_minute = {verb: (after.get(verb, 0) - before.get(verb, 0)) * 60 / seconds for verb in after
-                  if verb != "open watches"}
-    open_watches = after.get("open watches", 0)
+                  if not verb.startswith("open watches")}
+    open_watches = {verb: count for verb, count in after.items() if verb.startswith("open watches")}
     finished = [getattr(task.result(), "payload", task.result()) for task in tasks
                 if task.done() and not task.cancelled() and task.exception() is None]
     reasons = sorted({f"{p['status']}: {p.get('message', p.get('phase'))}"[:200] for p in finished})
@@ -166,6 +174,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--design", choices=["shared", "per-trigger"], default="shared")
+    parser.add_argument("--node-lost-timeout", default="180",
+                        help="the triggers' node_lost_timeout in seconds (the operator's default), or none")
     parser.add_argument("--leave-jobs", action="store_true", help="do not delete the Jobs and nodes afterwards")
     parser.add_argument("--status-by", choices=["volcano", "benchmark"], default="volcano",
                         help="who makes the Jobs Running: Volcano, or the benchmark with Volcano paused")
@@ -230,16 +240,21 @@ def run_and_report(args: argparse.Namespace, running: list[dict], kubeconfig: st
     refs = [JobRef.from_job(job, "master").to_dict() for job in running]
     os.environ["AIRFLOW_CONN_KUBERNETES_DEFAULT"] = json.dumps(
         {"conn_type": "kubernetes", "extra": {"kube_config_path": kubeconfig}})
-    result = asyncio.run(watch_all(refs, "kubernetes_default", args.seconds, args.design, kubectl))
+    from airflow_volcano.wait_engine import WaitLimits
+
+    # The operator's default node_lost_timeout keeps each trigger's pods followed while its Job runs.
+    limits = WaitLimits(node_lost_timeout=None if args.node_lost_timeout == "none"
+                        else float(args.node_lost_timeout)).to_dict()
+    result = asyncio.run(watch_all(refs, "kubernetes_default", args.seconds, args.design, kubectl, limits))
     print(f"one event loop, {len(refs)} waiters ({args.design} watch) on Running Jobs for {args.seconds:.0f}s:")
     print(f"  RSS: {result['baseline_mib']:.0f} MiB before, {result['rss_mib']:.0f} MiB with all watching "
           f"({(result['rss_mib'] - result['baseline_mib']) * 1024 / max(1, len(refs)):.0f} KiB per trigger), "
           f"peak {result['peak_mib']:.0f} MiB")
     print(f"  CPU: {result['cpu'] * 100:.1f}% of one core while waiting; {result['finished_early']} fired early")
     requests = result["requests_per_minute"]
-    print(f"  apiserver requests about Jobs: {sum(requests.values()):.1f}/min "
-          f"({', '.join(f'{verb} {rate:.1f}' for verb, rate in sorted(requests.items()) if rate)}); "
-          f"{result['open_watches']:.0f} watches of Jobs open at the apiserver")
+    print(f"  apiserver requests about Jobs and pods: {sum(requests.values()):.1f}/min "
+          f"({', '.join(f'{verb} {rate:.1f}' for verb, rate in sorted(requests.items()) if rate)}); open: "
+          f"{', '.join(f'{count:.0f} {what}' for what, count in sorted(result['open_watches'].items()))}")
     for reason in result["reasons"]:
         print(f"    fired: {reason}")
 

@@ -30,6 +30,18 @@ def signal_forwarding_command(command: list[str]) -> list[str]:
     return ["/bin/sh", "-c", container_string(shell.read("forward-signals.sh")), SIGNAL_FORWARDER, *command]
 
 
+# What the UI and dry_run() show instead of the forwarding shell's text (2.5 KiB per container, which
+# would push a Job past Airflow's rendered-field limit, max_templated_field_length).
+FORWARDER_SHOWN = "<airflow_volcano/shell/forward-signals.sh>"
+
+
+def shown_command(command: list[Any]) -> list[Any]:
+    """A container command as shown to a user: the forwarding shell's text named, not inlined."""
+    if len(command) >= 4 and command[:2] == ["/bin/sh", "-c"] and command[3] == SIGNAL_FORWARDER:
+        return [*command[:2], FORWARDER_SHOWN, *command[3:]]
+    return command
+
+
 def without_signal_forwarding(command: list[str]) -> list[str]:
     """The command the forwarding shell runs (the command itself if it has none)."""
     if len(command) >= 4 and command[:2] == ["/bin/sh", "-c"] and command[3] == SIGNAL_FORWARDER:

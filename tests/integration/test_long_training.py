@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from airflow_volcano.operators.deepspeed import VolcanoDeepSpeedJobOperator
+from airflow_volcano.operators.pytorch import VolcanoPyTorchJobOperator
+
 from .test_kill_and_reattach import start_worker, write_dag
 from .test_real_pods import REPO, SMALL, real_operator, script
 
@@ -92,19 +95,27 @@ def test_a_dataloader_moves_100_mib_batches_through_the_default_shm_and_without_
             "it; raise shm_size") in run.log, run.log
 
 
+@pytest.mark.parametrize("launcher", ["python", "torchrun", "deepspeed"])
 def test_job_timeout_sends_sigterm_the_script_saves_and_the_pods_go_within_the_grace_period(
-        cluster, operator_kubeconfig, run_task, real_node, containerd, tmp_path):
+        cluster, operator_kubeconfig, run_task, real_node, containerd, tmp_path, launcher):
+    """Whatever launches the ranks: python as the command, a torchrun agent, or DeepSpeed's runner on
+    the master starting the ranks over ssh in the workers' sshd sessions."""
     shared, volume = checkpoints(tmp_path)
-    run = run_task(lambda: real_operator(
-        real_node, cluster.namespace, "sigterm", training_script=RESUMABLE, worker_replicas=1, job_timeout=30,
-        termination_grace_period=20, env={"EPOCHS": "1000", "EPOCH_SECONDS": "2"}, **volume))
+    common = dict(task_id="train", name="sigterm", namespace=cluster.namespace, training_script=RESUMABLE,
+                  container_resources=SMALL, startup_timeout=120, poll_interval=1, deferrable=False, job_timeout=40,
+                  termination_grace_period=20, env={"EPOCHS": "1000", "EPOCH_SECONDS": "2"}, **volume, **real_node)
+    if launcher == "deepspeed":
+        run = run_task(lambda: VolcanoDeepSpeedJobOperator(worker_replicas=1, **common))
+    else:
+        run = run_task(lambda: VolcanoPyTorchJobOperator(worker_replicas=1, launcher=launcher, **common))
     gone_after = wait_until_gone(cluster, containerd, "sigterm") - deleted_at(run.log, cluster.namespace, "sigterm")
 
-    assert run.state == "failed" and "job_timeout of 30s passed" in run.log, run.log
+    assert run.state == "failed" and "job_timeout of 40s passed" in run.log, run.log
     saved = latest(shared)
-    assert saved.get("reason") == "SIGTERM", f"the handler saved on SIGTERM: {saved}"
+    assert saved.get("epoch", 0) >= 1 and saved.get("reason") == "SIGTERM", f"rank 0 saved on SIGTERM: {saved}"
     assert gone_after < 20 + 5, f"gone {gone_after:.1f}s after the Job was deleted: within the grace period"
-    print(f"MEASURED job_timeout, script with a SIGTERM handler: pods gone {gone_after:.1f}s after the delete")
+    print(f"MEASURED job_timeout, {launcher}, script with a SIGTERM handler: pods gone {gone_after:.1f}s after "
+          "the delete")
 
 
 def test_a_script_without_a_sigterm_handler_is_gone_in_seconds_not_the_grace_period(

@@ -103,7 +103,9 @@ def test_a_workers_sshd_lets_root_in_with_the_jobs_key_only(cluster, operator_ku
                 kubeconfig, cluster.namespace, worker, "pgrep", "-f", "airflow-volcano-argv.py").returncode == 0,
                 timeout=120)
             # sshd retitles itself "sshd: <its command line> [listener] ...": the options it was started with.
-            title = kubectl(kubeconfig, cluster.namespace, worker, "cat", "/proc/1/cmdline").stdout
+            # (PID 1 is the signal-forwarding shell that runs it.)
+            title = kubectl(kubeconfig, cluster.namespace, worker, "sh", "-c",
+                            'cat "/proc/$(pgrep -o -f "\\[listener\\]")/cmdline"').stdout
             checks["sshd"] = started = re.match(r"sshd: (/\S+/sshd) -D -e -o (.*?)(?: \[listener\].*)?$",
                                                 title.replace("\0", " ").strip())
             options = [word for option in started.group(2).split(" -o ") for word in ("-o", option)]
