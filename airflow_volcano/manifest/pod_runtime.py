@@ -4,15 +4,13 @@ checkpoint directory of the task instance, and the counters that tell a script i
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airflow_volcano import shell
 from airflow_volcano.constants import DEBUG_ANNOTATION, TRY_NUMBER_LABEL
 from airflow_volcano.exceptions import JobSpecError
 from airflow_volcano.kubelet import container_string
-
-if TYPE_CHECKING:
-    from airflow_volcano.manifest.request import JobRequest
+from airflow_volcano.manifest.request import DEFAULT_SHM_SIZE, JobRequest
 
 SIGNAL_FORWARDER = "airflow-volcano-run"  # $0 of the forwarding shell, as `ps` shows it
 SHM_VOLUME = "airflow-volcano-shm"
@@ -74,8 +72,6 @@ def apply_pod_runtime(tasks: list[dict], req: JobRequest, *, checkpoint_subdir: 
 
 
 def _add_shm(pod: dict, container: dict, req: JobRequest) -> None:
-    from airflow_volcano.manifest.request import DEFAULT_SHM_SIZE
-
     own = [mount for mount in container.get("volumeMounts") or [] if mount.get("mountPath", "").rstrip("/") == SHM_PATH]
     if own:
         if req.shm_size != DEFAULT_SHM_SIZE:
