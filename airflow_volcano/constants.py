@@ -91,6 +91,10 @@ class OnKillAction(StrEnum):
     KEEP_JOB = "keep_job"
 
 
+# `node_lost_timeout`: seconds the pods of a node that stopped answering may stay lost.
+DEFAULT_NODE_LOST_TIMEOUT = 180.0
+
+
 class IfJobExists(StrEnum):
     """`if_job_exists`: what a try does with a Job an earlier try of its task instance submitted."""
 

@@ -44,7 +44,6 @@ if TYPE_CHECKING:
 SCHEDULING_EVENT_PODS = 3
 RUNNING_WATCH_SECONDS = 300.0  # a Running Job costs one watch request per five minutes
 MAX_BACKOFF_SECONDS = 30.0
-DEFAULT_NODE_LOST_TIMEOUT = 180.0
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from airflow.sdk import BaseOperator
 
 from airflow_volcano.compat import AirflowFailException, TaskDeferred, conf
 from airflow_volcano.constants import (
+    DEFAULT_NODE_LOST_TIMEOUT,
     IfJobExists,
     OnFinishAction,
     OnKillAction,
@@ -54,7 +55,6 @@ from airflow_volcano.manifest import (
     tensorboard_endpoint,
 )
 from airflow_volcano.masking import register_secrets, shown_yaml
-from airflow_volcano.wait_engine import DEFAULT_NODE_LOST_TIMEOUT, WaitLimits
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from airflow_volcano.hooks.volcano import VolcanoHook
     from airflow_volcano.job_runner import PodLogCopy
     from airflow_volcano.logs import LogCursor
+    from airflow_volcano.wait_engine import WaitLimits
 
 TEMPLATE_EXTENSIONS = (".yaml", ".yml", ".json")
 
@@ -315,6 +316,8 @@ class VolcanoJobOperator(BaseOperator):
         return manifests
 
     def _wait_limits(self) -> WaitLimits:
+        from airflow_volcano.wait_engine import WaitLimits  # not at DAG parse
+
         return WaitLimits.checked(startup_timeout=self.startup_timeout, job_timeout=self.job_timeout,
                                   poll_interval=self.poll_interval, node_lost_timeout=self.node_lost_timeout)
 
