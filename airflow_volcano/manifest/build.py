@@ -361,7 +361,9 @@ def _script_command(job: dict, req: JobRequest, script: TrainingScript, task: st
     if req.hostfile_launch is not None:
         return (hostfile_launch.worker_command(SCRIPT_MOUNT_PATH) if task == worker else
                 hostfile_launch.master_command(req.hostfile_launch, path, SCRIPT_MOUNT_PATH))
-    return torchrun_command(job, req, path) if req.launcher == "torchrun" else ["python", path]
+    if req.launcher == "torchrun":
+        return torchrun_command(job, req, path, is_master=task == role_names(job, req)[0])
+    return ["python", path]
 
 
 def _add_tensorboard(job: dict, req: JobRequest) -> None:

@@ -80,7 +80,7 @@ def torchrun_options(req: JobRequest) -> dict[str, Any]:
     return {"nproc_per_node": nproc}
 
 
-def torchrun_command(job: dict, req: JobRequest, script_path: str) -> list[str]:
+def torchrun_command(job: dict, req: JobRequest, script_path: str, *, is_master: bool = True) -> list[str]:
     """torchrun in every master/worker pod: one agent per pod, `nproc_per_node` ranks each.
 
     Volcano's pytorch plugin gives each pod MASTER_ADDR/MASTER_PORT and RANK (0 for the master,
@@ -91,15 +91,36 @@ def torchrun_command(job: dict, req: JobRequest, script_path: str) -> list[str]:
     pods = sum(int((find_task(job, name) or {}).get("replicas") or 0) for name in (master, worker))
     min_pods = job["spec"].get("minAvailable")
     flags = [f"--nproc_per_node={req.nproc_per_node}"]
+    options = list(req.torchrun_options or [])
     if isinstance(min_pods, int) and 0 < min_pods < pods:
         flags += [f"--nnodes={min_pods}:{pods}", "--rdzv_backend=c10d", "--rdzv_endpoint=$(MASTER_ADDR):$(MASTER_PORT)",
                   f"--rdzv_id={job['metadata']['name']}"]
+        options = _with_rendezvous_host(options, is_master)
     else:
         flags += [f"--nnodes={pods}", "--node_rank=$(RANK)", "--master_addr=$(MASTER_ADDR)",
                   "--master_port=$(MASTER_PORT)"]
     if req.max_restarts is not None:
         flags.append(f"--max_restarts={req.max_restarts}")
-    return ["torchrun", *flags, *map(container_string, req.torchrun_options or []), script_path]
+    return ["torchrun", *flags, *map(container_string, options), script_path]
+
+
+RDZV_CONF_FLAGS = ("--rdzv_conf", "--rdzv-conf")
+
+
+def _with_rendezvous_host(options: list[str], is_master: bool) -> list[str]:
+    """torchrun's options with `is_host` in its rendezvous configuration: the master hosts the c10d
+    store. Left to itself, an agent decides by resolving the endpoint's name, and a pod's DNS name
+    appears only once the pod is ready: a master that starts first concludes it is not the host,
+    and every agent then waits for a store nobody serves (seen here). A user's own `is_host` wins;
+    a `--rdzv_conf` given as two words is left as it is."""
+    if any(option in RDZV_CONF_FLAGS for option in options):
+        return options
+    given = [option for option in options if option.split("=", 1)[0] in RDZV_CONF_FLAGS]
+    conf = given[-1].split("=", 1)[1] if given else ""
+    if "is_host=" in conf:
+        return options
+    conf = ",".join(part for part in (conf, f"is_host={int(is_master)}") if part)
+    return [option for option in options if option not in given] + [f"--rdzv_conf={conf}"]
 
 
 def hostfile_options(req: JobRequest) -> HostfileLaunch:

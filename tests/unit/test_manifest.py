@@ -650,9 +650,20 @@ def test_torchrun_is_elastic_when_min_available_is_below_the_pods():
     job = build(worker_replicas=2, training_script=SCRIPT, launcher="torchrun", nproc_per_node="gpu",
                 min_available=2).job
     name = job["metadata"]["name"]
-    assert container(job, "worker")["command"] == [
-        "torchrun", "--nproc_per_node=gpu", "--nnodes=2:3", "--rdzv_backend=c10d",
-        "--rdzv_endpoint=$(MASTER_ADDR):$(MASTER_PORT)", f"--rdzv_id={name}", f"{SCRIPT_MOUNT_PATH}/train.py"]
+    # The master hosts the c10d store (is_host): an agent left to decide by resolving the endpoint's
+    # name may start before the master's DNS record exists and wait for a store nobody serves.
+    for role, is_host in (("master", 1), ("worker", 0)):
+        assert container(job, role)["command"] == [
+            "torchrun", "--nproc_per_node=gpu", "--nnodes=2:3", "--rdzv_backend=c10d",
+            "--rdzv_endpoint=$(MASTER_ADDR):$(MASTER_PORT)", f"--rdzv_id={name}", f"--rdzv_conf=is_host={is_host}",
+            f"{SCRIPT_MOUNT_PATH}/train.py"]
+    own = build(worker_replicas=2, training_script=SCRIPT, launcher="torchrun", min_available=2,
+                torchrun_options=["--rdzv_conf=last_call_timeout=5", "--log_dir=/x"]).job
+    assert container(own, "worker")["command"][-3:] == ["--log_dir=/x", "--rdzv_conf=last_call_timeout=5,is_host=0",
+                                                        f"{SCRIPT_MOUNT_PATH}/train.py"]
+    theirs = build(worker_replicas=2, training_script=SCRIPT, launcher="torchrun", min_available=2,
+                   torchrun_options=["--rdzv_conf=is_host=0"]).job
+    assert container(theirs, "master")["command"][-2] == "--rdzv_conf=is_host=0", "the user's is_host wins"
 
 
 @pytest.mark.parametrize(("kwargs", "expected"), [
