@@ -234,7 +234,7 @@ def pod_view(pod: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "metadata": {**{key: metadata[key] for key in ("name", "resourceVersion", "deletionTimestamp")
                         if key in metadata}, "labels": {key: labels[key] for key in (TASK_LABEL,) if key in labels}},
-        "spec": {key: value for key, value in (pod.get("spec") or {}).items() if key == "nodeName"},
+        "spec": {"nodeName": spec["nodeName"]} if "nodeName" in (spec := pod.get("spec") or {}) else {},
         "status": {
             **{key: status[key] for key in ("phase", "reason", "message") if key in status},
             "conditions": [condition for condition in status.get("conditions") or []
@@ -325,15 +325,15 @@ def failure_message(
     return "\n".join(lines)
 
 
-SHM_SIGNS = ("bus error", "unable to write to file </torch_", "no space left on device", "/dev/shm")
+# Any of these in the failed pod's log (lowercased) says it ran out of shared memory.
+SHM_SIGNS = ("bus error", "unable to write to file </torch_", "/dev/shm")
 
 
 def shared_memory_hint(log_tail: Sequence[str]) -> str | None:
     """One sentence when the log shows the training ran out of shared memory (PyTorch's DataLoader
     workers pass batches through /dev/shm and die with "bus error" or "unable to write to file")."""
     text = "\n".join(log_tail).lower()
-    if "bus error" in text or ("shm" in text and any(sign in text for sign in SHM_SIGNS)) or \
-            "unable to write to file </torch_" in text:
+    if any(sign in text for sign in SHM_SIGNS) or ("shm" in text and "no space left on device" in text):
         return ("The training ran out of shared memory (/dev/shm): PyTorch's DataLoader workers pass batches "
                 "through it; raise shm_size (None turns it off and leaves the container's 64 MiB).")
     return None
