@@ -337,6 +337,9 @@ TENSORBOARD_TRAINING = """
                 print("TensorBoard not answering yet:", error, flush=True)
             time.sleep(1)
         print("TensorBoard serves", seen, flush=True)
+        # The workers left right after their all_reduce; give their pods the seconds the kubelet
+        # takes to report them Succeeded, or a loaded node can still show one Running here.
+        time.sleep(5)
         with open("/dev/termination-log", "w") as out:
             json.dump({"world_size": world, "tensorboard_tags": seen}, out)
     dist.destroy_process_group()
