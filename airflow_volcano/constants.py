@@ -12,6 +12,8 @@ from enum import StrEnum
 
 JOB_GROUP, JOB_VERSION, JOB_PLURAL = "batch.volcano.sh", "v1alpha1", "jobs"
 JOB_API_VERSION = f"{JOB_GROUP}/{JOB_VERSION}"
+# Volcano's Command: an action (RestartJob) the Job controller applies to the Job it targets.
+COMMAND_GROUP, COMMAND_VERSION, COMMAND_PLURAL = "bus.volcano.sh", "v1alpha1", "commands"
 PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL = "scheduling.volcano.sh", "v1beta1", "podgroups"
 
 # Labels Volcano puts on the pods of a Job.
@@ -89,6 +91,13 @@ class OnKillAction(StrEnum):
 
     DELETE_JOB = "delete_job"
     KEEP_JOB = "keep_job"
+
+
+class StallAction(StrEnum):
+    """`stall_action`: what a stall (no output for stall_timeout) does once the stacks are shown."""
+
+    FAIL = "fail"  # delete the Job, fail the task with the stacks
+    RESTART = "restart"  # a gang restart (Volcano's RestartJob command), under the Job's retry budget
 
 
 # `node_lost_timeout`: seconds the pods of a node that stopped answering may stay lost.

@@ -17,6 +17,7 @@ class WaitOutcome(StrEnum):
     TIMEOUT = "timeout"  # job_timeout or the task's execution_timeout passed (`message` says which)
     PROBLEM = "problem"  # the Job cannot start (image pull error, startup_timeout), `message` says why
     ERROR = "error"  # the wait itself failed (Job deleted, API error), `message` says how
+    STALLED = "stalled"  # no output for stall_timeout (stall_action fail): `message` says where each process was
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,8 @@ class JobEvent:
     job: dict[str, Any] = field(default_factory=dict)  # JobRef.to_dict()
     log_cursor: dict[str, Any] = field(default_factory=dict)  # LogCursor.to_dict(): how far the master log got
     lost_nodes: list[str] = field(default_factory=list)  # nodes whose pods were deleted after node_lost_timeout
+    stalls: int = 0  # stalls seen (restarted with stall_action="restart", but a STALLED one)
+    failed_pods: list[dict] = field(default_factory=list)  # failed pods Volcano removed, as last seen (pod_view)
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "status": self.status.value}
@@ -35,7 +38,8 @@ class JobEvent:
     def from_dict(cls, data: dict[str, Any]) -> JobEvent:
         return cls(status=WaitOutcome(data["status"]), phase=data.get("phase"), message=data.get("message"),
                    job=data.get("job") or {}, log_cursor=data.get("log_cursor") or {},
-                   lost_nodes=list(data.get("lost_nodes") or []))
+                   lost_nodes=list(data.get("lost_nodes") or []), stalls=int(data.get("stalls") or 0),
+                   failed_pods=list(data.get("failed_pods") or []))
 
     def describe(self) -> str:
         return self.phase or self.message or self.status.value

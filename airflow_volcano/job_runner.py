@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,23 +29,27 @@ from airflow_volcano.exceptions import VolcanoApiError, VolcanoJobError
 from airflow_volcano.job_ref import JobRef
 from airflow_volcano.logs import Emit, LogCursor, LogFollower, emit_new_lines, iter_lines
 from airflow_volcano.manifest import TENSORBOARD_TASK, task_pods
+from airflow_volcano.stalls import STACKS_POLL_SECONDS, STACKS_REQUEST_ANNOTATION, STACKS_WAIT_SECONDS, StackCollection
 from airflow_volcano.status import (
     LOG_SCAN_LINES,
-    LOG_TAIL_LINES,
     Outcome,
+    PodLogTail,
     failed_pods,
-    failure_hints,
     failure_message,
     job_state,
+    pod_problem,
+    pod_view,
     termination_result,
     unstarted_pods,
 )
 from airflow_volcano.wait_engine import (
     Action,
     CheckPods,
+    CollectStacks,
     DeletePods,
     Done,
     Reread,
+    RestartJob,
     WaitEngine,
     WaitLimits,
     WaitResult,
@@ -114,6 +119,36 @@ def read_remaining_log(hook: VolcanoHook, namespace: str, copy: PodLogCopy) -> N
         log.warning("Could not read the log of pod %s/%s: %s", namespace, copy.pod, error)
 
 
+class PodFailureRecorder(threading.Thread):
+    """Watches the Job's pods while the worker waits and keeps each pod's last failed state
+    (`status.pod_view`). Volcano removes the pods still running when it ends a Job, and the pod
+    that failed first may be one of them: its exit code and its log tail (the termination message,
+    FallbackToLogsOnError) are then known only from what was seen before it went."""
+
+    def __init__(self, hook: VolcanoHook, ref: JobRef) -> None:
+        super().__init__(name="volcano-pod-failures", daemon=True)
+        self.hook, self.ref = hook, ref
+        self.failed: dict[str, dict] = {}
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            try:
+                for pod in self.hook.watch_job_pods(self.ref.name, self.ref.namespace, timeout_seconds=60,
+                                                    stop=self._stop_event.is_set):
+                    view = pod_view(pod)
+                    if pod_problem(view) is not None:
+                        self.failed[view["metadata"]["name"]] = view
+            except Exception:  # noqa: BLE001 - a dropped watch: watch again (a missed failure is still listed)
+                pass
+            self._stop_event.wait(1.0)
+
+    def stop(self) -> dict[str, dict]:
+        """The failures seen; the thread ends at its watch's next event or timeout (a daemon)."""
+        self._stop_event.set()
+        return dict(self.failed)
+
+
 def wait_for_job(
     hook: VolcanoHook,
     ref: JobRef,
@@ -132,11 +167,18 @@ def wait_for_job(
     followers = [LogFollower(pod_log_stream(hook, ref.namespace, copy), copy.cursor, copy.emit) for copy in logs]
     for follower in followers:
         follower.start()
+    failures = PodFailureRecorder(hook, ref)
+    failures.start()
+    def last_output() -> float | None:
+        return max((copy.cursor.last_line_at or 0.0 for copy in logs), default=0.0) or None
+
     try:
-        result = _watch_until_done(hook, ref, limits, clock, report or (lambda line: None))
+        result = _watch_until_done(hook, ref, limits, clock, report or (lambda line: None), last_output)
     finally:
         for follower in followers:
             follower.stop()
+        result_failures = failures.stop()
+    result.failed_pods = result_failures
     for copy in logs:
         read_remaining_log(hook, ref.namespace, copy)
     if logs:
@@ -145,9 +187,9 @@ def wait_for_job(
 
 
 def _watch_until_done(hook: VolcanoHook, ref: JobRef, limits: WaitLimits, clock: Callable[[], float],
-                      report: Emit) -> WaitResult:
+                      report: Emit, last_output: Callable[[], float | None]) -> WaitResult:
     """The blocking driver of the wait engine (the trigger is the asyncio one)."""
-    engine = WaitEngine(ref, limits, started_at=ref.created_at or clock(), report=report)
+    engine = WaitEngine(ref, limits, started_at=ref.created_at or clock(), report=report, last_output=last_output)
     action: Action | None = engine.job_read(hook.get_job(ref.name, ref.namespace), clock())
     while True:
         match action:
@@ -182,6 +224,48 @@ def _watch_until_done(hook: VolcanoHook, ref: JobRef, limits: WaitLimits, clock:
                     except VolcanoApiError as error:  # e.g. no permission to delete pods: the check retries
                         log.warning("Could not delete pod %s/%s on a lost node: %s", ref.namespace, pod, error)
                 action = engine.pods_deleted(clock())
+            case CollectStacks(silent_for=silent_for):
+                action = engine.stacks_collected(collect_stacks(hook, ref, report, silent_for), clock())
+            case RestartJob():
+                try:
+                    hook.restart_job(engine.job or {})
+                except (VolcanoApiError, KeyError) as error:
+                    log.warning("Could not restart Volcano Job %s/%s: %s", ref.namespace, ref.name, error)
+                action = engine.restart_requested(clock())
+
+
+def stall_notice(ref: JobRef, silent_for: float) -> str:
+    return (f"Volcano Job {ref.namespace}/{ref.name} gave no output and no change for {silent_for:.0f}s "
+            "(stall_timeout): asking its pods for their Python stacks")
+
+
+def collect_stacks(hook: VolcanoHook, ref: JobRef, report: Emit, silent_for: float) -> str:
+    """A stall: ask every Running training pod for its Python stacks (a pod annotation its
+    forward-signals.sh watches), read them from the pods' logs, show them; returns where each
+    process was, briefly. The trigger's `_collect_stacks` is the asyncio twin."""
+    report(stall_notice(ref, silent_for))
+    asked_at = time.time()
+    collection = StackCollection.of(hook.list_job_pods(ref.name, ref.namespace), str(int(asked_at)),
+                                    skip_tasks=[TENSORBOARD_TASK])
+    for pod, _container in collection.pods:
+        try:
+            if not hook.annotate_pod(pod, ref.namespace, {STACKS_REQUEST_ANNOTATION: collection.request}):
+                collection.unreachable[pod] = "the pod is gone"
+        except VolcanoApiError as error:
+            collection.unreachable[pod] = f"could not annotate it ({error})"
+    deadline = time.monotonic() + STACKS_WAIT_SECONDS
+    while collection.waiting_for() and time.monotonic() < deadline:
+        time.sleep(STACKS_POLL_SECONDS)
+        for pod, container in collection.waiting_for():
+            try:
+                chunks = hook.pod_log_chunks(pod, ref.namespace, container=container,
+                                             since_seconds=int(time.time() - asked_at) + 5)
+                collection.log_read(pod, [line.partition(" ")[2] for line in iter_lines(chunks)])
+            except Exception:  # noqa: BLE001 - a pod that cannot be read now may be read at the next poll
+                pass
+    for line in collection.report():
+        report(line)
+    return collection.where()
 
 
 def wait_until_running(
@@ -274,11 +358,15 @@ def delete_if_still_running(hook: VolcanoHook, ref: JobRef) -> None:
 
 
 def explain_failure(hook: VolcanoHook, ref: JobRef, result: WaitResult) -> str:
-    """Final phase, the failed pod with its exit code and reason, its last log lines, warnings."""
+    """Final phase, the pod that failed first with its exit code, reason and last log lines, the
+    pods that failed after it, warnings."""
     pods: list[dict] = []
     events: list[dict] = []
     try:
         pods = hook.list_job_pods(ref.name, ref.namespace)
+        # Failed pods seen during the wait that Volcano has removed since (their last state).
+        listed = {pod["metadata"]["name"] for pod in pods}
+        pods += [view for name, view in result.failed_pods.items() if name not in listed]
         podgroup = hook.get_podgroup(result.job) if result.job is not None else None
         # The events of the Job, its PodGroup, the master and the pods that failed or never started.
         troubled = [problem.pod for problem in failed_pods(pods, ref.main_task)] + unstarted_pods(pods)
@@ -288,25 +376,36 @@ def explain_failure(hook: VolcanoHook, ref: JobRef, result: WaitResult) -> str:
         events = hook.list_events(ref.namespace, names)
     except Exception as error:  # noqa: BLE001 - explain with what we have
         log.warning("Could not read pods/events of %s/%s: %s", ref.namespace, ref.name, error)
+    # The failed containers' logs (the earliest few: which failed first is read from them too),
+    # else the master's. More lines than shown: a cause (a DataLoader worker's bus error) may
+    # precede a long traceback.
     problems = failed_pods(pods, ref.main_task)
-    # The failing container's log (any task's pod, any container name), else the master's.
-    log_pod = problems[0].pod if problems else ref.main_pod
-    log_container = problems[0].container if problems else ref.main_pod_container
-    log_scan: list[str] = []
-    try:
-        # More lines than shown: a cause (a DataLoader worker's bus error) may precede a long traceback.
-        chunks = hook.pod_log_chunks(log_pod, ref.namespace, container=log_container, tail_lines=LOG_SCAN_LINES)
-        log_scan = [line.partition(" ")[2] or line for line in iter_lines(chunks)][-LOG_SCAN_LINES:]
-    except Exception:  # noqa: BLE001 - no log is not worth hiding the real failure
-        pass
+    wanted = [(problem.pod, problem.container) for problem in problems[:EVENT_PODS]] or [
+        (ref.main_pod, ref.main_pod_container)]
+    logs: dict[str, PodLogTail] = {}
+    for pod, container in wanted:
+        try:
+            chunks = hook.pod_log_chunks(pod, ref.namespace, container=container, tail_lines=LOG_SCAN_LINES)
+            logs[pod] = PodLogTail.from_raw(list(iter_lines(chunks))[-LOG_SCAN_LINES:])
+        except Exception:  # noqa: BLE001 - gone: its termination message (its log's tail) if it left one
+            pass
+    for problem in problems:
+        if problem.pod not in logs and problem.log_tail:
+            logs[problem.pod] = PodLogTail(lines=problem.log_tail, last_ns=None)
     headline = None
     if result.timed_out:
         headline = f"Volcano Job {ref.namespace}/{ref.name} failed: {result.timed_out}; the Job was deleted"
+    elif result.stalled:
+        headline = (f"Volcano Job {ref.namespace}/{ref.name} {result.stalled}; the Job was deleted (the stacks are "
+                    "in the task log above)")
     elif result.problem:
         headline = f"{result.problem}; the Job was deleted"
-    return failure_message(result.state, pods=pods, events=events, main_task=ref.main_task,
-                           log_tail=log_scan[-LOG_TAIL_LINES:], log_pod=log_pod, headline=headline,
-                           lost_nodes=result.lost_nodes, hints=failure_hints(log_scan))
+    message = failure_message(result.state, pods=pods, events=events, main_task=ref.main_task, logs=logs,
+                              log_pod=ref.main_pod, headline=headline, lost_nodes=result.lost_nodes)
+    if result.stalls and not result.stalled:
+        message += (f"\nThe Job stalled {result.stalls} time(s) (no output for stall_timeout) and was restarted each "
+                    "time (stall_action='restart')")
+    return message
 
 
 def main_result(hook: VolcanoHook, ref: JobRef) -> Any:
@@ -360,7 +459,8 @@ def finalize(
     push_xcom: Callable[[str, Any], None] | None = None,
 ) -> dict[str, Any]:
     """Push the final phase, clean up, and return a summary or raise with the failure's reason."""
-    succeeded = result.state.outcome is Outcome.SUCCEEDED and not result.timed_out and not result.problem
+    succeeded = (result.state.outcome is Outcome.SUCCEEDED and not result.timed_out and not result.problem
+                 and not result.stalled)
     if push_xcom is not None:
         push_xcom("phase", result.state.phase)
     summary = {
@@ -380,9 +480,9 @@ def finalize(
         cleanup(hook, ref, succeeded=True, action=on_finish_action)
         return summary
     message = explain_failure(hook, ref, result)
-    if result.timed_out or result.problem:
-        # A Job past its deadline, or one that cannot start, must not run (and hold GPUs) later
-        # with nobody watching it.
+    if result.timed_out or result.problem or result.stalled:
+        # A Job past its deadline, one that cannot start or one stalled must not run (and hold
+        # GPUs) later with nobody watching it.
         delete_job_and_script(hook, ref)
     else:
         cleanup(hook, ref, succeeded=False, action=on_finish_action)

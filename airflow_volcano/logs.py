@@ -47,6 +47,10 @@ def _epoch_seconds(whole: str) -> int | None:
 # (after any logging prefix) `[airflow-volcano] resumed from <checkpoint>`.
 RESUMED_FROM_MARKER = "[airflow-volcano] resumed from "
 MAX_RESUMED_FROM = 1024
+# Lines forward-signals.sh prints (stall_timeout): a heartbeat, which counts as output but is not
+# shown, and the Python stacks a stall asked for, shown together by the stall's report instead.
+HEARTBEAT_LINE = "[airflow-volcano] heartbeat"
+STACKS_PREFIX = "[airflow-volcano] stacks "
 
 
 @dataclass
@@ -83,6 +87,11 @@ class LogCursor:
         self.lines_shown += 1
         return message
 
+    @property
+    def last_line_at(self) -> float | None:
+        """Epoch seconds of the newest line read (a hidden heartbeat too), if any."""
+        return self.last_ns / 1e9 if self.last_ns else None
+
     def since_seconds(self, now: float | None = None) -> int | None:
         """How far back to re-read so the stream restarts at or before the last line shown."""
         if not self.last_ns:
@@ -102,6 +111,11 @@ class LogCursor:
         return cls(**(data or {}))
 
 
+def hidden(message: str) -> bool:
+    """A line of ours that the task log does not show as it comes (see HEARTBEAT_LINE)."""
+    return message == HEARTBEAT_LINE or message.startswith(STACKS_PREFIX)
+
+
 def emit_new_lines(lines: Iterable[str], cursor: LogCursor, emit: Emit) -> int:
     """Show the lines of one read that the cursor has not shown yet; returns how many."""
     cursor.start_read()
@@ -116,6 +130,8 @@ def emit_unseen(lines: Iterable[str], cursor: LogCursor, emit: Emit) -> int:
             continue
         message = cursor.accept(line)
         if message is not None:
+            if hidden(message):
+                continue
             emit(message)
             shown += 1
             if RESUMED_FROM_MARKER in message:

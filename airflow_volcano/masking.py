@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from airflow_volcano.kubelet import process_string
-from airflow_volcano.manifest.pod_runtime import shown_command
+from airflow_volcano.manifest.pod_runtime import SITECUSTOMIZE_ENV, SITECUSTOMIZE_SHOWN, shown_command
 
 REDACTED = "***"
 
@@ -91,6 +91,9 @@ def shown(document: dict) -> dict:
         for container in (((task or {}).get("template") or {}).get("spec") or {}).get("containers") or []:
             if isinstance(container, dict) and isinstance(container.get("command"), list):
                 container["command"] = shown_command(container["command"])
+            for item in (container.get("env") or []) if isinstance(container, dict) else []:
+                if isinstance(item, dict) and item.get("name") == SITECUSTOMIZE_ENV:
+                    item["value"] = SITECUSTOMIZE_SHOWN
     return safe
 
 

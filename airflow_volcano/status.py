@@ -8,6 +8,7 @@ a failure is explained from the pods' container statuses, the PodGroup and the E
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -22,6 +23,7 @@ from airflow_volcano.constants import (
     JobPhase,
     PodPhase,
 )
+from airflow_volcano.logs import hidden, parse_timestamp_ns
 from airflow_volcano.manifest import retryable_exit_codes
 
 IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
@@ -116,6 +118,9 @@ class PodProblem:
     exit_code: int | None = None
     reason: str | None = None
     message: str | None = None
+    finished_at: float | None = None  # epoch seconds (whole: the kubelet's resolution)
+    # The termination message when it is the log's tail (FallbackToLogsOnError: several lines).
+    log_tail: tuple[str, ...] = ()
 
     def describe(self) -> str:
         parts = [f"pod {self.pod} (task {self.task or '?'}) {self.phase}"]
@@ -125,8 +130,14 @@ class PodProblem:
             parts.append(f"exit code {self.exit_code}")
         if self.reason:
             parts.append(f"reason {self.reason}")
+        if self.finished_at is not None:
+            parts.append(f"at {clock_text(self.finished_at)}")
         text = ", ".join(parts)
         return f"{text}: {self.message}" if self.message else text
+
+    @property
+    def evicted(self) -> bool:
+        return self.reason == "Evicted"
 
 
 def _task_name(pod: Mapping[str, Any]) -> str:
@@ -143,10 +154,13 @@ def pod_problem(pod: Mapping[str, Any]) -> PodProblem | None:
         last = container.get("lastState") or {}
         terminated = state.get("terminated") or last.get("terminated")
         if terminated and int(terminated.get("exitCode") or 0) != 0:
+            message = terminated.get("message") or None
+            tail = tuple(message.rstrip("\n").splitlines()) if message and "\n" in message.rstrip("\n") else ()
             return PodProblem(
                 pod=name, task=_task_name(pod), phase=phase, container=container.get("name"),
                 exit_code=int(terminated["exitCode"]), reason=terminated.get("reason"),
-                message=terminated.get("message"),
+                message=None if tail else message, finished_at=parse_time(terminated.get("finishedAt")),
+                log_tail=tail,
             )
         waiting = state.get("waiting") or {}
         if waiting.get("reason") in IMAGE_PULL_REASONS:
@@ -156,15 +170,78 @@ def pod_problem(pod: Mapping[str, Any]) -> PodProblem | None:
                 message=f"cannot pull image {container.get('image')!r}: {waiting.get('message') or ''}".strip(),
             )
     if phase == PodPhase.FAILED:
+        # Evicted (or refused by the kubelet): no container says when; the Ready condition's change does.
+        ready = next((condition for condition in status.get("conditions") or []
+                      if condition.get("type") == "Ready"), {})
         return PodProblem(pod=name, task=_task_name(pod), phase=phase, reason=status.get("reason"),
-                          message=status.get("message"))
+                          message=status.get("message"), finished_at=parse_time(ready.get("lastTransitionTime")))
     return None
 
 
 def failed_pods(pods: Iterable[Mapping[str, Any]], main_task: str | None = None) -> list[PodProblem]:
-    """Problems of all pods, the master's first (its failure is usually the cause users want)."""
+    """Problems of all pods in the order they ended, as far as the kubelet's whole seconds tell
+    (`first_failures` refines it with the logs); within a second, the master's first."""
     problems = [problem for pod in pods if (problem := pod_problem(pod)) is not None]
-    return sorted(problems, key=lambda problem: (problem.task != main_task, problem.pod))
+    return sorted(problems, key=lambda problem: (_finished_second(problem), problem.task != main_task, problem.pod))
+
+
+def _finished_second(problem: PodProblem) -> float:
+    return math.inf if problem.finished_at is None else problem.finished_at
+
+
+# A rank whose log ends with one of these (lowercased) died because a peer went away: a consequence.
+PEER_LOST_SIGNS = (
+    "connection closed by peer", "connection reset by peer", "broken pipe",  # gloo, sockets
+    "remote process exited or there was a network error", "ncclremoteerror",  # NCCL
+)
+
+
+@dataclass(frozen=True)
+class PodLogTail:
+    """The last lines of one failed container's log, read with timestamps."""
+
+    lines: tuple[str, ...]  # without their timestamps
+    last_ns: int | None  # when its last line was written (nanoseconds: finer than the kubelet's seconds)
+
+    @classmethod
+    def from_raw(cls, raw_lines: Iterable[str]) -> PodLogTail:
+        lines, last_ns = [], None
+        for raw in raw_lines:
+            stamp, _, message = raw.partition(" ")
+            at = parse_timestamp_ns(stamp)
+            if at is None:
+                message = raw
+            else:
+                last_ns = at
+            if not hidden(message):  # a stall's stacks are shown once, by its report
+                lines.append(message)
+        return cls(lines=tuple(lines), last_ns=last_ns)
+
+    @property
+    def lost_a_peer(self) -> bool:
+        """Whether the container's last words were about a peer that went away."""
+        text = "\n".join(self.lines).lower()
+        return any(sign in text for sign in PEER_LOST_SIGNS)
+
+    @property
+    def last_words(self) -> str | None:
+        """Its last line that says something (a traceback's error line, usually)."""
+        return next((line.strip() for line in reversed(self.lines) if line.strip()), None)
+
+
+def first_failures(problems: Sequence[PodProblem], logs: Mapping[str, PodLogTail]) -> list[PodProblem]:
+    """The failed pods, the likely cause first. A distributed failure cascades: one rank fails and
+    its peers die of the broken connection, often before the failed rank's own process has finished
+    exiting (tested: the peers' containers ended first). So a pod whose log tells of a lost peer
+    comes after every pod whose log does not; then by the second the kubelet says each ended; then
+    by the time each wrote its last line."""
+    def key(indexed: tuple[int, PodProblem]) -> tuple[bool, float, float, int]:
+        index, problem = indexed
+        tail = logs.get(problem.pod)
+        last = math.inf if tail is None or tail.last_ns is None else float(tail.last_ns)
+        return bool(tail and tail.lost_a_peer), _finished_second(problem), last, index
+
+    return [problem for _, problem in sorted(enumerate(problems), key=key)]
 
 
 def unstarted_pods(pods: Iterable[Mapping[str, Any]]) -> list[str]:
@@ -192,7 +269,7 @@ class LostPod:
 
     @property
     def since_text(self) -> str:
-        return datetime.fromtimestamp(self.since, UTC).strftime("%H:%M:%S UTC") if self.since else "an unknown time"
+        return clock_text(self.since) if self.since else "an unknown time"
 
 
 def lost_pods(pods: Iterable[Mapping[str, Any]]) -> list[LostPod]:
@@ -216,6 +293,10 @@ def lost_pods(pods: Iterable[Mapping[str, Any]]) -> list[LostPod]:
     return sorted(lost, key=lambda item: (item.node, item.pod))
 
 
+def clock_text(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%H:%M:%S UTC")
+
+
 def parse_time(value: Any) -> float | None:
     """A Kubernetes timestamp (`2026-11-24T17:21:06Z`) as epoch seconds."""
     if not isinstance(value, str):
@@ -234,7 +315,9 @@ def pod_view(pod: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "metadata": {**{key: metadata[key] for key in ("name", "resourceVersion", "deletionTimestamp")
                         if key in metadata}, "labels": {key: labels[key] for key in (TASK_LABEL,) if key in labels}},
-        "spec": {"nodeName": spec["nodeName"]} if "nodeName" in (spec := pod.get("spec") or {}) else {},
+        "spec": {**({"nodeName": spec["nodeName"]} if "nodeName" in (spec := pod.get("spec") or {}) else {}),
+                 # The first container (the training one) by name: a stall's stacks are read from its log.
+                 "containers": [{"name": container.get("name")} for container in (spec.get("containers") or [])[:1]]},
         "status": {
             **{key: status[key] for key in ("phase", "reason", "message") if key in status},
             "conditions": [condition for condition in status.get("conditions") or []
@@ -284,40 +367,70 @@ def warning_events(events: Iterable[Mapping[str, Any]], limit: int = 10) -> list
     return list(seen)[-limit:]
 
 
+def _first_failure_clause(first: PodProblem, others: int, codes: tuple[int, ...] | None) -> str:
+    """`pod x-worker-1 failed first (exit code 1 at 10:02:03 UTC); 2 pods failed after it`."""
+    verb = "was evicted" if first.evicted else "failed"
+    what = [f"exit code {first.exit_code}"] if first.exit_code is not None else [f"reason {first.reason or '?'}"]
+    if first.finished_at is not None:
+        what[0] += f" at {clock_text(first.finished_at)}"
+    if codes is not None and (first.evicted or first.exit_code in codes):
+        what.append("retryable")
+    text = f"pod {first.pod} {verb} {'first ' if others else ''}({', '.join(what)})"
+    return text + (f"; {others} pod(s) failed after it" if others else "")
+
+
 def failure_message(
     state: JobState,
     *,
     pods: Sequence[Mapping[str, Any]] = (),
     events: Sequence[Mapping[str, Any]] = (),
     main_task: str | None = None,
-    log_tail: Sequence[str] = (),
+    logs: Mapping[str, PodLogTail] | None = None,
     log_pod: str | None = None,
     headline: str | None = None,
     lost_nodes: Sequence[str] = (),
-    hints: Sequence[str] = (),
 ) -> str:
-    """The text a user reads when the task fails: what, which pod, exit code, reason, log, events."""
+    """The text a user reads when the task fails: which pod failed first (the likely cause: a
+    distributed failure cascades), its exit code, reason and last log lines; then the pods that
+    failed after it, a line each; then warning events.
+
+    :param logs: the tails of failed pods' logs (and of `log_pod`'s), by pod.
+    :param log_pod: whose log to show when no pod failed (the master's, after a timeout).
+    """
+    logs = logs or {}
+    problems = first_failures(failed_pods(pods, main_task), logs)
+    codes = state.retryable_exit_codes
     lines = [headline or f"Volcano Job {state.namespace}/{state.name} ended in phase {state.phase}"]
     if state.retry_count:
         lines[0] += f" after {state.retry_count} restart(s)"
         if state.phase == JobPhase.FAILED and state.max_retry and state.retry_count >= state.max_retry:
             lines[0] += f": the retry budget is exhausted (max_retry {state.max_retry})"
+    if problems and headline is None:
+        lines[0] += f": {_first_failure_clause(problems[0], len(problems) - 1, codes)}"
     if lost_nodes:
         lines[0] += (f"; node {', '.join(lost_nodes)} stopped answering, and its pods were deleted after "
                      "node_lost_timeout (handled like an eviction)")
-    lines.extend(hints)
-    problems = failed_pods(pods, main_task)
-    if problems:
-        lines.append("Failed pods:")
-        lines.extend(f"  - {problem.describe()}" for problem in problems)
-    codes = state.retryable_exit_codes
+    shown_pod = problems[0].pod if problems else log_pod
+    tail = logs.get(shown_pod) if shown_pod else None
+    if tail is not None:
+        lines.extend(failure_hints(tail.lines))
     fatal = [problem for problem in problems if codes is not None and problem.exit_code not in (None, *codes)]
     if fatal:
         lines.append(f"Exit code {fatal[0].exit_code} of pod {fatal[0].pod} is not one of retryable_exit_codes "
                      f"({', '.join(map(str, codes or ())) or 'none'}): the Job was ended without a restart.")
-    if log_tail:
-        lines.append(f"Last {len(log_tail)} log lines of {log_pod or 'the failed pod'}:")
-        lines.extend(f"  | {line}" for line in log_tail)
+    if tail is not None and tail.lines:
+        shown = tail.lines[-LOG_TAIL_LINES:]
+        lines.append(f"Last {len(shown)} log lines of {shown_pod}:")
+        lines.extend(f"  | {line}" for line in shown)
+    if problems:
+        lines.append("Failed pods, in the order they ended:" if len(problems) > 1 else "Failed pod:")
+        for index, problem in enumerate(problems):
+            line = f"  - {problem.describe()}"
+            if index == 0 and len(problems) > 1:
+                line += " (first: the likely cause)"
+            elif index and (words := (other := logs.get(problem.pod)) and other.last_words):
+                line += f"; its last line: {words[:300]}"
+            lines.append(line)
     warnings = warning_events(events)
     if warnings:
         lines.append("Warning events:")

@@ -9,7 +9,12 @@ watch) with the time it observed it, the engine answers with the next action:
 - `Reread`: the watch ended early (dropped, refused, 410 Gone): read the Job again after a back-off
   with jitter, so many waiters do not hammer an apiserver that is struggling;
 - `DeletePods`: pods whose node stopped answering for node_lost_timeout: delete them at once
-  (the kubelet cannot confirm), which Volcano handles as an eviction; then `pods_deleted`.
+  (the kubelet cannot confirm), which Volcano handles as an eviction; then `pods_deleted`;
+- `CollectStacks`: a Running Job gave no output and no change for stall_timeout (a stall): ask
+  its pods for their Python stacks and show them; then `stacks_collected`;
+- `RestartJob`: stall_action="restart": ask Volcano for a gang restart; then `restart_requested`.
+
+Output is told with `output_seen` (drivers call it with the time they last saw a new log line).
 
 The worker's loop (`job_runner.wait_for_job`, blocking) and the trigger's (`VolcanoJobTrigger`,
 asyncio) are thin drivers of this one engine: the same policy, contract and deadlines in both.
@@ -23,9 +28,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from airflow_volcano.constants import JobPhase
+from airflow_volcano.constants import JobPhase, StallAction
 from airflow_volcano.logs import Emit, LogCursor
-from airflow_volcano.manifest import optional_seconds, seconds
+from airflow_volcano.manifest import optional_seconds, seconds, stall_seconds
+from airflow_volcano.manifest.checks import choice
 from airflow_volcano.status import (
     JobProgress,
     JobState,
@@ -57,15 +63,23 @@ class WaitLimits:
     # How long pods on a node that stopped answering stay before they are deleted (None: never
     # looked for; a sensor, which does not own the Job, leaves it None).
     node_lost_timeout: float | None = None
+    # Seconds a Running Job may give no output (log line, heartbeat) and no change (None: never a stall).
+    stall_timeout: float | None = None
+    stall_action: str = StallAction.FAIL
 
     @classmethod
     def checked(cls, *, startup_timeout: Any, job_timeout: Any, poll_interval: Any,
-                node_lost_timeout: Any = None) -> WaitLimits:
-        """From the operator's arguments; a bad value raises JobSpecError naming its parameter."""
+                node_lost_timeout: Any = None, stall_timeout: Any = None,
+                stall_action: Any = StallAction.FAIL) -> WaitLimits:
+        """From the operator's arguments (stall_timeout in minutes or a timedelta); a bad value
+        raises JobSpecError naming its parameter."""
+        choice("stall_action", stall_action, set(StallAction))
         return cls(startup_timeout=optional_seconds("startup_timeout", startup_timeout),
                    job_timeout=optional_seconds("job_timeout", job_timeout),
                    poll_interval=seconds("poll_interval", poll_interval),
-                   node_lost_timeout=optional_seconds("node_lost_timeout", node_lost_timeout))
+                   node_lost_timeout=optional_seconds("node_lost_timeout", node_lost_timeout),
+                   stall_timeout=stall_seconds("stall_timeout", stall_timeout),
+                   stall_action=str(StallAction(stall_action)))
 
     def to_dict(self) -> dict[str, float | None]:
         return dataclasses.asdict(self)
@@ -84,6 +98,10 @@ class WaitResult:
     log_cursor: LogCursor = field(default_factory=LogCursor)
     deleted: str | None = None  # the Job disappeared while waited for
     lost_nodes: tuple[str, ...] = ()  # nodes whose pods were deleted after node_lost_timeout
+    stalled: str | None = None  # the Job stalled (and was to be deleted): what the stacks showed, briefly
+    stalls: int = 0  # stalls seen (each restarted the gang, with stall_action="restart", but the last)
+    # Pods seen failed during the wait, by name (`status.pod_view`): Volcano may remove them before the end.
+    failed_pods: dict[str, dict] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -112,7 +130,17 @@ class DeletePods:
     pods: tuple[str, ...]  # delete now (no grace period: their kubelet cannot confirm), then pods_deleted
 
 
-Action = Done | CheckPods | Watch | Reread | DeletePods
+@dataclass(frozen=True)
+class CollectStacks:
+    silent_for: float  # seconds without output or change
+
+
+@dataclass(frozen=True)
+class RestartJob:
+    pass
+
+
+Action = Done | CheckPods | Watch | Reread | DeletePods | CollectStacks | RestartJob
 
 
 @dataclass(frozen=True)
@@ -182,12 +210,16 @@ class WaitEngine:
     :param report: told each change of phase and the scheduler's reason while Pending.
     :param deadline: epoch seconds at which the wait gives up (a deferred task's execution_timeout).
     :param jitter: a number in [0, 1) per back-off (random by default; fixed in tests).
+    :param last_output: when the followed logs last gave a line (epoch seconds), if ever: what
+        the driver's log copies have seen so far (stall_timeout).
     """
 
     def __init__(self, ref: JobRef, limits: WaitLimits, *, started_at: float, report: Emit,
-                 deadline: float | None = None, jitter: Callable[[], float] = random.random) -> None:
+                 deadline: float | None = None, jitter: Callable[[], float] = random.random,
+                 last_output: Callable[[], float | None] = lambda: None) -> None:
         self.ref, self.limits, self.started_at = ref, limits, started_at
         self.report, self.deadline, self.jitter = report, deadline, jitter
+        self.last_output = last_output
         self.job: dict | None = None
         self._progress = JobProgress()
         self._last_pod_check = float("-inf")
@@ -197,18 +229,42 @@ class WaitEngine:
         self._lost: dict[str, tuple[str, ...]] = {}  # node -> its pods, as last reported lost
         self._lost_seen: dict[str, float] = {}  # pod -> when this wait first saw it lost
         self.lost_nodes: list[str] = []  # nodes whose pods were deleted after node_lost_timeout
+        self._progress_at: float | None = None  # last output or change while Running (None: not Running)
+        self._progress_version = ""  # the Job's resourceVersion at the last change
+        self.stalls = 0
 
     def job_read(self, job: dict | None, now: float) -> Action:
         """The Job as a read (GET) returned it; None if it does not exist."""
         if job is None:
             return Done(WaitResult(state=job_state({}), job=None,
                                    deleted=f"Volcano Job {self.ref.namespace}/{self.ref.name} was deleted"))
-        self._observe(job)
+        self._observe(job, now)
+        return self._decide(now)
+
+    def output_seen(self, at: float | None) -> None:
+        """The time a followed log last gave a new line (a heartbeat too), if it ever did."""
+        if at is not None and self._progress_at is not None:
+            self._progress_at = max(self._progress_at, at)
+
+    def stacks_collected(self, where: str, now: float) -> Action:
+        """The answer to CollectStacks: `where` says briefly where each process was (the stacks
+        themselves were shown)."""
+        self.stalls += 1
+        silent = _minutes(self.limits.stall_timeout or 0)
+        if self.limits.stall_action == StallAction.RESTART:
+            self.report(f"Volcano Job {self.ref.namespace}/{self.ref.name} stalled: no output for {silent}; "
+                        "restarting the gang (stall_action='restart'), under the Job's retry budget")
+            return RestartJob()
+        return Done(self._result(stalled=f"stalled: no output for {silent}{where and '; ' + where}"))
+
+    def restart_requested(self, now: float) -> Action:
+        """The answer to RestartJob: the stall's clock starts again."""
+        self._progress_at = now
         return self._decide(now)
 
     def job_changed(self, job: dict, now: float) -> Action | None:
         """A change the open watch delivered: None to keep watching, else end the watch and act."""
-        self._observe(job)
+        self._observe(job, now)
         step = next_step(job, self.limits, now - self.started_at, now - self._last_pod_check)
         if step.done is not None or (step.check_pods and self.starting) or self._past_deadline(now):
             self._watch = None
@@ -280,17 +336,31 @@ class WaitEngine:
 
     def _result(self, **fields: Any) -> WaitResult:
         assert self.job is not None
-        return WaitResult(state=job_state(self.job), job=self.job, lost_nodes=tuple(self.lost_nodes), **fields)
+        return WaitResult(state=job_state(self.job), job=self.job, lost_nodes=tuple(self.lost_nodes),
+                          stalls=self.stalls, **fields)
 
     @property
     def starting(self) -> bool:
         """Whether the Job has pods still to start (its pods are looked at until it has none)."""
         return self.job is not None and _has_pending(self.job)
 
-    def _observe(self, job: dict) -> None:
+    def _observe(self, job: dict, now: float) -> None:
         self.job = job
         if (line := self._progress.observe(job)) is not None:
             self.report(line)
+        state = job_state(job)
+        if state.phase != JobPhase.RUNNING:
+            self._progress_at = None
+        elif self._progress_at is None or state.resource_version != self._progress_version:
+            self._progress_at = now  # started running, or changed (a pod ended, a restart): progress
+        self._progress_version = state.resource_version
+
+    def _stall_left(self, now: float) -> float | None:
+        """Seconds until the Running Job counts as stalled (<= 0: it has); None if it cannot."""
+        if self.limits.stall_timeout is None or self._progress_at is None:
+            return None
+        self.output_seen(self.last_output())
+        return self._progress_at + self.limits.stall_timeout - now
 
     def _past_deadline(self, now: float) -> bool:
         return self.deadline is not None and now >= self.deadline
@@ -300,9 +370,13 @@ class WaitEngine:
         waited = now - self.started_at
         step = next_step(self.job, self.limits, waited, now - self._last_pod_check)
         if step.done is not None:
-            return Done(dataclasses.replace(step.done, lost_nodes=tuple(self.lost_nodes)))
+            return Done(dataclasses.replace(step.done, lost_nodes=tuple(self.lost_nodes), stalls=self.stalls))
         if self._past_deadline(now):
             return Done(self._result(timed_out="the task's execution_timeout passed"))
+        stall_left = self._stall_left(now)
+        if stall_left is not None and stall_left <= 0:
+            assert self._progress_at is not None
+            return CollectStacks(silent_for=now - self._progress_at)
         if step.check_pods:
             # The scheduler's view (PodGroup, events: two reads) once the Job has been Pending a while:
             # one that starts within a check interval needs no explaining.
@@ -313,8 +387,15 @@ class WaitEngine:
         seconds = step.wait_seconds
         if self.deadline is not None:
             seconds = min(seconds, max(1.0, self.deadline - now))
+        if stall_left is not None:
+            seconds = min(seconds, max(1.0, stall_left))
         self._watch = (now, float(max(1, round(seconds))))
         return Watch(resource_version=job_state(self.job).resource_version, seconds=max(1, round(seconds)))
+
+
+def _minutes(seconds: float) -> str:
+    minutes = seconds / 60
+    return f"{minutes:g} minute{'' if minutes == 1 else 's'}"
 
 
 def _has_pending(job: dict) -> bool:

@@ -27,6 +27,9 @@ from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiExcepti
 from urllib3.exceptions import HTTPError as Urllib3HTTPError
 
 from airflow_volcano.constants import (
+    COMMAND_GROUP,
+    COMMAND_PLURAL,
+    COMMAND_VERSION,
     JOB_API_VERSION,
     JOB_GROUP,
     JOB_NAME_LABEL,
@@ -61,6 +64,19 @@ def podgroup_name(job: dict) -> str:
 def owned_by(podgroup: dict, job: dict) -> bool:
     owners = (podgroup.get("metadata") or {}).get("ownerReferences") or []
     return any(owner.get("uid") == job["metadata"].get("uid") for owner in owners)
+
+def restart_command(job: dict) -> dict:
+    """A Volcano Command asking the Job controller for a gang restart of `job`: as the RestartJob
+    policy action does, it counts against the Job's retry budget (maxRetry). Owned by the Job."""
+    metadata = job["metadata"]
+    target = {"apiVersion": JOB_API_VERSION, "kind": "Job", "name": metadata["name"], "uid": metadata["uid"]}
+    return {
+        "apiVersion": f"{COMMAND_GROUP}/{COMMAND_VERSION}", "kind": "Command",
+        "metadata": {"generateName": f"{metadata['name'][:40]}-restart-", "namespace": metadata["namespace"],
+                     "ownerReferences": [{**target, "controller": True}]},
+        "action": "RestartJob", "target": target,
+    }
+
 
 RETRIABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 # A restarting apiserver serves requests before its RBAC cache is warm and answers 401/403 for a
@@ -329,6 +345,22 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
 
     # -- what explains a Job ----------------------------------------------------------------------
 
+    def watch_job_pods(self, job_name: str, namespace: str, *, timeout_seconds: int,
+                       stop: Callable[[], bool] = lambda: False) -> Iterator[dict]:
+        """The Job's pods as they are now, then each change (a deleted pod's last state too), for up
+        to `timeout_seconds` on one request or until `stop()` says so; raises as the client does."""
+        stream = watch.Watch()
+        try:
+            for event in stream.stream(
+                self.core_v1_client.list_namespaced_pod, namespace, label_selector=f"{JOB_NAME_LABEL}={job_name}",
+                timeout_seconds=max(1, timeout_seconds), _request_timeout=(10, max(1, timeout_seconds) + 10),
+            ):
+                yield self.to_dict(event["object"])
+                if stop():
+                    return
+        finally:
+            stream.stop()
+
     def list_job_pods(self, job_name: str, namespace: str, task: str | None = None) -> list[dict]:
         selector = f"{JOB_NAME_LABEL}={job_name}" + (f",{TASK_LABEL}={task}" if task else "")
         pods = self.call(
@@ -453,6 +485,21 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
             return True
 
         return self.call(f"delete pod {namespace}/{name}", delete, if_absent=False)
+
+    def annotate_pod(self, name: str, namespace: str, annotations: dict[str, str]) -> bool:
+        """Add annotations to a pod; False if it is gone."""
+        def patch() -> bool:
+            self.core_v1_client.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": annotations}})
+            return True
+
+        return self.call(f"annotate pod {namespace}/{name}", patch, if_absent=False)
+
+    def restart_job(self, job: dict) -> None:
+        """Ask Volcano for a gang restart of the Job (see `restart_command`)."""
+        body = restart_command(job)
+        self.call(f"restart Job {body['metadata']['namespace']}/{job['metadata']['name']}",
+                  lambda: self.custom_objects.create_namespaced_custom_object(
+                      COMMAND_GROUP, COMMAND_VERSION, body["metadata"]["namespace"], COMMAND_PLURAL, body))
 
 
 async def _checked_body(response: Any) -> bytes:
@@ -639,12 +686,14 @@ class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
         return next((podgroup for podgroup in items if owned_by(podgroup, job)), None)
 
     async def pod_log_chunks(
-        self, name: str, namespace: str, *, container: str | None, since_seconds: int | None, chunk_bytes: int
+        self, name: str, namespace: str, *, container: str | None, since_seconds: int | None, chunk_bytes: int,
+        tail_lines: int | None = None,
     ) -> AsyncIterator[bytes]:
-        """The log (with timestamps) from `since_seconds` ago to its end as of now, not followed, as
-        raw bytes in chunks of at most `chunk_bytes` as they arrive: one chunk in memory at a time
-        however much was written, and no decoding here (a chunk may end inside a character)."""
-        kwargs = log_request(container, since_seconds)
+        """The log (with timestamps) from `since_seconds` ago (its last `tail_lines` lines, if given)
+        to its end as of now, not followed, as raw bytes in chunks of at most `chunk_bytes` as they
+        arrive: one chunk in memory at a time however much was written, and no decoding here (a
+        chunk may end inside a character)."""
+        kwargs = log_request(container, since_seconds, **({"tail_lines": tail_lines} if tail_lines else {}))
         try:
             async with self.get_conn() as api:
                 response = await async_client.CoreV1Api(api).read_namespaced_pod_log(name, namespace, **kwargs)
@@ -682,3 +731,22 @@ class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
             return True
 
         return await self.call(f"delete pod {namespace}/{name}", delete, if_absent=False)
+
+    async def annotate_pod(self, name: str, namespace: str, annotations: dict[str, str]) -> bool:
+        """As VolcanoHook.annotate_pod: False if it is gone."""
+        async def patch(api: Any) -> bool:
+            await async_client.CoreV1Api(api).patch_namespaced_pod(
+                name, namespace, {"metadata": {"annotations": annotations}})
+            return True
+
+        return await self.call(f"annotate pod {namespace}/{name}", patch, if_absent=False)
+
+    async def restart_job(self, job: dict) -> None:
+        """As VolcanoHook.restart_job."""
+        body = restart_command(job)
+
+        async def create(api: Any) -> None:
+            await async_client.CustomObjectsApi(api).create_namespaced_custom_object(
+                COMMAND_GROUP, COMMAND_VERSION, body["metadata"]["namespace"], COMMAND_PLURAL, body)
+
+        await self.call(f"restart Job {body['metadata']['namespace']}/{job['metadata']['name']}", create)

@@ -17,7 +17,7 @@ from airflow_volcano.manifest.build import (
     task_pods,
     tensorboard_endpoint,
 )
-from airflow_volcano.manifest.checks import load_job_template, optional_seconds, seconds, validate_job
+from airflow_volcano.manifest.checks import load_job_template, optional_seconds, seconds, stall_seconds, validate_job
 from airflow_volcano.manifest.launchers import DEFAULT_DEBUG_TIMEOUT, debug_command, managed_flag, torchrun_command
 from airflow_volcano.manifest.names import (
     DEFAULT_MASTER,
@@ -41,5 +41,5 @@ __all__ = [
     "debug_command", "default_job_name", "exit_code_policies", "identity_labels", "is_debug_job",
     "load_job_template", "managed_flag", "max_job_name_length", "optional_seconds", "request_hash",
     "retryable_exit_codes", "run_labels", "sanitize_dns_label", "sanitize_label_value", "script_configmap_name",
-    "seconds", "task_pods", "tensorboard_endpoint", "torchrun_command", "validate_job",
+    "seconds", "stall_seconds", "task_pods", "tensorboard_endpoint", "torchrun_command", "validate_job",
 ]

@@ -74,6 +74,21 @@ def seconds(parameter: str, value: Any) -> float:
     return float(number)
 
 
+MIN_STALL_TIMEOUT = 60.0  # a deferred task's log is copied every 30 s: a stall is judged no finer
+
+
+def stall_seconds(parameter: str, value: Any) -> float | None:
+    """stall_timeout: minutes (a number) or a timedelta, at least a minute; None: off. In seconds."""
+    if value is None:
+        return None
+    number = value.total_seconds() / 60 if isinstance(value, datetime.timedelta) else value
+    if isinstance(number, bool) or not isinstance(number, int | float) or not math.isfinite(number) or (
+            number * 60 < MIN_STALL_TIMEOUT):
+        raise JobSpecError(f"{parameter} must be a number of minutes >= 1 or a timedelta of at least a minute, got "
+                           f"{value!r}")
+    return float(number) * 60
+
+
 def optional_seconds(parameter: str, value: Any) -> float | None:
     """As `seconds`, or None: that limit is off."""
     return None if value is None else seconds(parameter, value)

@@ -21,6 +21,14 @@ RESTART_COUNT_ENV = "VOLCANO_RESTART_COUNT"
 TRY_NUMBER_ENV = "AIRFLOW_TRY_NUMBER"
 # Volcano writes the Job's restart count (status.retryCount when the pod was made) on every pod.
 RETRY_COUNT_ANNOTATION = "volcano.sh/job-retry-count"
+# With stall_timeout: the pod's annotations as a file (the downward API; the kubelet rewrites it when
+# they change), where forward-signals.sh sees the operator's request for stacks, and the
+# sitecustomize (shell/stack_dumps.py) that makes every Python process able to answer it.
+PODINFO_VOLUME = "airflow-volcano-podinfo"
+PODINFO_PATH = "/var/run/airflow-volcano"
+PODINFO_ENV = "AIRFLOW_VOLCANO_PODINFO"
+SITECUSTOMIZE_ENV = "AIRFLOW_VOLCANO_SITECUSTOMIZE"
+SITECUSTOMIZE_SHOWN = "<airflow_volcano/shell/stack_dumps.py>"
 
 
 def signal_forwarding_command(command: list[str]) -> list[str]:
@@ -63,6 +71,9 @@ def apply_pod_runtime(tasks: list[dict], req: JobRequest, *, checkpoint_subdir: 
         debugging = DEBUG_ANNOTATION in ((template.get("metadata") or {}).get("annotations") or {})
         if container.get("command") and not debugging:
             container["command"] = signal_forwarding_command(container["command"])
+            # A failed container's last log lines in its status: they survive Volcano removing the
+            # pod, which it does to the pods still running when it ends a Job (the first to fail, too).
+            container.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
         if req.termination_grace_period is not None:
             pod["terminationGracePeriodSeconds"] = req.termination_grace_period
         if req.shm_size is not None:
@@ -70,6 +81,19 @@ def apply_pod_runtime(tasks: list[dict], req: JobRequest, *, checkpoint_subdir: 
         if req.checkpoint_dir is not None:
             shared_volume(pod, container, req.checkpoint_dir, "checkpoint_dir", f"task {task.get('name')!r}")
         _set_env(container, checkpoint)
+        if req.stall_timeout is not None and container.get("command") and not debugging:
+            _add_stack_dumps(pod, container)
+
+
+def _add_stack_dumps(pod: dict, container: dict) -> None:
+    pod.setdefault("volumes", []).append({"name": PODINFO_VOLUME, "downwardAPI": {"items": [
+        {"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}}]}})
+    container.setdefault("volumeMounts", []).append({"name": PODINFO_VOLUME, "mountPath": PODINFO_PATH,
+                                                     "readOnly": True})
+    container.setdefault("env", []).extend([
+        {"name": PODINFO_ENV, "value": PODINFO_PATH},
+        {"name": SITECUSTOMIZE_ENV, "value": container_string(shell.read("stack_dumps.py"))},
+    ])
 
 
 def _add_shm(pod: dict, container: dict, req: JobRequest) -> None:

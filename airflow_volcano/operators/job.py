@@ -14,6 +14,7 @@ kubernetes client is imported lazily so that parsing a DAG stays cheap.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import functools
 import inspect
 import os
@@ -32,6 +33,7 @@ from airflow_volcano.constants import (
     IfJobExists,
     OnFinishAction,
     OnKillAction,
+    StallAction,
 )
 from airflow_volcano.exceptions import JobSpecError, VolcanoJobError
 from airflow_volcano.job_ref import JobRef
@@ -155,6 +157,16 @@ class VolcanoJobOperator(BaseOperator):
         (the cluster marks them not ready) may stay lost before they are deleted and handled like an
         eviction: the Job restarts under its retry budget, or the task fails naming the node.
         Default 180; `None` turns the check off.
+    :param stall_timeout: minutes (or a timedelta, at least a minute) a Running Job may go without a
+        new log line from the followed pods (the main pod, and `log_tasks`' pods) and without a
+        change before it counts as stalled; off by default. On a stall the task log gets the Python
+        stack of every thread of every Python process in each training pod (a `faulthandler`
+        installed through a `sitecustomize` the operator ships), then `stall_action` applies. A
+        script that is quiet on purpose touches `$HEARTBEAT_FILE` instead of printing. Needs
+        `get_logs=True`.
+    :param stall_action: `fail` (default: the Job is deleted, the task fails with "stalled: no output
+        for N minutes" and where each process was) or `restart` (a gang restart, Volcano's RestartJob,
+        under the Job's `max_retry` budget).
     :param deferrable: wait in the triggerer (default `[operators] default_deferrable`).
     :param poll_interval: seconds between pod checks while the Job has not started.
     """
@@ -218,6 +230,8 @@ class VolcanoJobOperator(BaseOperator):
         termination_grace_period: int | None = None,
         checkpoint_dir: str | None = None,
         node_lost_timeout: float | None = DEFAULT_NODE_LOST_TIMEOUT,
+        stall_timeout: float | datetime.timedelta | None = None,
+        stall_action: str = StallAction.FAIL,
         training_script: str | None = None,
         job_template: str | dict | None = None,
         allowed_file_dirs: Sequence[str] | None = None,
@@ -257,6 +271,7 @@ class VolcanoJobOperator(BaseOperator):
         self.debug, self.debug_timeout = debug, debug_timeout
         self.shm_size, self.termination_grace_period = shm_size, termination_grace_period
         self.checkpoint_dir, self.node_lost_timeout = checkpoint_dir, node_lost_timeout
+        self.stall_timeout, self.stall_action = stall_timeout, stall_action
         self.training_script = training_script
         self.job_template = job_template
         self.allowed_file_dirs = _folders("allowed_file_dirs", allowed_file_dirs)
@@ -318,8 +333,12 @@ class VolcanoJobOperator(BaseOperator):
     def _wait_limits(self) -> WaitLimits:
         from airflow_volcano.wait_engine import WaitLimits  # not at DAG parse
 
+        if self.stall_timeout is not None and not self.get_logs:
+            raise JobSpecError(f"stall_timeout={self.stall_timeout!r} needs get_logs=True: a stall is a main pod "
+                               "that writes no new log line")
         return WaitLimits.checked(startup_timeout=self.startup_timeout, job_timeout=self.job_timeout,
-                                  poll_interval=self.poll_interval, node_lost_timeout=self.node_lost_timeout)
+                                  poll_interval=self.poll_interval, node_lost_timeout=self.node_lost_timeout,
+                                  stall_timeout=self.stall_timeout, stall_action=self.stall_action)
 
     def _default_name_limit(self) -> int:
         return max_job_name_length(["master", "worker"], max_index=9)
@@ -439,7 +458,7 @@ class VolcanoJobOperator(BaseOperator):
                 return job_runner.debug_session(hook, ref, manifests.job, limits,
                                                 seconds("debug_timeout", self.debug_timeout))
             if self.deferrable:
-                self._defer(ref, context)
+                self._defer(ref, context, manifests.job)
             result = job_runner.wait_for_job(hook, ref, self._wait_limits(),
                                              logs=self._log_copies(ref, manifests.job), report=self.log.info)
             return self._finalize(hook, ref, result, context)
@@ -512,7 +531,7 @@ class VolcanoJobOperator(BaseOperator):
             push_xcom=lambda key, value: ti.xcom_push(key=key, value=value),
         )
 
-    def _defer(self, ref: JobRef, context: Context) -> None:
+    def _defer(self, ref: JobRef, context: Context, job: dict) -> None:
         from airflow_volcano.triggers.job import VolcanoJobTrigger
 
         deadline = None
@@ -523,6 +542,7 @@ class VolcanoJobOperator(BaseOperator):
         trigger = VolcanoJobTrigger(
             ref.to_dict(), self.kubernetes_conn_id, limits=self._wait_limits().to_dict(), deadline=deadline,
             get_logs=self.get_logs, on_kill_action=self.on_kill_action,
+            log_pods=[[pod, container] for pod, container in self._log_pods(job, ref.main_task)],
         )
         self.log.info("Deferring: the triggerer waits for Volcano Job %s/%s; this worker slot is free",
                       ref.namespace, ref.name)
@@ -554,7 +574,9 @@ class VolcanoJobOperator(BaseOperator):
                 state=job_state(job), job=job, log_cursor=cursor,
                 timed_out=ended.message if ended.status is WaitOutcome.TIMEOUT else None,
                 problem=ended.message if ended.status is WaitOutcome.PROBLEM else None,
-                lost_nodes=tuple(ended.lost_nodes),
+                stalled=ended.message if ended.status is WaitOutcome.STALLED else None,
+                lost_nodes=tuple(ended.lost_nodes), stalls=ended.stalls,
+                failed_pods={pod["metadata"]["name"]: pod for pod in ended.failed_pods},
             )
             return self._finalize(hook, ref, result, context)
         except BaseException as error:

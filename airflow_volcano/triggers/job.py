@@ -23,9 +23,11 @@ from airflow_volcano.constants import OnKillAction
 from airflow_volcano.events import JobEvent, WaitOutcome
 from airflow_volcano.job_ref import JobRef
 from airflow_volcano.job_runner import task_state_key
-from airflow_volcano.logs import LOG_CHUNK_BYTES, LineSplitter, LogCursor, emit_unseen
+from airflow_volcano.logs import LOG_CHUNK_BYTES, LineSplitter, LogCursor, emit_unseen, iter_lines, parse_timestamp_ns
+from airflow_volcano.manifest import TENSORBOARD_TASK
 from airflow_volcano.masking import register_secrets_in_triggerer
-from airflow_volcano.status import waited_view
+from airflow_volcano.stalls import STACKS_POLL_SECONDS, STACKS_REQUEST_ANNOTATION, STACKS_WAIT_SECONDS, StackCollection
+from airflow_volcano.status import Outcome, waited_view
 from airflow_volcano.triggers.job_watch import (
     DELETED,
     WATCH_BROKEN,
@@ -37,9 +39,11 @@ from airflow_volcano.triggers.job_watch import (
 from airflow_volcano.wait_engine import (
     Action,
     CheckPods,
+    CollectStacks,
     DeletePods,
     Done,
     Reread,
+    RestartJob,
     WaitEngine,
     WaitLimits,
     WaitResult,
@@ -90,7 +94,10 @@ def _event(result: WaitResult) -> JobEvent:
         return JobEvent(WaitOutcome.TIMEOUT, message=result.timed_out, lost_nodes=lost)
     if result.problem:
         return JobEvent(WaitOutcome.PROBLEM, message=result.problem, lost_nodes=lost)
-    return JobEvent(WaitOutcome.FINISHED, phase=result.state.phase, lost_nodes=lost)
+    if result.stalled:
+        return JobEvent(WaitOutcome.STALLED, message=result.stalled, lost_nodes=lost, stalls=result.stalls)
+    return JobEvent(WaitOutcome.FINISHED, phase=result.state.phase, lost_nodes=lost, stalls=result.stalls,
+                    failed_pods=list(result.failed_pods.values()))
 
 
 class VolcanoJobTrigger(BaseTrigger):
@@ -108,6 +115,8 @@ class VolcanoJobTrigger(BaseTrigger):
     :param log_interval: seconds between two log copies.
     :param log_cursor: how far the log was shown already (`LogCursor.to_dict()`).
     :param on_kill_action: what a kill of the deferred task does to the Job: `delete_job` or `keep_job`.
+    :param log_pods: `[pod, container]` of each pod of `log_tasks`: with stall_timeout, their newest
+        log line counts as output too (their logs are copied by the worker, at the end).
     """
 
     def __init__(
@@ -121,6 +130,7 @@ class VolcanoJobTrigger(BaseTrigger):
         log_interval: float = 30.0,
         log_cursor: dict[str, int] | None = None,
         on_kill_action: str = OnKillAction.DELETE_JOB,
+        log_pods: list[list[str | None]] | None = None,
     ) -> None:
         super().__init__()
         self.job = job
@@ -131,6 +141,8 @@ class VolcanoJobTrigger(BaseTrigger):
         self.log_interval = log_interval
         self.log_cursor = log_cursor
         self.on_kill_action = str(on_kill_action)  # a plain string among the serialized arguments
+        self.log_pods = [list(pod) for pod in log_pods or []]
+        self._output_at: dict[str, float] = {}  # pod of log_pods -> its newest line's time
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -138,7 +150,7 @@ class VolcanoJobTrigger(BaseTrigger):
             {
                 "job": self.job, "kubernetes_conn_id": self.kubernetes_conn_id, "limits": self.limits.to_dict(),
                 "deadline": self.deadline, "get_logs": self.get_logs, "log_interval": self.log_interval,
-                "log_cursor": self.log_cursor, "on_kill_action": self.on_kill_action,
+                "log_cursor": self.log_cursor, "on_kill_action": self.on_kill_action, "log_pods": self.log_pods,
             },
         )
 
@@ -175,22 +187,29 @@ class VolcanoJobTrigger(BaseTrigger):
             if self.get_logs and not copiers:
                 copiers.append(asyncio.create_task(self._copy_logs_periodically(hook, ref, cursor)))
 
+        def last_output() -> float | None:
+            return max([cursor.last_line_at or 0.0, *self._output_at.values()]) or None
+
         try:
-            return await self._watch_until_done(hook, ref, copy_logs)
+            return await self._watch_until_done(hook, ref, copy_logs, last_output)
         finally:
             for copier in copiers:
                 copier.cancel()
             await asyncio.gather(*copiers, return_exceptions=True)
 
-    async def _watch_until_done(self, hook: Any, ref: JobRef, copy_logs: Callable[[], None]) -> JobEvent:
+    async def _watch_until_done(self, hook: Any, ref: JobRef, copy_logs: Callable[[], None],
+                                last_output: Callable[[], float | None]) -> JobEvent:
         """The asyncio driver of the wait engine (job_runner._watch_until_done is the blocking one).
-        Changes come from the triggerer's one shared watch of the namespace's Jobs; while the Job
-        is starting (and, to notice lost nodes, while it runs), its pods come from the shared pod watch."""
+        Changes come from the triggerer's one shared watch of the namespace's Jobs, and its pods from
+        the shared pod watch (what starting, lost nodes and the failure report need: Volcano may
+        remove a failed pod before the Job ends)."""
         engine = WaitEngine(ref, self.limits, started_at=ref.created_at or time.time(),
-                            report=lambda line: self.log.info("%s", line), deadline=self.deadline)
+                            report=lambda line: self.log.info("%s", line), deadline=self.deadline,
+                            last_output=last_output)
         watch = shared_job_watch(self.kubernetes_conn_id, ref.namespace)
-        async with watch.subscribe(ref.name) as changes, contextlib.AsyncExitStack() as pod_subscription:
-            job_pods: JobPods | None = None
+        pod_watch = shared_pod_watch(self.kubernetes_conn_id, ref.namespace)
+        async with watch.subscribe(ref.name) as changes, pod_watch.subscribe(ref.name) as pod_changes:
+            job_pods = JobPods(pod_changes, lambda: hook.list_job_pods(ref.name, ref.namespace))
             job = watch.latest.get(ref.name)
             if job is not None:
                 changes.clear()  # all older than what `latest` holds
@@ -204,18 +223,16 @@ class VolcanoJobTrigger(BaseTrigger):
             copy_logs()
             action: Action = engine.job_read(job, time.time())
             while True:
-                if job_pods is not None and not engine.starting and self.limits.node_lost_timeout is None:
-                    # Started, and no lost node to look for: the pod watch may stop once no Job is starting.
-                    await pod_subscription.aclose()
-                    job_pods = None
                 match action:
                     case Done(result=result):
+                        if result.state.outcome is Outcome.FAILED or result.stalled:
+                            # The failed pods Volcano has removed, as last seen (the report reads the rest).
+                            async with watch.reads:
+                                listed = {pod["metadata"]["name"] for pod in await job_pods.current()}
+                            result.failed_pods = {name: view for name, view in job_pods.failed.items()
+                                                  if name not in listed}
                         return _event(result)
                     case CheckPods(scheduling=scheduling):
-                        if job_pods is None:
-                            pod_changes = await pod_subscription.enter_async_context(
-                                shared_pod_watch(self.kubernetes_conn_id, ref.namespace).subscribe(ref.name))
-                            job_pods = JobPods(pod_changes, lambda: hook.list_job_pods(ref.name, ref.namespace))
                         async with watch.reads:
                             pods = await job_pods.current()
                             podgroup = await hook.get_podgroup(engine.job) if scheduling and engine.job else None
@@ -237,11 +254,64 @@ class VolcanoJobTrigger(BaseTrigger):
                                 self.log.warning("Could not delete pod %s/%s on a lost node: %s", ref.namespace,
                                                  pod, error)
                         action = engine.pods_deleted(time.time())
+                    case CollectStacks(silent_for=silent_for):
+                        where = await self._collect_stacks(hook, ref, silent_for)
+                        action = engine.stacks_collected(where, time.time())
+                    case RestartJob():
+                        try:
+                            await hook.restart_job(engine.job or {})
+                        except Exception as error:  # noqa: BLE001 - reported; the stall's clock starts again
+                            self.log.warning("Could not restart Volcano Job %s/%s: %s", ref.namespace, ref.name,
+                                             error)
+                        action = engine.restart_requested(time.time())
+
+    async def _collect_stacks(self, hook: Any, ref: JobRef, silent_for: float) -> str:
+        """As job_runner.collect_stacks (the blocking twin): ask, read, show; where each process was."""
+        from airflow_volcano.job_runner import stall_notice
+
+        self.log.info("%s", stall_notice(ref, silent_for))
+        asked_at = time.time()
+        collection = StackCollection.of(await hook.list_job_pods(ref.name, ref.namespace), str(int(asked_at)),
+                                        skip_tasks=[TENSORBOARD_TASK])
+        for pod, _container in collection.pods:
+            try:
+                if not await hook.annotate_pod(pod, ref.namespace, {STACKS_REQUEST_ANNOTATION: collection.request}):
+                    collection.unreachable[pod] = "the pod is gone"
+            except Exception as error:  # noqa: BLE001 - said in the report
+                collection.unreachable[pod] = f"could not annotate it ({error})"
+        deadline = time.monotonic() + STACKS_WAIT_SECONDS
+        while collection.waiting_for() and time.monotonic() < deadline:
+            await asyncio.sleep(STACKS_POLL_SECONDS)
+            for pod, container in collection.waiting_for():
+                try:
+                    chunks = [chunk async for chunk in hook.pod_log_chunks(
+                        pod, ref.namespace, container=container, since_seconds=int(time.time() - asked_at) + 5,
+                        chunk_bytes=LOG_CHUNK_BYTES)]
+                    collection.log_read(pod, [line.partition(" ")[2] for line in iter_lines(chunks)])
+                except Exception:  # noqa: BLE001 - a pod that cannot be read now may be read at the next poll
+                    pass
+        for line in collection.report():
+            self.log.info("%s", line)
+        return collection.where()
 
     async def _copy_logs_periodically(self, hook: Any, ref: JobRef, cursor: LogCursor) -> None:
         while True:
             await self._copy_new_log_lines(hook, ref, cursor)
+            if self.limits.stall_timeout is not None:
+                for pod, container in self.log_pods:
+                    await self._note_newest_line(hook, ref.namespace, str(pod), container)
             await asyncio.sleep(self.log_interval)
+
+    async def _note_newest_line(self, hook: Any, namespace: str, pod: str, container: str | None) -> None:
+        """The time of a log_tasks pod's newest line (one line read): output, for stall_timeout."""
+        try:
+            chunks = [chunk async for chunk in hook.pod_log_chunks(
+                pod, namespace, container=container, since_seconds=None, chunk_bytes=LOG_CHUNK_BYTES, tail_lines=1)]
+        except Exception:  # noqa: BLE001 - not started, gone: no output from it
+            return
+        for line in iter_lines(chunks):
+            if (at := parse_timestamp_ns(line.partition(" ")[0])) is not None:
+                self._output_at[pod] = at / 1e9
 
     async def _copy_new_log_lines(self, hook: Any, ref: JobRef, cursor: LogCursor) -> None:
         """Everything newer than the cursor, streamed: one read from the cursor's second to the

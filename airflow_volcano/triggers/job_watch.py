@@ -31,7 +31,7 @@ from typing import Any
 from airflow_volcano.constants import JOB_NAME_LABEL
 from airflow_volcano.exceptions import WatchExpired
 from airflow_volcano.masking import register_secrets_in_triggerer
-from airflow_volcano.status import pod_view, waited_view
+from airflow_volcano.status import pod_problem, pod_view, waited_view
 from airflow_volcano.wait_engine import backoff_after_drops
 
 log = logging.getLogger(__name__)
@@ -336,19 +336,28 @@ class JobPods:
     def __init__(self, changes: Changes, list_pods: Callable[[], Awaitable[list[dict]]]) -> None:
         self.changes, self.list_pods = changes, list_pods
         self.pods: dict[str, dict] | None = None
+        self.failed: dict[str, dict] = {}  # each pod's last failed state seen, even once it is gone
 
     async def current(self) -> list[dict]:
         while self.changes.ready():
             item = self.changes.get_nowait()
             if item in (RESYNC, WATCH_BROKEN):  # the watch restarted, or is down: list anew
                 self.pods = None
-            elif self.pods is not None:
+                continue
+            self._note_failure(pod_view(item[1]))
+            if self.pods is not None:
                 self._apply(*item)
         if self.pods is None:
             # Changes queued until now are older than this list; those arriving during it are
             # sorted out by resourceVersion in _apply.
             self.pods = {pod["metadata"]["name"]: pod_view(pod) for pod in await self.list_pods()}
+            for view in self.pods.values():
+                self._note_failure(view)
         return list(self.pods.values())
+
+    def _note_failure(self, view: dict) -> None:
+        if pod_problem(view) is not None:
+            self.failed[view["metadata"]["name"]] = view
 
     def _apply(self, kind: str, pod: dict) -> None:
         name = pod["metadata"]["name"]

@@ -135,6 +135,39 @@ def test_seed_002_an_extra_task_does_not_join_the_world(cluster, operator_kubeco
     assert "'WORLD_SIZE': '3'" in evaluator_log and "'RANK': None" in evaluator_log
 
 
+CASCADE = """
+    import os
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")  # gloo connects every pair of ranks here
+    if dist.get_rank() == 1:
+        raise ValueError("shard 1 is corrupt: 17 rows have NaN labels")
+    print(f"rank {dist.get_rank()} waits in all_reduce", flush=True)
+    dist.all_reduce(torch.ones(1))  # rank 1 never comes: its exit closes the connections
+"""
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["worker", "deferred"])
+def test_the_rank_that_failed_first_heads_the_report_not_its_peers(cluster, operator_kubeconfig, run_task, real_node,
+                                                                   tmp_path, deferrable):
+    """A distributed failure cascades: rank 1 raises, ranks 0 and 2 die in all_reduce of the closed
+    connection a moment later. The report names rank 1's pod first and shows its traceback
+    before the others' errors, in both modes."""
+    run = run_task(lambda: real_operator(real_node, cluster.namespace, "casc", deferrable=deferrable,
+                                         training_script=script(tmp_path, CASCADE)))
+
+    assert run.state == "failed", run.log
+    report = run.log[run.log.index(f"Volcano Job {cluster.namespace}/casc ended in phase"):]
+    assert re.match(rf"Volcano Job {cluster.namespace}/casc ended in phase \w+: pod casc-worker-0 failed first "
+                    r"\(exit code 1 at \d\d:\d\d:\d\d UTC\); 2 pod\(s\) failed after it\n", report), report
+    peer_lost = re.search(r"Connection (closed|reset) by peer", report)
+    assert peer_lost and report.index("ValueError: shard 1 is corrupt") < peer_lost.start(), report
+    order = re.findall(r"^  - pod (casc-\w+-\d) \(task", report, re.MULTILINE)
+    assert order[0] == "casc-worker-0" and sorted(order[1:]) == ["casc-master-0", "casc-worker-1"], report
+    assert re.search(r"- pod casc-master-0 .*; its last line: .*Connection (closed|reset) by peer", report), report
+
+
 def test_a_python_exception_in_a_worker_fails_the_task_with_pod_exit_code_and_traceback(
         cluster, operator_kubeconfig, run_task, real_node, tmp_path):
     train = script(tmp_path, """
@@ -152,7 +185,9 @@ def test_a_python_exception_in_a_worker_fails_the_task_with_pod_exit_code_and_tr
         real_node, cluster.namespace, "boom", training_script=train, worker_replicas=1))
 
     assert run.state == "failed", run.log
-    assert f"Volcano Job {cluster.namespace}/boom ended in phase Terminated\n" in run.log, "no restart"
+    # (The master, still running, is then killed by Volcano: a failure after it, if seen before it was removed.)
+    assert re.search(rf"Volcano Job {cluster.namespace}/boom ended in phase Terminated: pod boom-worker-0 failed "
+                     r"(first )?\(exit code 1 at \d\d:\d\d:\d\d UTC\)", run.log), "no restart"
     assert "pod boom-worker-0 (task worker) Failed, container worker, exit code 1, reason Error" in run.log
     assert ("Exit code 1 of pod boom-worker-0 is not one of retryable_exit_codes (130, 137, 138, 143): the Job was "
             "ended without a restart.") in run.log

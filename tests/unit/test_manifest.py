@@ -73,13 +73,16 @@ RUNTIME_ENV = {"VOLCANO_RESTART_COUNT", "AIRFLOW_TRY_NUMBER", "CHECKPOINT_DIR"}
 
 def without_pod_runtime(job: dict) -> dict:
     """A copy of the Job without what every training pod gets around its command (pod_runtime: the
-    signal-forwarding shell, /dev/shm, the restart counters), which has tests of its own."""
+    signal-forwarding shell and the log tail in a failed container's status, /dev/shm, the restart
+    counters), which has tests of its own."""
     job = copy.deepcopy(job)
     for each in job["spec"]["tasks"]:
         pod = each["template"]["spec"]
         for item in pod.get("containers") or []:
             if "command" in item:
                 item["command"] = without_signal_forwarding(item["command"])
+                if item.get("terminationMessagePolicy") == "FallbackToLogsOnError":
+                    del item["terminationMessagePolicy"]
             for key, kept in (("env", lambda var: var["name"] not in RUNTIME_ENV),
                               ("volumeMounts", lambda mount: mount["name"] != SHM_VOLUME)):
                 if key in item:

@@ -46,6 +46,8 @@ def test_every_training_command_runs_under_the_signal_forwarding_shell(kwargs):
         assert command[:2] == ["/bin/sh", "-c"] and command[3] == SIGNAL_FORWARDER
         assert process_string(command[2]) == read("forward-signals.sh"), "the kubelet hands sh the file exactly"
         assert without_signal_forwarding(command) == command[4:] and command[4:], "then the command itself"
+        assert pod_spec(job, name)["containers"][0]["terminationMessagePolicy"] == "FallbackToLogsOnError", (
+            "a failed container's log tail survives its pod")
 
 
 def test_a_debug_pod_keeps_its_sleep_and_a_container_without_command_its_entrypoint():
@@ -183,3 +185,75 @@ def test_the_triggerers_pod_view_keeps_what_lost_pods_read():
     view = pod_view(body)
     assert lost_pods([view]) == lost_pods([body]) and lost_pods([view])[0].node == "gpu-7"
     assert len(str(view)) < 500
+
+
+def test_stall_timeout_mounts_the_pods_annotations_and_ships_the_stack_dumping_sitecustomize():
+    from airflow_volcano.manifest.pod_runtime import PODINFO_PATH, SITECUSTOMIZE_ENV, SITECUSTOMIZE_SHOWN
+    from airflow_volcano.masking import shown
+
+    job = build(training_script=SCRIPT, stall_timeout=2).job
+    for name in ("master", "worker"):
+        spec = pod_spec(job, name)
+        container = spec["containers"][0]
+        volume = next(volume for volume in spec["volumes"] if volume["name"] == "airflow-volcano-podinfo")
+        assert volume["downwardAPI"]["items"] == [{"path": "annotations",
+                                                  "fieldRef": {"fieldPath": "metadata.annotations"}}]
+        assert {"name": "airflow-volcano-podinfo", "mountPath": PODINFO_PATH, "readOnly": True} in \
+            container["volumeMounts"]
+        env = env_of(container)
+        assert env["AIRFLOW_VOLCANO_PODINFO"]["value"] == PODINFO_PATH
+        assert process_string(env[SITECUSTOMIZE_ENV]["value"]) == read("stack_dumps.py")
+    shown_env = env_of(task(shown(job), "master")["template"]["spec"]["containers"][0])
+    assert shown_env[SITECUSTOMIZE_ENV]["value"] == SITECUSTOMIZE_SHOWN, "the UI names the file, not its 2 KiB"
+    plain = pod_spec(build(training_script=SCRIPT).job, "master")
+    assert "airflow-volcano-podinfo" not in str(plain), "off by default: nothing added"
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"stall_timeout": 0}, "stall_timeout must be a number of minutes >= 1 or a timedelta of at least a minute, got 0"),
+    ({"stall_timeout": "soon"}, "stall_timeout must be a number of minutes >= 1"),
+    ({"stall_timeout": 1, "stall_action": "reboot"}, "stall_action"),
+])
+def test_bad_stall_arguments_fail_before_anything_is_built(kwargs, message):
+    assert message in error_of(training_script=SCRIPT, **kwargs)
+
+
+def test_stall_timeout_without_get_logs_is_refused_by_the_operator():
+    from airflow_volcano.exceptions import JobSpecError
+    from airflow_volcano.operators.pytorch import VolcanoPyTorchJobOperator
+
+    operator = VolcanoPyTorchJobOperator(task_id="train", image="img:1", command=["python", "-c", "pass"],
+                                         stall_timeout=5, get_logs=False)
+    with pytest.raises(JobSpecError, match=r"stall_timeout=5 needs get_logs=True"):
+        operator.build_manifests()
+
+
+def test_the_sitecustomize_registers_every_python_process_and_leaves_the_images_own_in_place(tmp_path):
+    """Run for real: a Python process with the shipped sitecustomize first on its path writes its
+    stacks on the signal, and the sitecustomize it shadows still runs."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    ours, images = tmp_path / "ours", tmp_path / "image"
+    ours.mkdir(), images.mkdir()
+    (ours / "sitecustomize.py").write_text(read("stack_dumps.py"))
+    (images / "sitecustomize.py").write_text("import builtins\nbuiltins.IMAGE_SITE = True\n")
+    env = {**os.environ, "PYTHONPATH": f"{ours}:{images}", "AIRFLOW_VOLCANO_STACKS_DIR": str(tmp_path), "RANK": "3"}
+    script = tmp_path / "train.py"
+    script.write_text("import builtins, time\nprint(getattr(builtins, 'IMAGE_SITE', False), flush=True)\n"
+                      "time.sleep(30)\n")
+    process = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout.readline().strip() == "True", "the image's sitecustomize ran too"
+        os.kill(process.pid, 42)
+        time.sleep(0.5)
+        assert process.poll() is None, "the signal does not end a registered process"
+        stacks = (tmp_path / f"stacks-{process.pid}").read_text()
+        assert f'File "{script}", line 3 in <module>' in stacks
+        assert (tmp_path / f"about-{process.pid}").read_text().startswith("RANK=3: ")
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from airflow_volcano.job_ref import JobRef
-from airflow_volcano.status import JobProgress, Outcome, failure_message, job_state, unschedulable_message
+from airflow_volcano.status import (
+    JobProgress,
+    Outcome,
+    PodLogTail,
+    failure_message,
+    job_state,
+    unschedulable_message,
+)
 from airflow_volcano.wait_engine import WaitLimits, next_step, startup_problem
 
 
@@ -15,10 +22,10 @@ def job(phase: str | None, **status: int) -> dict:
 
 
 def pod(name: str, task: str, phase: str, *, exit_code: int | None = None, reason: str | None = None,
-        waiting: str | None = None) -> dict:
+        waiting: str | None = None, finished: str | None = None) -> dict:
     state: dict = {"running": {}}
     if exit_code is not None:
-        state = {"terminated": {"exitCode": exit_code, "reason": reason}}
+        state = {"terminated": {"exitCode": exit_code, "reason": reason, "finishedAt": finished}}
     if waiting:
         state = {"waiting": {"reason": waiting, "message": "Back-off pulling image"}}
     return {
@@ -47,9 +54,11 @@ def test_failure_message_names_pod_exit_code_reason_log_and_warnings():
     events = [{"type": "Warning", "reason": "PodFailed", "message": "worker died",
                "involvedObject": {"kind": "Job", "name": "train"}},
               {"type": "Normal", "reason": "Scheduled", "message": "fine", "involvedObject": {"kind": "Pod"}}]
+    logs = {"train-worker-1": PodLogTail(lines=("Traceback", "MemoryError"), last_ns=None)}
     text = failure_message(job_state(job("Failed", retryCount=2)), pods=pods, events=events, main_task="master",
-                           log_tail=["Traceback", "MemoryError"], log_pod="train-worker-1")
-    assert "ml/train ended in phase Failed after 2 restart(s)" in text
+                           logs=logs)
+    assert "ml/train ended in phase Failed after 2 restart(s): pod train-worker-1 failed (exit code 137)" in text
+    assert "Last 2 log lines of train-worker-1:" in text
     assert "train-worker-1 (task worker) Failed, container worker, exit code 137, reason OOMKilled" in text
     assert "| MemoryError" in text
     assert "Job/train: PodFailed: worker died" in text
@@ -174,7 +183,7 @@ def test_failure_message_says_an_exit_code_was_not_retryable_and_when_the_budget
     terminated["spec"] = {"maxRetry": 3, "policies": exit_code_policies([137, 143], "job")}
     text = failure_message(job_state(terminated), pods=[pod("train-worker-0", "worker", "Failed", exit_code=1,
                                                             reason="Error")], main_task="master")
-    assert "ml/train ended in phase Terminated\n" in text + "\n"
+    assert "ml/train ended in phase Terminated: pod train-worker-0 failed (exit code 1)\n" in text
     assert ("Exit code 1 of pod train-worker-0 is not one of retryable_exit_codes (137, 143): the Job was ended "
             "without a restart.") in text
 
@@ -196,3 +205,83 @@ def test_the_trigger_event_survives_its_dict_form_and_reads_an_older_one():
     assert payload["status"] == "timeout" and JobEvent.from_dict(payload) == event
     older = JobEvent.from_dict({"status": "finished", "phase": "Completed", "job": {"name": "train"}})
     assert (older.status, older.describe(), older.log_cursor) == (WaitOutcome.FINISHED, "Completed", {})
+
+
+def log_tail(*lines: tuple[str, str]) -> PodLogTail:
+    """A log tail from (time, message) pairs, as read with timestamps."""
+    return PodLogTail.from_raw(f"2026-11-24T10:02:{at}Z {message}" for at, message in lines)
+
+
+def test_the_pod_that_failed_first_heads_the_report_and_its_peers_follow_as_consequences():
+    # Rank 1 raises; within the same second ranks 0 and 2 die of the closed connection. The API lists
+    # the master first; the kubelet's seconds cannot tell them apart; the logs can.
+    pods = [pod("t-master-0", "master", "Failed", exit_code=1, reason="Error", finished="2026-11-24T10:02:03Z"),
+            pod("t-worker-0", "worker", "Failed", exit_code=1, reason="Error", finished="2026-11-24T10:02:03Z"),
+            pod("t-worker-1", "worker", "Failed", exit_code=1, reason="Error", finished="2026-11-24T10:02:03Z")]
+    gloo = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.88.0.9]:41"
+    logs = {"t-master-0": log_tail(("02.100", "epoch 3"), ("03.400120", "Traceback"), ("03.400130", gloo)),
+            "t-worker-0": log_tail(("03.400110", "Traceback"), ("03.400111", gloo)),
+            "t-worker-1": log_tail(("02.900", "Traceback (most recent call last):"),
+                                   ("02.900001", "ValueError: bad batch"))}
+    text = failure_message(job_state(job("Terminated")), pods=pods, main_task="master", logs=logs)
+    lines = text.splitlines()
+    assert lines[0] == ("Volcano Job ml/train ended in phase Terminated: pod t-worker-1 failed first "
+                        "(exit code 1 at 10:02:03 UTC); 2 pod(s) failed after it")
+    assert text.index("ValueError: bad batch") < text.index("Failed pods, in the order they ended:")
+    assert "Last 2 log lines of t-worker-1:" in text
+    consequences = lines[lines.index("Failed pods, in the order they ended:") + 1:]
+    assert consequences[0].startswith("  - pod t-worker-1 ") and consequences[0].endswith("(first: the likely cause)")
+    assert consequences[1].startswith("  - pod t-worker-0 ") and consequences[1].endswith(f"its last line: {gloo}")
+    assert consequences[2].startswith("  - pod t-master-0 ")
+
+
+def test_a_rank_that_lost_its_peer_comes_after_the_one_that_failed_even_if_its_container_ended_sooner():
+    # Seen on the real node: the peers' containers ended before the failed rank's own process had exited.
+    pods = [pod("t-master-0", "master", "Failed", exit_code=1, finished="2026-11-24T10:02:04Z"),
+            pod("t-worker-0", "worker", "Failed", exit_code=1, finished="2026-11-24T10:02:06Z")]
+    logs = {"t-master-0": log_tail(("03", "RuntimeError: [gloo] Connection closed by peer")),
+            "t-worker-0": log_tail(("02", "ValueError: x"))}
+    text = failure_message(job_state(job("Terminated")), pods=pods, main_task="master", logs=logs)
+    assert "pod t-worker-0 failed first (exit code 1 at 10:02:06 UTC); 1 pod(s) failed after it" in text
+
+
+def test_without_a_lost_peer_the_pod_that_ended_first_comes_first():
+    pods = [pod("t-master-0", "master", "Failed", exit_code=1, finished="2026-11-24T10:02:05Z"),
+            pod("t-worker-0", "worker", "Failed", exit_code=2, finished="2026-11-24T10:02:04Z")]
+    text = failure_message(job_state(job("Terminated")), pods=pods, main_task="master")
+    assert "pod t-worker-0 failed first (exit code 2 at 10:02:04 UTC); 1 pod(s) failed after it" in text
+
+
+def test_a_pod_volcano_removed_is_reported_from_its_last_state_with_its_log_tail_from_the_termination_message():
+    from airflow_volcano.status import pod_problem, pod_view
+
+    removed = pod("t-worker-0", "worker", "Failed", exit_code=1, reason="Error", finished="2026-11-24T10:02:03Z")
+    terminated = removed["status"]["containerStatuses"][0]["state"]["terminated"]
+    terminated["message"] = "Traceback (most recent call last):\n  File \"train.py\", line 9\nValueError: shard 1\n"
+    problem = pod_problem(pod_view(removed))
+    assert problem.log_tail == ("Traceback (most recent call last):", '  File "train.py", line 9',
+                                "ValueError: shard 1")
+    assert problem.message is None, "a log tail is shown as the log, not squeezed into the pod's line"
+    one_line = pod("t-worker-1", "worker", "Failed", exit_code=1)
+    one_line["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = "{\"loss\": 0.1}"
+    assert pod_problem(one_line).message == "{\"loss\": 0.1}" and pod_problem(one_line).log_tail == ()
+
+
+def test_a_retryable_exit_that_spent_the_budget_is_named_as_such():
+    from airflow_volcano.manifest import exit_code_policies
+
+    exhausted = job("Failed", retryCount=3)
+    exhausted["spec"] = {"maxRetry": 3, "policies": exit_code_policies([137, 143], "job")}
+    pods = [pod("t-worker-1", "worker", "Failed", exit_code=137, reason="OOMKilled", finished="2026-11-24T10:02:03Z")]
+    text = failure_message(job_state(exhausted), pods=pods, main_task="master")
+    assert text.splitlines()[0] == (
+        "Volcano Job ml/train ended in phase Failed after 3 restart(s): the retry budget is exhausted (max_retry 3): "
+        "pod t-worker-1 failed (exit code 137 at 10:02:03 UTC, retryable)")
+
+    evicted = {"metadata": {"name": "t-master-0", "labels": {"volcano.sh/task-spec": "master"}},
+               "status": {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory.",
+                          "conditions": [{"type": "Ready", "status": "False",
+                                          "lastTransitionTime": "2026-11-24T10:01:00Z"}]}}
+    text = failure_message(job_state(exhausted), pods=[*pods, evicted], main_task="master")
+    assert ("pod t-master-0 was evicted first (reason Evicted at 10:01:00 UTC, retryable); 1 pod(s) failed "
+            "after it") in text

@@ -152,3 +152,77 @@ def test_a_pod_the_kubelet_itself_marks_not_ready_is_not_lost():
 def test_without_node_lost_timeout_a_running_job_is_not_polled():
     wait, _ = engine(WaitLimits(node_lost_timeout=None))
     assert wait.job_read(job("Running", running=1), now=SINCE) == Watch(resource_version="7", seconds=300)
+
+
+def running(version: str, **status: int) -> dict:
+    body = job("Running", running=3, **status)
+    body["metadata"]["resourceVersion"] = version
+    return body
+
+
+def test_a_running_job_without_output_for_stall_timeout_has_its_stacks_collected_then_fails():
+    from airflow_volcano.wait_engine import CollectStacks
+
+    output = {"at": None}
+    wait, reported = engine(WaitLimits(stall_timeout=60), last_output=lambda: output["at"])
+    assert wait.job_read(running("7"), now=1000) == Watch(resource_version="7", seconds=60), (
+        "the watch ends when a stall would begin")
+    output["at"] = 1030.0  # a log line
+    assert wait.watch_ended(now=1060) == Watch(resource_version="7", seconds=30), "output moved the stall on"
+    assert wait.job_changed(running("8", succeeded=0), now=1080) is None, "a change of the Job is progress too"
+    assert wait.watch_ended(now=1110) == Watch(resource_version="8", seconds=30)
+    assert wait.watch_ended(now=1140) == CollectStacks(silent_for=60.0)
+    done = wait.stacks_collected("where each process was: train-worker-0 (pid 7, RANK=1) in sleep", now=1175)
+    assert isinstance(done, Done)
+    assert done.result.stalled == ("stalled: no output for 1 minute; where each process was: train-worker-0 "
+                                   "(pid 7, RANK=1) in sleep")
+    assert done.result.stalls == 1 and not done.result.timed_out
+
+
+def test_stall_action_restart_asks_for_a_gang_restart_and_starts_the_clock_again():
+    from airflow_volcano.wait_engine import CollectStacks, RestartJob
+
+    wait, reported = engine(WaitLimits(stall_timeout=120, stall_action="restart"))
+    wait.job_read(running("7"), now=1000)
+    assert wait.watch_ended(now=1120) == CollectStacks(silent_for=120.0)
+    assert wait.stacks_collected("", now=1130) == RestartJob()
+    assert "stalled: no output for 2 minutes; restarting the gang (stall_action='restart')" in reported[-1]
+    assert wait.restart_requested(now=1131) == Watch(resource_version="7", seconds=120)
+    restarting = job("Restarting", retryCount=1)
+    restarting["metadata"]["resourceVersion"] = "8"
+    wait.job_changed(restarting, now=1132)
+    assert wait.job_read(restarting, now=1400) != CollectStacks(silent_for=268.0), "not Running: no stall"
+    assert wait.job_changed(running("9", retryCount=1), now=1500) is None
+    assert wait.watch_ended(now=1560) == Watch(resource_version="9", seconds=60), "Running again: a new clock"
+    done = wait.job_changed(job("Completed", succeeded=3), now=1500)
+    assert isinstance(done, Done) and done.result.stalls == 1 and done.result.stalled is None
+
+
+def test_without_stall_timeout_a_quiet_job_is_never_a_stall():
+    wait, _ = engine()
+    wait.job_read(running("7"), now=1000)
+    assert wait.watch_ended(now=100000) == Watch(resource_version="7", seconds=300)
+
+
+@pytest.mark.parametrize("value", [0, 0.5, -1, "5", True, float("nan")])
+def test_a_bad_stall_timeout_fails_naming_it(value):
+    from airflow_volcano.exceptions import JobSpecError
+
+    with pytest.raises(JobSpecError, match=r"stall_timeout must be a number of minutes >= 1"):
+        WaitLimits.checked(startup_timeout=None, job_timeout=None, poll_interval=5, stall_timeout=value)
+
+
+def test_stall_timeout_is_minutes_or_a_timedelta_and_stall_action_one_of_two():
+    import datetime
+
+    from airflow_volcano.exceptions import JobSpecError
+
+    limits = WaitLimits.checked(startup_timeout=None, job_timeout=None, poll_interval=5, stall_timeout=2)
+    assert limits.stall_timeout == 120 and limits.stall_action == "fail"
+    limits = WaitLimits.checked(startup_timeout=None, job_timeout=None, poll_interval=5,
+                                stall_timeout=datetime.timedelta(minutes=90), stall_action="restart")
+    assert (limits.stall_timeout, limits.stall_action) == (5400, "restart")
+    assert WaitLimits.from_dict(limits.to_dict()) == limits
+    with pytest.raises(JobSpecError, match="stall_action must be one of .*'reboot'"):
+        WaitLimits.checked(startup_timeout=None, job_timeout=None, poll_interval=5, stall_timeout=1,
+                           stall_action="reboot")
