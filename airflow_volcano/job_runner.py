@@ -43,6 +43,7 @@ from airflow_volcano.status import (
     unstarted_pods,
 )
 from airflow_volcano.wait_engine import (
+    RUNNING_WATCH_SECONDS,
     Action,
     CheckPods,
     CollectStacks,
@@ -134,7 +135,9 @@ class PodFailureRecorder(threading.Thread):
     def run(self) -> None:
         while not self._stop_event.is_set():
             try:
-                for pod in self.hook.watch_job_pods(self.ref.name, self.ref.namespace, timeout_seconds=60,
+                # One request per five minutes (each a fresh list of the Job's few pods, then changes).
+                for pod in self.hook.watch_job_pods(self.ref.name, self.ref.namespace,
+                                                    timeout_seconds=int(RUNNING_WATCH_SECONDS),
                                                     stop=self._stop_event.is_set):
                     view = pod_view(pod)
                     if pod_problem(view) is not None:

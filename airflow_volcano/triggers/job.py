@@ -227,10 +227,14 @@ class VolcanoJobTrigger(BaseTrigger):
                     case Done(result=result):
                         if result.state.outcome is Outcome.FAILED or result.stalled:
                             # The failed pods Volcano has removed, as last seen (the report reads the rest).
-                            async with watch.reads:
-                                listed = {pod["metadata"]["name"] for pod in await job_pods.current()}
-                            result.failed_pods = {name: view for name, view in job_pods.failed.items()
-                                                  if name not in listed}
+                            try:
+                                async with watch.reads:
+                                    listed = {pod["metadata"]["name"] for pod in await job_pods.current()}
+                                result.failed_pods = {name: view for name, view in job_pods.failed.items()
+                                                      if name not in listed}
+                            except Exception as error:  # noqa: BLE001 - the report explains with what it finds
+                                self.log.warning("Could not read the pods of Volcano Job %s/%s: %s", ref.namespace,
+                                                 ref.name, error)
                         return _event(result)
                     case CheckPods(scheduling=scheduling):
                         async with watch.reads:

@@ -1,4 +1,4 @@
-"""A starting Job's pods as the trigger sees them through the shared pod watch (`JobPods`)."""
+"""A Job's pods as the trigger sees them through the shared pod watch (`JobPods`)."""
 
 from __future__ import annotations
 
@@ -121,3 +121,26 @@ def test_the_waited_view_keeps_what_waiting_reads_and_drops_the_rest():
     }
     assert job_state(view) == job_state(job) and describe_progress(view) == describe_progress(job)
     assert waited_view(None) is None
+
+
+def test_a_failed_pod_is_remembered_after_volcano_removes_it():
+    """Volcano deletes the pods still running when it ends a Job: the failure report needs the last
+    failed state of each, seen before it went, even between two looks at the pods."""
+    def failed(name: str, version: int, message: str) -> dict:
+        body = pod(name, version, "Failed")
+        body["status"]["containerStatuses"] = [{"name": "worker", "state": {"terminated": {
+            "exitCode": 1, "reason": "Error", "message": message, "finishedAt": "2026-11-24T10:02:03Z"}}}]
+        return body
+
+    async def scenario() -> tuple[list[dict], dict[str, dict]]:
+        changes = Changes()
+        pods = JobPods(changes, Lister([pod("j-master-0", 1, "Running"), pod("j-worker-0", 2, "Running")]))
+        await pods.current()
+        changes.put(("MODIFIED", failed("j-worker-0", 3, "Traceback\nValueError: bad shard\n")))
+        changes.put(("DELETED", failed("j-worker-0", 4, "Traceback\nValueError: bad shard\n")))
+        return await pods.current(), pods.failed
+
+    current, remembered = asyncio.run(scenario())
+    assert phases(current) == {"j-master-0": "Running"}
+    terminated = remembered["j-worker-0"]["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert list(remembered) == ["j-worker-0"] and terminated["message"].endswith("ValueError: bad shard\n")
