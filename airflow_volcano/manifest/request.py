@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from airflow_volcano.constants import StallAction
 from airflow_volcano.exceptions import JobSpecError
 from airflow_volcano.hostfile_launch import HostfileLaunch
 from airflow_volcano.kubelet import ExpandVars, container_string
@@ -237,9 +236,8 @@ class JobRequest:
     shm_size: str | None = argument(_quantity, DEFAULT_SHM_SIZE)
     termination_grace_period: int | str | None = argument(_integer(0))
     checkpoint_dir: str | None = argument(_absolute_path)
-    # The wait's (WaitLimits); in the pods, stall_timeout adds what prints the Python stacks on a stall.
+    # Also the wait's (WaitLimits, with stall_action); in the pods it adds what prints the Python stacks.
     stall_timeout: float | None = argument(stall_seconds)  # minutes given, seconds once checked
-    stall_action: str | None = argument(_one_of(set(StallAction)))
     # -- master and workers (PYTORCH, HOSTFILE) ------------------------------------------------------
     worker_replicas: int | str | None = argument(_integer(0))
     master_task_name: str | None = argument(_dns_label)

@@ -212,10 +212,23 @@ def test_stall_timeout_mounts_the_pods_annotations_and_ships_the_stack_dumping_s
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"stall_timeout": 0}, "stall_timeout must be a number of minutes >= 1 or a timedelta of at least a minute, got 0"),
     ({"stall_timeout": "soon"}, "stall_timeout must be a number of minutes >= 1"),
-    ({"stall_timeout": 1, "stall_action": "reboot"}, "stall_action"),
 ])
 def test_bad_stall_arguments_fail_before_anything_is_built(kwargs, message):
     assert message in error_of(training_script=SCRIPT, **kwargs)
+
+
+def test_the_operators_defaults_still_build_a_full_job_spec_and_stall_action_is_checked_by_the_operator():
+    from airflow_volcano.exceptions import JobSpecError
+    from airflow_volcano.operators.job import VolcanoJobOperator
+
+    spec = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "given"},
+            "spec": {"tasks": [{"name": "master", "replicas": 1, "template": {"spec": {"containers": [
+                {"name": "master", "image": "img:1", "command": ["python", "train.py"]}]}}}]}}
+    built = VolcanoJobOperator(task_id="train", full_job_spec=spec, main_task="master").build_manifests()
+    assert built.job["metadata"]["name"] == "given", "stall_action's default is no pod argument"
+    with pytest.raises(JobSpecError, match="stall_action must be one of .*'reboot'"):
+        VolcanoJobOperator(task_id="train", full_job_spec=spec, main_task="master",
+                           stall_action="reboot").build_manifests()
 
 
 def test_stall_timeout_without_get_logs_is_refused_by_the_operator():
