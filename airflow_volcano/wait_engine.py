@@ -14,7 +14,8 @@ watch) with the time it observed it, the engine answers with the next action:
   its pods for their Python stacks and show them; then `stacks_collected`;
 - `RestartJob`: stall_action="restart": ask Volcano for a gang restart; then `restart_requested`.
 
-Output is told with `output_seen` (drivers call it with the time they last saw a new log line).
+Output (for stall_timeout) is observed through `last_output`, which a driver gives the engine: the
+newest line its log copies have seen.
 
 The worker's loop (`job_runner.wait_for_job`, blocking) and the trigger's (`VolcanoJobTrigger`,
 asyncio) are thin drivers of this one engine: the same policy, contract and deadlines in both.
