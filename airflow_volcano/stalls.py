@@ -148,7 +148,7 @@ class StackCollection:
         return lines
 
     def where(self) -> str:
-        """Briefly, where each process was: `pod (RANK=1): sleep_forever (train.py:9); ...`."""
+        """Briefly, where each process was: `pod (pid 7, RANK=1) in <module> (train.py:9); ...`."""
         parts = []
         for pod, _container in self.pods:
             answer = self.answers.get(pod)

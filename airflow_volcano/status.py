@@ -155,7 +155,9 @@ def pod_problem(pod: Mapping[str, Any]) -> PodProblem | None:
         terminated = state.get("terminated") or last.get("terminated")
         if terminated and int(terminated.get("exitCode") or 0) != 0:
             message = terminated.get("message") or None
-            tail = tuple(message.rstrip("\n").splitlines()) if message and "\n" in message.rstrip("\n") else ()
+            text = (message or "").rstrip("\n")
+            # Several lines: the log's tail (FallbackToLogsOnError), not a message of the script's.
+            tail = tuple(text.splitlines()) if "\n" in text else ()
             return PodProblem(
                 pod=name, task=_task_name(pod), phase=phase, container=container.get("name"),
                 exit_code=int(terminated["exitCode"]), reason=terminated.get("reason"),
