@@ -1,7 +1,13 @@
 """A real Volcano cluster on one machine, as plain processes, for tests and the demo.
 
-    scripts/volcano-cluster up | down | status | kubeconfig | real-node | build | restart COMPONENT
-                            | stop COMPONENT
+    scripts/volcano-cluster up [--volcano V] [--kubernetes V] | build [--volcano V] [--kubernetes V]
+                            | down | status | kubeconfig | real-node | restart COMPONENT | stop COMPONENT
+                            | versions
+
+`--volcano` and `--kubernetes` (or VOLCANO_CLUSTER_VOLCANO / VOLCANO_CLUSTER_KUBERNETES) choose the
+releases; the default is the newest this script knows. `versions` lists them: one Go wrapper module
+per release under cluster/gomod/ (a minor like `v1.31` picks that minor's release). `up` with other
+versions than the running cluster's stops it first. `status` shows the running versions.
 
 `stop` kills one component as a crash or a lost machine would (SIGKILL, nothing cleaned up): `stop kubelet`
 leaves the real node's containers running under containerd, as in a network partition, while the node
@@ -26,6 +32,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -42,8 +49,6 @@ from pathlib import Path
 # A sibling module: scripts/ is on sys.path, put there by the entry point (or by Python, run directly).
 import volcano_images
 
-KUBERNETES_VERSION = "v1.34.1"
-VOLCANO_VERSION = "v1.14.1"
 KWOK_VERSION = "v0.8.0"
 COREDNS_VERSION = "v1.15.0"
 
@@ -54,7 +59,7 @@ CACHE_ROOT = Path(
     os.environ.get("VOLCANO_CLUSTER_CACHE")
     or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "airflow-volcano"
 )
-BIN = CACHE_ROOT / "bin" / f"k8s-{KUBERNETES_VERSION}_volcano-{VOLCANO_VERSION}_kwok-{KWOK_VERSION}"
+GOMOD = CLUSTER_DIR / "gomod"
 IMAGE_CACHE = CACHE_ROOT / "images"
 # containerd's root (image content and snapshots) outlives `down`, so a warm start imports nothing.
 CONTAINERD_ROOT = CACHE_ROOT / "containerd" / "root"
@@ -90,16 +95,30 @@ BRIDGE = "avbr0"
 POD_SUBNET = "10.234.0.0/24"
 BRIDGE_IP = "10.234.0.1"
 CLUSTER_DOMAIN = "cluster.local"
-# The admission paths enabled by Volcano's Helm chart by default.
+# The admission webhooks of Volcano's resources this cluster registers; each release enables those of
+# its Helm chart's defaults (enabled_admissions), e.g. v1.10 mutates PodGroups, v1.14 validates them.
+# (Pod webhooks, which v1.10's chart also enables, are left out: they would sit in front of every pod.)
 WEBHOOKS = {
     "/jobs/mutate": ("mutating", "batch.volcano.sh", "v1alpha1", "jobs", ["CREATE"]),
     "/jobs/validate": ("validating", "batch.volcano.sh", "v1alpha1", "jobs", ["CREATE", "UPDATE"]),
+    "/podgroups/mutate": ("mutating", "scheduling.volcano.sh", "v1beta1", "podgroups", ["CREATE"]),
     "/podgroups/validate": ("validating", "scheduling.volcano.sh", "v1beta1", "podgroups", ["CREATE"]),
     "/queues/mutate": ("mutating", "scheduling.volcano.sh", "v1beta1", "queues", ["CREATE"]),
     "/queues/validate": (
         "validating", "scheduling.volcano.sh", "v1beta1", "queues", ["CREATE", "UPDATE", "DELETE"],
     ),
 }
+
+
+def enabled_webhooks() -> dict[str, tuple]:
+    """WEBHOOKS as the chosen Volcano release's Helm chart enables them by default."""
+    chart_dir = module_dir("volcano.sh/volcano", VERSIONS.volcano) / "installer" / "helm" / "chart" / "volcano"
+    values = chart_dir / "values.yaml"
+    match = re.search(r"enabled_admissions:\s*\"([^\"]*)\"", values.read_text())
+    if match is None:
+        raise ClusterError(f"no enabled_admissions in {values}")
+    chart = set(match.group(1).split(","))
+    return {path: webhook for path, webhook in WEBHOOKS.items() if path in chart}
 
 
 def log(message: str) -> None:
@@ -111,33 +130,104 @@ class ClusterError(RuntimeError):
 
 
 # ---------------------------------------------------------------------------------------------
+# Versions: each release has its Go wrapper module (cluster/gomod/<project>-<version>) and its own
+# cache directory of binaries, so every combination reuses what an earlier one built.
+# ---------------------------------------------------------------------------------------------
+
+VERSION_ENV = {"volcano": "VOLCANO_CLUSTER_VOLCANO", "kubernetes": "VOLCANO_CLUSTER_KUBERNETES"}
+
+
+def release_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.lstrip("v").split("."))
+
+
+def known_versions(project: str) -> list[str]:
+    """The releases of `project` (volcano, kubernetes) this script can build, oldest first."""
+    found = [path.name.removeprefix(f"{project}-") for path in GOMOD.glob(f"{project}-v*") if path.is_dir()]
+    return sorted(found, key=release_key)
+
+
+def resolve_version(project: str, wanted: str | None) -> str:
+    """A release of `project`: `wanted` exactly, the newest of a minor (v1.31 or v1.31.x), or the newest."""
+    versions = known_versions(project)
+    if not wanted:
+        return versions[-1]
+    spec = wanted if wanted.startswith("v") else f"v{wanted}"
+    spec = spec.removesuffix(".x")
+    matching = [version for version in versions if version == spec or version.startswith(spec + ".")]
+    if not matching:
+        raise ClusterError(f"--{project} {wanted}: no wrapper module for it under {GOMOD} (known: "
+                           f"{', '.join(versions)}); add cluster/gomod/{project}-<version> to build another release")
+    return matching[-1]
+
+
+@dataclass(frozen=True)
+class Versions:
+    kubernetes: str
+    volcano: str
+
+    def bin_dir(self, project: str) -> Path:
+        version = {"kubernetes": self.kubernetes, "volcano": self.volcano, "kwok": KWOK_VERSION,
+                   "coredns": COREDNS_VERSION}[project]
+        return CACHE_ROOT / "bin" / f"{project}-{version}"
+
+    def describe(self) -> str:
+        return f"Kubernetes {self.kubernetes}, Volcano {self.volcano}"
+
+
+def chosen_versions(volcano: str | None = None, kubernetes: str | None = None) -> Versions:
+    return Versions(kubernetes=resolve_version("kubernetes", kubernetes or os.environ.get(VERSION_ENV["kubernetes"])),
+                    volcano=resolve_version("volcano", volcano or os.environ.get(VERSION_ENV["volcano"])))
+
+
+# What `up` (or `build`) chose; the running cluster's versions are in STATE/versions.json.
+VERSIONS = chosen_versions() if GOMOD.exists() else Versions("", "")
+
+
+def running_versions() -> Versions | None:
+    path = STATE / "versions.json"
+    try:
+        return Versions(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def binary(name: str) -> Path:
+    """Where the cached binary of a component of the chosen versions is."""
+    return VERSIONS.bin_dir(PROJECT_OF[name]) / name
+
+
+# ---------------------------------------------------------------------------------------------
 # Build
 # ---------------------------------------------------------------------------------------------
 
-KUBE_LDFLAGS = " ".join(
-    [
+def kube_ldflags(version: str) -> str:
+    return " ".join([
         "-s -w",
-        f"-X k8s.io/component-base/version.gitVersion={KUBERNETES_VERSION}",
-        f"-X k8s.io/component-base/version.gitMajor={KUBERNETES_VERSION[1:].split('.')[0]}",
-        f"-X k8s.io/component-base/version.gitMinor={KUBERNETES_VERSION.split('.')[1]}",
+        f"-X k8s.io/component-base/version.gitVersion={version}",
+        f"-X k8s.io/component-base/version.gitMajor={version[1:].split('.')[0]}",
+        f"-X k8s.io/component-base/version.gitMinor={version.split('.')[1]}",
         "-X k8s.io/component-base/version.gitTreeState=clean",
-    ]
-)
+    ])
+
+
 BINARIES = {
-    # name: (wrapper module under cluster/gomod, package, ldflags); the wrapper's go.mod pins versions
-    "etcd": ("kubernetes", "go.etcd.io/etcd/server/v3", "-s -w"),
-    "kube-apiserver": ("kubernetes", "k8s.io/kubernetes/cmd/kube-apiserver", KUBE_LDFLAGS),
-    "kube-controller-manager": ("kubernetes", "k8s.io/kubernetes/cmd/kube-controller-manager", KUBE_LDFLAGS),
-    "kubelet": ("kubernetes", "k8s.io/kubernetes/cmd/kubelet", KUBE_LDFLAGS),
-    "vc-controller-manager": ("volcano", "volcano.sh/volcano/cmd/controller-manager", "-s -w"),
-    "vc-scheduler": ("volcano", "volcano.sh/volcano/cmd/scheduler", "-s -w"),
-    "vc-webhook-manager": ("volcano", "volcano.sh/volcano/cmd/webhook-manager", "-s -w"),
+    # name: (project, package, whether it takes Kubernetes' version ldflags); the project's wrapper
+    # module (cluster/gomod/<project>-<version>) pins every module version
+    "etcd": ("kubernetes", "go.etcd.io/etcd/server/v3", False),
+    "kube-apiserver": ("kubernetes", "k8s.io/kubernetes/cmd/kube-apiserver", True),
+    "kube-controller-manager": ("kubernetes", "k8s.io/kubernetes/cmd/kube-controller-manager", True),
+    "kubelet": ("kubernetes", "k8s.io/kubernetes/cmd/kubelet", True),
+    "vc-controller-manager": ("volcano", "volcano.sh/volcano/cmd/controller-manager", False),
+    "vc-scheduler": ("volcano", "volcano.sh/volcano/cmd/scheduler", False),
+    "vc-webhook-manager": ("volcano", "volcano.sh/volcano/cmd/webhook-manager", False),
 }
 # Built with `go install MODULE@VERSION` (no replace lines to repeat).
 INSTALLED = {
     "kwok": f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}",
     "coredns": f"github.com/coredns/coredns@{COREDNS_VERSION}",
 }
+PROJECT_OF = {**{name: project for name, (project, _, _) in BINARIES.items()}, "kwok": "kwok", "coredns": "coredns"}
 
 
 # What the host needs, as (the file that shows it is there, the Debian package that brings it).
@@ -167,30 +257,33 @@ def build() -> None:
     ensure_tools()
     if shutil.which("go") is None:
         raise ClusterError("Go is required to build the cluster binaries (not found on PATH)")
-    BIN.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, GOFLAGS="-mod=mod")
-    todo = [name for name in [*BINARIES, *INSTALLED] if not (BIN / name).exists()]
+    todo = [name for name in [*BINARIES, *INSTALLED] if not binary(name).exists()]
     if todo:
-        log(f"building {', '.join(todo)} into {BIN} (first time only: several minutes)")
+        log(f"building {', '.join(todo)} for {VERSIONS.describe()} (first time only: several minutes)")
     for name in todo:
-        build_log = BIN / f"{name}.build.log"
+        target = binary(name)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        build_log = target.parent / f"{name}.build.log"
         started = time.monotonic()
-        log(f"  go build {name} ...")
+        log(f"  go build {name} into {target.parent} ...")
         if name in INSTALLED:
             cmd = ["go", "install", "-ldflags", "-s -w", INSTALLED[name]]
-            run_env = dict(env, GOBIN=str(BIN), GOFLAGS="")
-            cwd = BIN
+            run_env = dict(env, GOBIN=str(target.parent), GOFLAGS="")
+            cwd = target.parent
         else:
-            module, package, ldflags = BINARIES[name]
-            cmd = ["go", "build", "-ldflags", ldflags, "-o", str(BIN / f"{name}.tmp"), package]
-            run_env, cwd = env, CLUSTER_DIR / "gomod" / module
+            project, package, versioned = BINARIES[name]
+            version = getattr(VERSIONS, project)
+            ldflags = kube_ldflags(version) if versioned else "-s -w"
+            cmd = ["go", "build", "-ldflags", ldflags, "-o", f"{target}.tmp", package]
+            run_env, cwd = env, GOMOD / f"{project}-{version}"
         with build_log.open("w") as out:
             result = subprocess.run(cmd, cwd=cwd, env=run_env, stdout=out, stderr=subprocess.STDOUT)
         if result.returncode != 0:
             tail = build_log.read_text().splitlines()[-15:]
             raise ClusterError(f"building {name} failed; log: {build_log}\n" + "\n".join(tail))
         if name not in INSTALLED:
-            (BIN / f"{name}.tmp").rename(BIN / name)
+            Path(f"{target}.tmp").rename(target)
         log(f"  {name} built in {time.monotonic() - started:.0f}s")
     volcano_images.ensure_archives(IMAGE_CACHE, log)
 
@@ -326,7 +419,7 @@ def kubectl(*args: str, stdin: str | None = None) -> str:
 
 def module_dir(module: str, version: str) -> Path:
     # Run outside any module so the download cannot touch a wrapper's go.mod.
-    result = subprocess.run(["go", "mod", "download", "-json", f"{module}@{version}"], cwd=BIN,
+    result = subprocess.run(["go", "mod", "download", "-json", f"{module}@{version}"], cwd=CACHE_ROOT,
                             capture_output=True, text=True, env=dict(os.environ, GOFLAGS=""))
     if result.returncode != 0:
         raise ClusterError(f"go mod download {module}@{version} failed: {result.stderr.strip()}")
@@ -367,7 +460,7 @@ def pki_path(name: str) -> str:
 
 def etcd_argv() -> list[str]:
     peer, client = f"http://{HOST}:{PORTS['etcd-peer']}", f"http://{HOST}:{PORTS['etcd']}"
-    return [str(BIN / "etcd"), "--name=local", f"--data-dir={STATE / 'etcd'}",
+    return [str(binary("etcd")), "--name=local", f"--data-dir={STATE / 'etcd'}",
             f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
             f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
             f"--initial-cluster=local={peer}", "--log-level=warn"]
@@ -375,7 +468,7 @@ def etcd_argv() -> list[str]:
 
 def apiserver_argv() -> list[str]:
     return [
-        str(BIN / "kube-apiserver"),
+        str(binary("kube-apiserver")),
         f"--etcd-servers=http://{HOST}:{PORTS['etcd']}",
         f"--bind-address={HOST}", f"--advertise-address={HOST}", f"--secure-port={PORTS['apiserver']}",
         f"--tls-cert-file={pki_path('apiserver.crt')}", f"--tls-private-key-file={pki_path('apiserver.key')}",
@@ -396,7 +489,7 @@ def apiserver_argv() -> list[str]:
 
 
 def install_crds_and_webhooks() -> None:
-    volcano = module_dir("volcano.sh/volcano", VOLCANO_VERSION)
+    volcano = module_dir("volcano.sh/volcano", VERSIONS.volcano)
     kwok = module_dir("sigs.k8s.io/kwok", KWOK_VERSION)
     crds = sorted((volcano / "config" / "crd").rglob("*.yaml"))
     # Every CRD Volcano ships, minus the legacy apiextensions/v1beta1 copies (for Kubernetes < 1.16).
@@ -410,7 +503,7 @@ def install_crds_and_webhooks() -> None:
 
 def controller_manager_argv() -> list[str]:
     return [
-        str(BIN / "kube-controller-manager"), f"--kubeconfig={admin_kubeconfig()}", "--leader-elect=false",
+        str(binary("kube-controller-manager")), f"--kubeconfig={admin_kubeconfig()}", "--leader-elect=false",
         # Only what this cluster needs: the default ServiceAccount and the CA ConfigMap pods mount,
         # owner-reference garbage collection, namespace deletion, the EndpointSlices that give
         # the real node's pods their DNS names (<job>-master-0.<job>), and node lifecycle as in any
@@ -429,17 +522,17 @@ def default_service_account_exists() -> bool:
 
 def webhook_argv() -> list[str]:
     return [
-        str(BIN / "vc-webhook-manager"), f"--kubeconfig={admin_kubeconfig()}",
+        str(binary("vc-webhook-manager")), f"--kubeconfig={admin_kubeconfig()}",
         f"--listen-address={HOST}", f"--port={PORTS['webhook']}",
         f"--tls-cert-file={pki_path('webhook.crt')}", f"--tls-private-key-file={pki_path('webhook.key')}",
         f"--ca-cert-file={pki_path('ca.crt')}", f"--webhook-url=https://{HOST}:{PORTS['webhook']}",
-        f"--enabled-admission={','.join(WEBHOOKS)}",
+        f"--enabled-admission={','.join(enabled_webhooks())}",
     ]
 
 
 def kwok_argv() -> list[str]:
     return [
-        str(BIN / "kwok"), f"--kubeconfig={admin_kubeconfig()}", f"--config={CLUSTER_DIR / 'kwok' / 'stages.yaml'}",
+        str(binary("kwok")), f"--kubeconfig={admin_kubeconfig()}", f"--config={CLUSTER_DIR / 'kwok' / 'stages.yaml'}",
         "--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
         f"--server-address={HOST}:{PORTS['kwok']}", f"--node-ip={HOST}", f"--node-port={PORTS['kwok']}",
         f"--tls-cert-file={pki_path('kwok.crt')}", f"--tls-private-key-file={pki_path('kwok.key')}",
@@ -450,11 +543,24 @@ def kwok_argv() -> list[str]:
     ]
 
 
+_HELP: dict[str, str] = {}
+
+
+def has_flag(name: str, flag: str) -> bool:
+    """Whether a component's binary takes `flag` (releases differ: Volcano v1.10's controller manager
+    has no metrics listener, for example). Read from its --help, once."""
+    if name not in _HELP:
+        result = subprocess.run([str(binary(name)), "--help"], capture_output=True, text=True, timeout=60)
+        _HELP[name] = result.stdout + result.stderr
+    return re.search(rf"(^|\s){re.escape(flag)}[\s=]", _HELP[name], re.MULTILINE) is not None
+
+
 def vc_controller_argv() -> list[str]:
+    metrics = f"--listen-address={HOST}:{PORTS['controller-metrics']}"
     return [
-        str(BIN / "vc-controller-manager"), f"--kubeconfig={admin_kubeconfig()}", "--leader-elect=false",
+        str(binary("vc-controller-manager")), f"--kubeconfig={admin_kubeconfig()}", "--leader-elect=false",
         f"--healthz-address={HOST}:{PORTS['controller-healthz']}",
-        f"--listen-address={HOST}:{PORTS['controller-metrics']}",
+        *([metrics] if has_flag("vc-controller-manager", "--listen-address") else []),
         # Its default client limit (50 requests/s) makes it the bottleneck once thousands of Jobs
         # start at once (benchmarks/triggerer_capacity.py: ~50 Jobs Running per minute at 10,000).
         "--kube-api-qps=500", "--kube-api-burst=1000",
@@ -463,7 +569,7 @@ def vc_controller_argv() -> list[str]:
 
 def vc_scheduler_argv() -> list[str]:
     return [
-        str(BIN / "vc-scheduler"), f"--kubeconfig={admin_kubeconfig()}", "--leader-elect=false",
+        str(binary("vc-scheduler")), f"--kubeconfig={admin_kubeconfig()}", "--leader-elect=false",
         f"--listen-address={HOST}:{PORTS['scheduler-metrics']}",
         f"--healthz-address={HOST}:{PORTS['scheduler-healthz']}",
         "--schedule-period=200ms",
@@ -605,7 +711,7 @@ def coredns_argv() -> list[str]:
         f"    kubernetes {CLUSTER_DOMAIN} in-addr.arpa ip6.arpa {{\n"
         f"        kubeconfig {admin_kubeconfig()} volcano-local\n        pods insecure\n    }}\n}}\n"
     )
-    return [str(BIN / "coredns"), f"-conf={corefile}"]
+    return [str(binary("coredns")), f"-conf={corefile}"]
 
 
 def dns_serving() -> bool:
@@ -645,7 +751,7 @@ def kubelet_argv() -> list[str]:
         "registerWithTaints": [{"key": NODE_KIND_LABEL, "value": "real", "effect": "NoSchedule"}],
         "serializeImagePulls": False,
     }, indent=2))
-    return [str(BIN / "kubelet"), f"--config={config}", f"--kubeconfig={admin_kubeconfig()}",
+    return [str(binary("kubelet")), f"--config={config}", f"--kubeconfig={admin_kubeconfig()}",
             f"--root-dir={directory / 'root'}", f"--cert-dir={directory / 'pki'}",
             f"--hostname-override={REAL_NODE}", f"--node-ip={BRIDGE_IP}",
             f"--node-labels={NODE_KIND_LABEL}=real", "--v=1"]
@@ -726,10 +832,14 @@ def healthy() -> bool:
 
 def up() -> Path:
     kubeconfig = STATE / "kubeconfig"
-    if healthy():
-        log("already running")
+    running = running_versions()
+    if healthy() and running == VERSIONS:
+        log(f"already running ({VERSIONS.describe()})")
         return kubeconfig
-    if STATE.exists():
+    if running is not None and running != VERSIONS and STATE.exists():
+        log(f"a cluster of {running.describe()} runs; stopping it for {VERSIONS.describe()}")
+        down(quiet=True)
+    elif STATE.exists():
         log("found a partial cluster; stopping it first")
         down(quiet=True)
     if os.geteuid() != 0:
@@ -739,12 +849,13 @@ def up() -> Path:
     pki = STATE / "pki"
     make_pki(pki)
     write_kubeconfig(pki, kubeconfig)
+    (STATE / "versions.json").write_text(json.dumps(VERSIONS.__dict__))
     for component in COMPONENTS:
         launch(component)
         if component.setup:
             component.setup()
     wait_for("kube-controller-manager", "the default ServiceAccount", default_service_account_exists)
-    log(f"cluster up in {time.monotonic() - started:.1f}s")
+    log(f"cluster up in {time.monotonic() - started:.1f}s ({VERSIONS.describe()})")
     return kubeconfig
 
 
@@ -769,7 +880,7 @@ def webhook_serving() -> bool:
 def apply_webhook_configurations(pki: Path) -> None:
     ca_bundle = b64(pki / "ca.crt")
     documents = []
-    for path, (kind, group, version, resource, operations) in WEBHOOKS.items():
+    for path, (kind, group, version, resource, operations) in enabled_webhooks().items():
         name = "volcano-admission-service" + path.replace("/", "-")
         webhook = {
             "name": f"{path.strip('/').replace('/', '-')}.volcano.sh",
@@ -890,6 +1001,8 @@ def restart(name: str) -> None:
 
 def status() -> int:
     ok = True
+    running = running_versions()
+    print(f"{'versions':26} {running.describe() if running else 'unknown (no cluster)'}")
     for component in COMPONENTS:
         pid = running_pid(component.name)
         ok &= pid is not None
@@ -908,11 +1021,31 @@ def status() -> int:
     return 0 if ok else 1
 
 
+def version_options(args: list[str]) -> dict[str, str]:
+    """`--volcano V --kubernetes V` (or `--volcano=V`) as chosen_versions' arguments."""
+    options: dict[str, str] = {}
+    rest = list(args)
+    while rest:
+        flag = rest.pop(0)
+        name, _, value = flag.partition("=")
+        if name.removeprefix("--") not in VERSION_ENV or not name.startswith("--"):
+            raise ClusterError(f"unknown option {flag!r} (options: --volcano V, --kubernetes V)")
+        if not value:
+            if not rest:
+                raise ClusterError(f"{name} needs a version, e.g. {name} v1.10.0")
+            value = rest.pop(0)
+        options[name.removeprefix("--")] = value
+    return options
+
+
 def main(args: list[str]) -> int:
     """The command line of scripts/volcano-cluster (the executable that calls this), without the program
     name: runs one command and returns the exit code. The module docstring is its usage text."""
+    global VERSIONS
     command = args[0] if args else ""
     try:
+        if command in ("up", "build"):
+            VERSIONS = chosen_versions(**version_options(args[1:]))
         if command == "up":
             print(up())
         elif command == "down":
@@ -929,6 +1062,9 @@ def main(args: list[str]) -> int:
             print(json.dumps(real_node_placement(), indent=2))
         elif command == "build":
             build()
+        elif command == "versions":
+            for project in VERSION_ENV:
+                print(f"{project:12} {' '.join(known_versions(project))} (default {known_versions(project)[-1]})")
         elif command == "restart" and len(args) > 1:
             restart(args[1])
         elif command == "stop" and len(args) > 1:
