@@ -27,8 +27,8 @@ def get_provider_info() -> dict[str, Any]:
                         "airflow_volcano.links.TensorBoardLink"],
         "config": {
             "volcano": {
-                "description": "Links from a task in the Airflow UI to its Volcano Job. A connection's extras "
-                               "may set the same options; the connection wins.",
+                "description": "Links from a task in the Airflow UI to its Volcano Job, and the cluster's Volcano "
+                               "release. A connection's extras may set the same options; the connection wins.",
                 "options": {
                     "job_url_template": {
                         "description": "URL of a Job in a dashboard, filled with {namespace}, {name}, {uid}, "
@@ -50,6 +50,11 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "https://k8s.example.com/api/v1/namespaces/{namespace}/pods/"
                                    "{tensorboard_pod}:{tensorboard_port}/proxy/",
                         "default": "",
+                    },
+                    "volcano_version": {
+                        "description": "The cluster's Volcano release (e.g. 1.10), for a cluster whose Job CRD "
+                                       "schema does not tell it (README: Versions). Empty: learned from the schema.",
+                        "version_added": "0.2.0", "type": "string", "example": "1.10", "default": "",
                     },
                 },
             }

@@ -15,7 +15,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from functools import cached_property
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import aiohttp
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook, KubernetesHook
@@ -26,6 +26,7 @@ from kubernetes_asyncio import watch as async_watch
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 from urllib3.exceptions import HTTPError as Urllib3HTTPError
 
+from airflow_volcano.compat import conf
 from airflow_volcano.constants import (
     COMMAND_GROUP,
     COMMAND_PLURAL,
@@ -42,6 +43,7 @@ from airflow_volcano.constants import (
 )
 from airflow_volcano.exceptions import VolcanoApiError, WatchExpired
 from airflow_volcano.logs import LOG_CHUNK_BYTES
+from airflow_volcano.manifest.compatibility import VERSION_OPTION, VolcanoFeatures
 
 
 def log_request(container: str | None, since_seconds: int | None, **options: Any) -> dict[str, Any]:
@@ -247,6 +249,43 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
 
     def to_dict(self, obj: Any) -> dict:
         return self.api_client.sanitize_for_serialization(obj)
+
+    # -- what the cluster's Volcano can do ----------------------------------------------------------
+
+    # Per connection, once per process: the Job CRD changes only when Volcano is upgraded.
+    _learned_features: ClassVar[dict[str, VolcanoFeatures]] = {}
+
+    def volcano_features(self) -> VolcanoFeatures:
+        """The cluster's Volcano release (manifest.compatibility): the connection extra
+        `volcano_version`, else the `[volcano] volcano_version` setting, else the Job CRD's schema."""
+        if configured := self.connection_extra(VERSION_OPTION):
+            return VolcanoFeatures.from_version(configured, f"connection extra {VERSION_OPTION}")
+        if configured := conf.get("volcano", VERSION_OPTION, fallback=""):
+            return VolcanoFeatures.from_version(configured, f"setting [volcano] {VERSION_OPTION}")
+        key = self.conn_id or ""
+        if key not in self._learned_features:
+            self._learned_features[key] = self._features_from_job_schema()
+        return self._learned_features[key]
+
+    def _features_from_job_schema(self) -> VolcanoFeatures:
+        # The apiserver's OpenAPI document, which every authenticated user may read (system:discovery).
+        path = f"/openapi/v3/apis/{JOB_GROUP}/{JOB_VERSION}"
+        kind = ".".join(reversed(JOB_GROUP.split("."))) + f".{JOB_VERSION}.Job"  # sh.volcano.batch.v1alpha1.Job
+
+        def read() -> dict:
+            response = self.api_client.call_api(path, "GET", header_params={"Accept": "application/json"},
+                                                auth_settings=["BearerToken"], _preload_content=False,
+                                                _return_http_data_only=True, _request_timeout=30)
+            return json.loads(response.data)
+
+        try:
+            document = self.call(f"read {path}", read, if_absent=None)
+        except VolcanoApiError as error:
+            return VolcanoFeatures.unknown(f"{path} could not be read: {error}")
+        schema = ((document or {}).get("components") or {}).get("schemas", {}).get(kind)
+        if schema is None:
+            return VolcanoFeatures.unknown(f"{path} has no schema {kind}")
+        return VolcanoFeatures.from_job_schema(schema, "the Job CRD's schema")
 
     # -- Jobs -------------------------------------------------------------------------------------
 

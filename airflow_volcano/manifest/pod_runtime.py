@@ -41,19 +41,19 @@ def signal_forwarding_command(command: list[str]) -> list[str]:
 FORWARDER_SHOWN = "<airflow_volcano/shell/forward-signals.sh>"
 
 
-def _forwarded(command: list[Any]) -> bool:
+def forwarded(command: list[Any]) -> bool:
     """Whether a container command is one signal_forwarding_command built."""
     return len(command) >= 4 and command[:2] == ["/bin/sh", "-c"] and command[3] == SIGNAL_FORWARDER
 
 
 def shown_command(command: list[Any]) -> list[Any]:
     """A container command as shown to a user: the forwarding shell's text named, not inlined."""
-    return [*command[:2], FORWARDER_SHOWN, *command[3:]] if _forwarded(command) else command
+    return [*command[:2], FORWARDER_SHOWN, *command[3:]] if forwarded(command) else command
 
 
 def without_signal_forwarding(command: list[str]) -> list[str]:
     """The command the forwarding shell runs (the command itself if it has none)."""
-    return command[4:] if _forwarded(command) else command
+    return command[4:] if forwarded(command) else command
 
 
 def apply_pod_runtime(tasks: list[dict], req: JobRequest, *, checkpoint_subdir: str) -> None:

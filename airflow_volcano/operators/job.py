@@ -438,10 +438,14 @@ class VolcanoJobOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_volcano import job_runner
+        from airflow_volcano.manifest.compatibility import fit_to_volcano
         from airflow_volcano.submission import submit_or_reattach
 
         manifests = self._manifests or self.build_manifests(context)
         hook = self.hook
+        # What this cluster's Volcano release cannot run is refused here, before submitting.
+        for adapted in fit_to_volcano(manifests.job, hook.volcano_features()):
+            self.log.info(adapted)
         namespace = manifests.job["metadata"].get("namespace") or hook.get_namespace() or "default"
         ti = context["ti"]
         self._ti = ti

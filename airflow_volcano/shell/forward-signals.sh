@@ -9,7 +9,8 @@
 # a handler ends at once and one with a handler saves within terminationGracePeriodSeconds. It exits
 # with the command's own exit status, which Volcano's exit-code policies read.
 #
-# It also creates $CHECKPOINT_DIR when the operator sets it (checkpoint_dir=).
+# It also creates $CHECKPOINT_DIR when the operator sets it (checkpoint_dir=), and sets WORLD_SIZE
+# from $AIRFLOW_VOLCANO_WORLD_SIZE (older Volcano releases, below).
 #
 # With stall_timeout, the operator also mounts the pod's annotations ($AIRFLOW_VOLCANO_PODINFO, the
 # downward API) and passes stack_dumps.py in $AIRFLOW_VOLCANO_SITECUSTOMIZE. This shell installs it
@@ -21,6 +22,12 @@
 #
 # Usage (inline: the pod may not mount the script's ConfigMap):
 #   sh -c "<this file>" airflow-volcano-run COMMAND [ARG...]
+# On a Volcano before 1.12, whose pytorch plugin counts every task's pods in WORLD_SIZE, the operator
+# passes the number of ranks (master and workers) for a Job with other tasks (manifest/compatibility.py).
+if [ -n "${AIRFLOW_VOLCANO_WORLD_SIZE:-}" ]; then
+    export WORLD_SIZE="$AIRFLOW_VOLCANO_WORLD_SIZE"
+fi
+unset AIRFLOW_VOLCANO_WORLD_SIZE
 if [ -n "${CHECKPOINT_DIR:-}" ]; then
     mkdir -p "$CHECKPOINT_DIR" || echo "airflow-volcano: cannot create CHECKPOINT_DIR $CHECKPOINT_DIR" >&2
 fi
