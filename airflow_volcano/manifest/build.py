@@ -18,6 +18,7 @@ from airflow_volcano.kubelet import container_string
 from airflow_volcano.manifest.checks import (
     check_template_keys,
     merge_resources,
+    requests_within_limits,
     resource_requirements,
     validate_job,
 )
@@ -238,8 +239,9 @@ def _apply_arguments(job: dict, req: JobRequest) -> None:
     else:
         for task, role in ((master_task, "master_resources"), (worker_task, "worker_resources")):
             if task is not None:
-                role_resources = resource_requirements(role, getattr(req, role))
-                _apply_pod_arguments(task, req, merge_resources(shared, role_resources))
+                merged = merge_resources(shared, resource_requirements(role, getattr(req, role)))
+                requests_within_limits(f"container_resources with {role}", merged)
+                _apply_pod_arguments(task, req, merged)
     if req.min_available is not None:
         spec["minAvailable"] = req.min_available
     elif req.job_template is None:

@@ -11,6 +11,7 @@ import json
 import math
 import re
 from collections.abc import Iterable, Mapping
+from decimal import Decimal
 from typing import Any
 
 import yaml
@@ -191,7 +192,31 @@ def resource_requirements(parameter: str, spec: Any) -> dict[str, dict[str, str]
     else:
         both = quantities(parameter, spec)
         parts = {"requests": dict(both), "limits": dict(both)}
-    return {key: value for key, value in parts.items() if value}
+    requirements = {key: value for key, value in parts.items() if value}
+    requests_within_limits(parameter, requirements)
+    return requirements
+
+
+QUANTITY_SUFFIXES = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
+                     "k": Decimal("1e3"), "M": Decimal("1e6"), "G": Decimal("1e9"), "T": Decimal("1e12"),
+                     "P": Decimal("1e15"), "E": Decimal("1e18"),
+                     **{f"{prefix}i": Decimal(1024) ** (power + 1) for power, prefix in enumerate("KMGTPE")}}
+
+
+def quantity_value(quantity: str) -> Decimal:
+    """A quantity QUANTITY matched, as a number (2Gi -> 2147483648, 500m -> 0.5, 1e3 -> 1000)."""
+    number = re.match(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?", quantity)
+    assert number is not None
+    return Decimal(number[0]) * QUANTITY_SUFFIXES[quantity[number.end():]]
+
+
+def requests_within_limits(parameter: str, requirements: dict[str, dict[str, str]]) -> None:
+    """Kubernetes (and Volcano's webhook, which checks the pod template) refuses a request above its limit."""
+    limits = requirements.get("limits") or {}
+    for name, request in (requirements.get("requests") or {}).items():
+        if name in limits and quantity_value(request) > quantity_value(limits[name]):
+            raise JobSpecError(f"{parameter}: the request of {name} ({request}) is more than its limit "
+                               f"({limits[name]}); a request may not exceed its limit")
 
 
 def quantities(parameter: str, spec: Any) -> dict[str, str]:

@@ -901,3 +901,20 @@ def test_the_launch_scripts_are_valid_shell_with_hostile_options(launcher):
     # The options reach the launch script as the words given: counted, never expanded by the kubelet or a shell.
     command = [process_string(word) for word in container(manifests.job, "master")["command"]]
     assert command[2:-1] == ["--launcher-options", str(len(options)), *options]
+
+
+@pytest.mark.parametrize(("kwargs", "expected"), [
+    ({"container_resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "100m"}}},
+     "container_resources: the request of cpu (1) is more than its limit (100m)"),
+    ({"container_resources": {"requests": {"memory": "1Gi"}, "limits": {"memory": "1000Mi"}}},
+     "container_resources: the request of memory (1Gi) is more than its limit (1000Mi)"),
+    ({"container_resources": {"requests": {"cpu": "2"}}, "worker_resources": {"limits": {"cpu": "1500m"}}},
+     "container_resources with worker_resources: the request of cpu (2) is more than its limit (1500m)"),
+])
+def test_a_request_above_its_limit_is_refused_before_submitting(kwargs, expected):
+    """Found by the property test on Volcano v1.14.1 with Kubernetes v1.31: Volcano's webhook refuses it."""
+    with pytest.raises(JobSpecError) as error:
+        build(worker_replicas=1, training_script=SCRIPT, **kwargs)
+    assert str(error.value).startswith(expected)
+    assert build(worker_replicas=1, training_script=SCRIPT, container_resources={
+        "requests": {"cpu": "1500m", "memory": "1e3"}, "limits": {"cpu": "1.5", "memory": "1k"}}).job
