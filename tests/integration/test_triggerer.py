@@ -28,6 +28,8 @@ AIRFLOWS = {
     "suite-airflow": Path(sys.executable),
     # pyproject's floors: Airflow 3.1.7 and the lowest of every direct dependency.
     "lowest": REPO / ".venv-lowest" / "bin" / "python",
+    # The newest Airflow 3.2 (constraints-airflow-3.2.txt).
+    "airflow-3.2": REPO / ".venv-airflow-3.2" / "bin" / "python",
 }
 
 
