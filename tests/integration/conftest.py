@@ -38,6 +38,15 @@ def kubeconfig() -> Path:
 
 
 @pytest.fixture(scope="session")
+def volcano_release(kubeconfig: Path) -> tuple[int, int]:
+    """The running cluster's Volcano release as (major, minor), as `scripts/volcano-cluster up` recorded it
+    (make test-compat runs the suite's compatibility subset on older releases)."""
+    versions = json.loads((kubeconfig.parent / "versions.json").read_text())
+    major, minor = versions["volcano"].lstrip("v").split(".")[:2]
+    return int(major), int(minor)
+
+
+@pytest.fixture(scope="session")
 def real_node(kubeconfig: Path) -> dict[str, Any]:
     """Operator arguments that run pods on the cluster's real node (real containers) with the local
     training image, as `scripts/volcano-cluster real-node` prints them."""

@@ -142,3 +142,4 @@ def test_the_launch_shell_exports_the_operators_world_size_over_the_plugins():
     corrected = subprocess.run(command, env={**env, WORLD_SIZE_ENV: "3"}, capture_output=True, text=True, timeout=30)
     assert plugin_only.stdout.strip() == "WORLD_SIZE=4 unset"
     assert corrected.stdout.strip() == "WORLD_SIZE=3 unset"
+
