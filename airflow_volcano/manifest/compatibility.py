@@ -84,15 +84,16 @@ class VolcanoFeatures:
         return None
 
     def describe(self) -> str:
+        """The release as a noun phrase with its source: "Volcano before 1.12 (the Job CRD's schema)"."""
         if self.oldest is None:
-            return f"an unknown release ({self.source})"
+            return f"an unknown Volcano release ({self.source})"
         if self.before == (self.oldest[0], self.oldest[1] + 1):
-            return f"{release(self.oldest)} ({self.source})"
+            return f"Volcano {release(self.oldest)} ({self.source})"
         if self.before is None:
-            return f"{release(self.oldest)} or later ({self.source})"
+            return f"Volcano {release(self.oldest)} or later ({self.source})"
         if self.oldest == (1, 0):
-            return f"a release before {release(self.before)} ({self.source})"
-        return f"a release from {release(self.oldest)} to before {release(self.before)} ({self.source})"
+            return f"Volcano before {release(self.before)} ({self.source})"
+        return f"Volcano {release(self.oldest)} to before {release(self.before)} ({self.source})"
 
     def to_dict(self) -> dict[str, Any]:
         return {"oldest": list(self.oldest) if self.oldest else None,
@@ -166,7 +167,7 @@ def _fit_world_size(job: dict, features: VolcanoFeatures, arguments: list[Any]) 
         container = containers[0]
         if not forwarded(container.get("command") or []):
             raise JobSpecError(
-                f"task {task.get('name')!r} besides task(s) {', '.join(extra)}: this cluster runs Volcano "
+                f"task {task.get('name')!r} besides task(s) {', '.join(extra)}: this cluster runs "
                 f"{features.describe()}, whose pytorch plugin counts every task in WORLD_SIZE ({counted} instead of "
                 f"{world_size}): the ranks would wait for ranks that never come. The operator corrects WORLD_SIZE "
                 f"through the command it runs, and container {container.get('name')!r} has none it runs (the image's "
@@ -175,5 +176,6 @@ def _fit_world_size(job: dict, features: VolcanoFeatures, arguments: list[Any]) 
         env = container.setdefault("env", [])
         env[:] = [item for item in env if item.get("name") != WORLD_SIZE_ENV]
         env.append({"name": WORLD_SIZE_ENV, "value": str(world_size)})
-    return [f"Volcano {features.describe()} counts task(s) {', '.join(extra)} in WORLD_SIZE ({counted}); the ranks "
-            f"of tasks {master} and {worker} get WORLD_SIZE={world_size} from the operator instead"]
+    return [f"This cluster runs {features.describe()}, which counts task(s) {', '.join(extra)} in WORLD_SIZE "
+            f"({counted}): the ranks of tasks {master} and {worker} get WORLD_SIZE={world_size} from the operator "
+            "instead"]

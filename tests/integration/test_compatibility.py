@@ -28,7 +28,7 @@ def test_the_connection_can_name_the_release_instead(cluster, operator_kubeconfi
     connection["extra"]["volcano_version"] = "v1.10.0"
     monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(connection))
 
-    assert VolcanoHook().volcano_features().describe() == "1.10 (connection extra volcano_version)"
+    assert VolcanoHook().volcano_features().describe() == "Volcano 1.10 (connection extra volcano_version)"
 
 
 def test_wait_for_master_runs_where_volcano_has_it_and_is_refused_before_submitting_where_not(
@@ -47,5 +47,5 @@ def test_wait_for_master_runs_where_volcano_has_it_and_is_refused_before_submitt
     else:
         assert run.state == "failed", run.log
         assert ("wait_for_master (the pytorch plugin's '--wait-master-enabled') needs Volcano >= 1.14; this cluster "
-                "runs a release before 1.12 (the Job CRD's schema)") in run.log
+                "runs Volcano before 1.12 (the Job CRD's schema)") in run.log
         assert cluster.jobs() == [], "nothing was submitted"

@@ -37,9 +37,9 @@ UNKNOWN = VolcanoFeatures.unknown("/openapi/v3/apis/batch.volcano.sh/v1alpha1 co
 
 
 def test_the_job_schema_tells_the_releases_apart_where_the_plugin_changed():
-    assert V1_10.describe() == "a release before 1.12 (the Job CRD's schema)"
-    assert V1_12.describe() == "a release from 1.12 to before 1.14 (the Job CRD's schema)"
-    assert V1_14.describe() == "1.14 or later (the Job CRD's schema)"
+    assert V1_10.describe() == "Volcano before 1.12 (the Job CRD's schema)"
+    assert V1_12.describe() == "Volcano 1.12 to before 1.14 (the Job CRD's schema)"
+    assert V1_14.describe() == "Volcano 1.14 or later (the Job CRD's schema)"
     assert (V1_10.at_least((1, 12)), V1_12.at_least((1, 12)), V1_14.at_least((1, 12))) == (False, True, True)
     assert (V1_10.at_least((1, 14)), V1_12.at_least((1, 14)), V1_14.at_least((1, 14))) == (False, False, True)
     assert UNKNOWN.at_least((1, 12)) is None
@@ -52,7 +52,7 @@ def test_the_job_schema_tells_the_releases_apart_where_the_plugin_changed():
 ])
 def test_a_configured_version_is_exact(text, describe, has_wait_master):
     features = VolcanoFeatures.from_version(text, "connection extra volcano_version")
-    assert features.describe() == f"{describe} (connection extra volcano_version)"
+    assert features.describe() == f"Volcano {describe} (connection extra volcano_version)"
     assert features.at_least((1, 14)) is has_wait_master
 
 
@@ -100,8 +100,9 @@ def test_before_1_12_the_ranks_of_a_job_with_tensorboard_get_world_size_from_the
     assert fit_to_volcano(job, V1_14) == [] and fit_to_volcano(job, V1_12) == [] and job == built
 
     notes = fit_to_volcano(job, V1_10)
-    assert notes == ["Volcano a release before 1.12 (the Job CRD's schema) counts task(s) tensorboard in WORLD_SIZE "
-                     "(4); the ranks of tasks master and worker get WORLD_SIZE=3 from the operator instead"]
+    assert notes == ["This cluster runs Volcano before 1.12 (the Job CRD's schema), which counts task(s) tensorboard "
+                     "in WORLD_SIZE (4): the ranks of tasks master and worker get WORLD_SIZE=3 from the operator "
+                     "instead"]
     assert ranks_world_size(job) == {"master": "3", "worker": "3", "tensorboard": None}
     fit_to_volcano(job, V1_10)  # again (a retry of the same task instance): the same Job
     master_env = task(job, "master")["template"]["spec"]["containers"][0]["env"]
@@ -123,8 +124,8 @@ def test_before_1_12_a_templates_rank_without_a_command_of_the_operators_is_refu
     with pytest.raises(JobSpecError) as error:
         fit_to_volcano(job, V1_10)
     assert str(error.value).startswith(
-        "task 'lead' besides task(s) evaluator: this cluster runs Volcano a release before 1.12 (the Job CRD's "
-        "schema), whose pytorch plugin counts every task in WORLD_SIZE (6 instead of 4)")
+        "task 'lead' besides task(s) evaluator: this cluster runs Volcano before 1.12 (the Job CRD's schema), "
+        "whose pytorch plugin counts every task in WORLD_SIZE (6 instead of 4)")
     assert "container 'lead' has none it runs" in str(error.value)
     # With the operator's command (a training script) the plugin's role names are followed.
     job = build_template(template, master_task_name="lead", worker_task_name="rest", worker_replicas=None,
