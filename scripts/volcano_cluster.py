@@ -30,6 +30,7 @@ Standard library only: this runs before the project's venv exists.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import re
@@ -417,6 +418,7 @@ def kubectl(*args: str, stdin: str | None = None) -> str:
     return result.stdout
 
 
+@functools.cache  # asked for the same release's sources by several steps of `up`
 def module_dir(module: str, version: str) -> Path:
     # Run outside any module so the download cannot touch a wrapper's go.mod.
     result = subprocess.run(["go", "mod", "download", "-json", f"{module}@{version}"], cwd=CACHE_ROOT,

@@ -41,6 +41,7 @@ CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]+\Z")
 # Unprefixed container resources Kubernetes knows; anything else needs a domain (nvidia.com/gpu).
 STANDARD_RESOURCES = {"cpu", "memory", "ephemeral-storage"}
 QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|[KMGTPE]i|[numkMGTPE])?\Z")
+QUANTITY_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")  # its number part
 
 
 SHELL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -205,7 +206,7 @@ QUANTITY_SUFFIXES = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1
 
 def quantity_value(quantity: str) -> Decimal:
     """A quantity QUANTITY matched, as a number (2Gi -> 2147483648, 500m -> 0.5, 1e3 -> 1000)."""
-    number = re.match(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?", quantity)
+    number = QUANTITY_NUMBER.match(quantity)
     assert number is not None
     return Decimal(number[0]) * QUANTITY_SUFFIXES[quantity[number.end():]]
 

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_volcano.exceptions import JobSpecError
+from airflow_volcano.manifest.launchers import WAIT_MASTER_FLAGS
+from airflow_volcano.manifest.names import DEFAULT_MASTER, DEFAULT_WORKER, plugin_arg
 from airflow_volcano.manifest.pod_runtime import forwarded
 
 VERSION_OPTION = "volcano_version"  # the connection extra and the [volcano] setting
@@ -28,8 +30,7 @@ RANKS_ONLY_WORLD_SIZE = (1, 12)
 WAIT_MASTER_FLAGS_SINCE = (1, 14)
 # The pytorch plugin's flags added after --master, --worker and --port, and the release that added
 # them (Go's flag package: -x or --x).
-NEWER_PYTORCH_FLAGS = {"wait-master-enabled": WAIT_MASTER_FLAGS_SINCE, "wait-master-timeout": WAIT_MASTER_FLAGS_SINCE,
-                       "wait-master-image": WAIT_MASTER_FLAGS_SINCE}
+NEWER_PYTORCH_FLAGS = {flag.strip("-="): WAIT_MASTER_FLAGS_SINCE for flag in WAIT_MASTER_FLAGS}
 VOLCANO_VERSION_HINT = f"{VERSION_OPTION} (e.g. \"1.14\") or the [volcano] {VERSION_OPTION} setting"
 VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.\d+)?(?:[-+].*)?$")
 
@@ -116,15 +117,6 @@ def _plugin_flags(arguments: list[Any]) -> list[tuple[str, str]]:
     return flags
 
 
-def _flag_value(arguments: list[Any], name: str, default: str) -> str:
-    items = list(map(str, arguments))
-    for index, argument in enumerate(items):
-        flag, _, value = argument.lstrip("-").partition("=")
-        if argument.startswith("-") and flag == name:
-            return value or (items[index + 1] if index + 1 < len(items) else default)
-    return default
-
-
 def fit_to_volcano(job: dict, features: VolcanoFeatures) -> list[str]:
     """Make `job` right for the cluster's Volcano, or raise JobSpecError naming what it cannot run.
     Returns what was adapted, one sentence each, for the task log. Idempotent."""
@@ -144,14 +136,14 @@ def fit_to_volcano(job: dict, features: VolcanoFeatures) -> list[str]:
         raise JobSpecError(f"{what} needs Volcano >= {release(since)}; this cluster runs {features.describe()}. "
                            "An older pytorch plugin stops reading its flags at one it does not know and drops the "
                            "rest silently")
-    return _fit_world_size(job, features, arguments)
+    return _fit_world_size(job, features)
 
 
-def _fit_world_size(job: dict, features: VolcanoFeatures, arguments: list[Any]) -> list[str]:
+def _fit_world_size(job: dict, features: VolcanoFeatures) -> list[str]:
     if features.at_least(RANKS_ONLY_WORLD_SIZE):
         return []
-    master = _flag_value(arguments, "master", "master")
-    worker = _flag_value(arguments, "worker", "worker")
+    master = plugin_arg(job, "master") or DEFAULT_MASTER  # as validate_job reads the plugin's roles
+    worker = plugin_arg(job, "worker") or DEFAULT_WORKER
     tasks = (job.get("spec") or {}).get("tasks") or []
     rank_tasks = [task for task in tasks if task.get("name") in (master, worker)]
     extra = [str(task.get("name")) for task in tasks

@@ -10,7 +10,6 @@ names the parameter and the bad value. `None` means "not given": an explicit arg
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -23,6 +22,7 @@ from airflow_volcano.manifest.checks import (
     CONFIGMAP_KEY,
     PULL_POLICIES,
     QUANTITY,
+    QUANTITY_NUMBER,
     RESTART_POLICIES,
     check_key,
     check_label,
@@ -49,7 +49,6 @@ MAX_CONFIGMAP_BYTES = 1024 * 1024
 # /dev/shm of every training pod: a memory-backed emptyDir this large at most (a DataLoader with
 # workers passes each batch through it; a container's own /dev/shm is 64 MiB).
 DEFAULT_SHM_SIZE = "2Gi"
-QUANTITY_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
 TENSORBOARD_PORT = 6006
 TENSORBOARD_KEYS = {"logdir", "image", "port", "resources"}
 
