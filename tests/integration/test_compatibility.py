@@ -31,6 +31,20 @@ def test_the_connection_can_name_the_release_instead(cluster, operator_kubeconfi
     assert VolcanoHook().volcano_features().describe() == "Volcano 1.10 (connection extra volcano_version)"
 
 
+def test_the_volcano_setting_names_it_for_every_connection_and_the_extra_wins(cluster, operator_kubeconfig,
+                                                                             monkeypatch):
+    import json
+    import os
+
+    monkeypatch.setenv("AIRFLOW__VOLCANO__VOLCANO_VERSION", "1.12")
+    assert VolcanoHook().volcano_features().describe() == "Volcano 1.12 (setting [volcano] volcano_version)"
+
+    connection = json.loads(os.environ["AIRFLOW_CONN_KUBERNETES_DEFAULT"])
+    connection["extra"]["volcano_version"] = "v1.14.1"
+    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(connection))
+    assert VolcanoHook().volcano_features().describe() == "Volcano 1.14 (connection extra volcano_version)"
+
+
 def test_wait_for_master_runs_where_volcano_has_it_and_is_refused_before_submitting_where_not(
     cluster, operator_kubeconfig, run_task, volcano_release
 ):
