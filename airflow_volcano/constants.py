@@ -100,8 +100,21 @@ class StallAction(StrEnum):
     RESTART = "restart"  # a gang restart (Volcano's RestartJob command), under the Job's retry budget
 
 
-# `node_lost_timeout`: seconds the pods of a node that stopped answering may stay lost.
-DEFAULT_NODE_LOST_TIMEOUT = 180.0
+# -- the operators' defaults (seconds for every duration) ---------------------------------------------------
+
+DEFAULT_CONN_ID = "kubernetes_default"  # the cncf-kubernetes `kubernetes` connection
+DEFAULT_STARTUP_TIMEOUT = 900.0  # pods may stay unscheduled this long
+DEFAULT_POLL_INTERVAL = 5.0  # pods of a Job that has not started are looked at this often
+DEFAULT_NODE_LOST_TIMEOUT = 180.0  # the pods of a node that stopped answering may stay lost this long
+# stall_timeout's floor: output is judged no finer (the pod's shell passes a heartbeat on every 10 s,
+# a deferred wait copies the log every quarter of stall_timeout).
+MIN_STALL_TIMEOUT = 30.0
+MAX_STALL_RESTARTS = 3  # stall_action="restart": a stall after this many restarts fails the task
+DEFAULT_DEBUG_TIMEOUT = 3600.0  # debug mode keeps the pods up this long
+# /dev/shm of every training pod: a memory-backed emptyDir this large at most (a DataLoader with
+# workers passes each batch through it; a container's own /dev/shm is 64 MiB).
+DEFAULT_SHM_SIZE = "2Gi"
+DEFAULT_LOG_INTERVAL = 30.0  # a deferred wait copies the followed logs this often (a quarter of stall_timeout at most)
 
 
 class IfJobExists(StrEnum):

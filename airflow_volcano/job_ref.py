@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
+
+from airflow_volcano.manifest.names import pod_name
+from airflow_volcano.timestamps import parse_time
 
 
 @dataclass
@@ -26,7 +28,7 @@ class JobRef:
 
     @property
     def main_pod(self) -> str:
-        return f"{self.name}-{self.main_task}-0"
+        return pod_name(self.name, self.main_task)
 
     @property
     def main_pod_container(self) -> str:
@@ -42,7 +44,7 @@ class JobRef:
             namespace=metadata["namespace"],
             main_task=main_task,
             uid=metadata.get("uid"),
-            created_at=_parse_time(created) if created else None,
+            created_at=parse_time(created),
             script_configmap=script_configmap,
             main_container=first_container(job, main_task),
         )
@@ -62,7 +64,3 @@ def first_container(job: dict, task_name: str) -> str | None:
             containers = ((task.get("template") or {}).get("spec") or {}).get("containers") or []
             return containers[0].get("name") if containers else None
     return None
-
-
-def _parse_time(value: str) -> float:
-    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()

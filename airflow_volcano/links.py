@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 log = structlog.get_logger(f"airflow.task.{__name__}")
 
 
+_UNKNOWN = object()
+
+
 class _VolcanoLink(BaseOperatorLink):
     """The URL is in XCom under `xcom_key`, where Airflow's UI reads it (Airflow 3 serializes a
     link as its name and XCom key); get_link reads the same value from a running task."""
@@ -32,6 +35,11 @@ class _VolcanoLink(BaseOperatorLink):
     requires: ClassVar[str | None] = None
 
     def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
+        # A running operator knows its links once it knows its Job (None before: a task that failed
+        # before submitting has none, and asking XCom would log "XCom not found" for each link).
+        urls = getattr(operator, "_link_urls", _UNKNOWN)
+        if urls is not _UNKNOWN:
+            return (urls or {}).get(self.xcom_key, "")  # type: ignore[no-any-return,union-attr]
         from airflow.sdk.execution_time.xcom import XCom
 
         return XCom.get_value(ti_key=ti_key, key=self.xcom_key) or ""

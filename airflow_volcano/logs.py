@@ -8,39 +8,19 @@ serialisable; the follower thread is the only part that does I/O.
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
+
+from airflow_volcano.timestamps import parse_timestamp_ns
 
 Emit = Callable[[str], None]
-
-
-def parse_timestamp_ns(stamp: str) -> int | None:
-    """RFC 3339 (nano) timestamp -> integer nanoseconds since the epoch; None if not one."""
-    if not stamp.endswith("Z") or "T" not in stamp:
-        return None
-    body = stamp[:-1]
-    whole, _, fraction = body.partition(".")
-    seconds = _epoch_seconds(whole)
-    if seconds is None or (fraction and not fraction.isdigit()):
-        return None
-    return seconds * 1_000_000_000 + int((fraction or "0").ljust(9, "0")[:9])
-
-
-@functools.lru_cache(maxsize=64)
-def _epoch_seconds(whole: str) -> int | None:
-    """Seconds since the epoch of "YYYY-MM-DDTHH:MM:SS" (cached: a busy log repeats each second
-    across many lines, and strptime is most of the cost of copying a line)."""
-    try:
-        return int(datetime.strptime(whole, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC).timestamp())
-    except ValueError:
-        return None
+# Where a copied log line goes: its text, and when the pod printed it (the node's nanoseconds), if known.
+LineEmit = Callable[[str, int | None], None]
 
 
 # The convention a training script follows to say where it resumed: a line of its main pod's log
@@ -116,46 +96,69 @@ def hidden(message: str) -> bool:
     return message == HEARTBEAT_LINE or message.startswith(STACKS_PREFIX)
 
 
-def emit_new_lines(lines: Iterable[str], cursor: LogCursor, emit: Emit) -> int:
+def emit_new_lines(lines: Iterable[str], cursor: LogCursor, emit: LineEmit,
+                   on_new: Callable[[], None] | None = None) -> int:
     """Show the lines of one read that the cursor has not shown yet; returns how many."""
     cursor.start_read()
-    return emit_unseen(lines, cursor, emit)
+    return emit_unseen(lines, cursor, emit, on_new)
 
 
-def emit_unseen(lines: Iterable[str], cursor: LogCursor, emit: Emit) -> int:
-    """As emit_new_lines, for the next lines of a read already started (`cursor.start_read()`)."""
+def emit_unseen(lines: Iterable[str], cursor: LogCursor, emit: LineEmit,
+                on_new: Callable[[], None] | None = None) -> int:
+    """As emit_new_lines, for the next lines of a read already started (`cursor.start_read()`).
+    `on_new` is told of every new line, the hidden ones too (a heartbeat is output)."""
     shown = 0
     for line in lines:
         if not line:
             continue
         message = cursor.accept(line)
-        if message is not None:
-            if hidden(message):
-                continue
-            emit(message)
-            shown += 1
-            if RESUMED_FROM_MARKER in message:
-                cursor.resumed_from = message.split(RESUMED_FROM_MARKER, 1)[1].strip()[:MAX_RESUMED_FROM] or None
+        if message is None:
+            continue
+        if on_new is not None:
+            on_new()
+        if hidden(message):
+            continue
+        emit(message, cursor.last_ns or None)
+        shown += 1
+        if RESUMED_FROM_MARKER in message:
+            cursor.resumed_from = message.split(RESUMED_FROM_MARKER, 1)[1].strip()[:MAX_RESUMED_FROM] or None
     return shown
+
+
+class OutputSight(Protocol):
+    """What a log reader tells of its sight (wait_engine.OutputClock)."""
+
+    def seen(self, now: float) -> None: ...
+
+    def blind(self, source: str, now: float) -> None: ...
+
+    def sighted(self, source: str, now: float) -> None: ...
 
 
 class LogFollower(threading.Thread):
     """Follows one pod's log in the background until stopped, reconnecting when the stream drops.
 
-    `open_stream(since_seconds)` returns an iterable of raw lines (and may have a `close()`);
-    it is expected to fail while the pod does not exist or has not started yet.
+    `open_stream(since_seconds)` returns an iterable of raw lines (and may have a `close()`); it
+    raises LookupError while the pod does not exist or has not started yet (nothing to see), anything
+    else when the log cannot be read. `output` (if given) is told what this follower sees, as
+    `source`: each new line, and whether the log can be read.
     """
 
-    def __init__(self, open_stream: Callable[[int | None], Any], cursor: LogCursor, emit: Emit,
-                 retry_interval: float = 2.0) -> None:
+    def __init__(self, open_stream: Callable[[int | None], Any], cursor: LogCursor, emit: LineEmit,
+                 retry_interval: float = 2.0, *, output: OutputSight | None = None, source: str = "") -> None:
         super().__init__(name="volcano-log-follower", daemon=True)
         self.open_stream = open_stream
         self.cursor = cursor
         self.emit = emit
         self.retry_interval = retry_interval
+        self.output, self.source = output, source
         self._stop_event = threading.Event()
         self._lock = threading.Lock()
         self._stream: Any = None
+
+    def _seen(self) -> None:
+        if self.output is not None:
+            self.output.seen(time.time())
 
     def run(self) -> None:
         while not self._stop_event.is_set():
@@ -166,9 +169,15 @@ class LogFollower(threading.Thread):
                         _close(stream)
                         return
                     self._stream = stream
-                emit_new_lines(iter_lines(stream), self.cursor, self.emit)
-            except Exception:  # noqa: BLE001 - pod not there yet, or the stream dropped: reconnect
-                pass
+                if self.output is not None:
+                    self.output.sighted(self.source, time.time())
+                emit_new_lines(iter_lines(stream), self.cursor, self.emit, self._seen)
+            except LookupError:  # the pod has not started (or is gone): nothing to see, not blind
+                if self.output is not None:
+                    self.output.sighted(self.source, time.time())
+            except Exception:  # noqa: BLE001 - the stream dropped or cannot be opened: blind until it is again
+                if self.output is not None and not self._stop_event.is_set():
+                    self.output.blind(self.source, time.time())
             finally:
                 with self._lock:
                     _close(self._stream)

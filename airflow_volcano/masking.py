@@ -11,8 +11,7 @@ are masked in the shown text by the same masker.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import yaml
@@ -48,27 +47,36 @@ def register_secrets(job: dict) -> None:
         mask_secret(process_string(item["value"]), str(item["name"]))
 
 
-_REGISTERED: set[tuple[str, str]] = set()  # what this (triggerer) process has registered already
+def secret_values(job: dict) -> tuple[tuple[str, str], ...]:
+    """(name, value) of the Job's secret env values, as the processes get them."""
+    return tuple((str(item["name"]), process_string(item["value"])) for item in secret_env(job))
 
 
-async def register_secrets_in_triggerer(job: dict) -> None:
-    """As register_secrets, from a trigger's event loop: the triggerer's supervisor writes the lines a
-    trigger copies from a pod's log, so it is told each value once (asynchronously, as its channel
-    requires from an event loop)."""
-    from airflow.sdk._shared.secrets_masker import _secrets_masker
+class JobSecrets:
+    """The secret env values of the Job one trigger waits on, masking everything the trigger logs and
+    sends (copied log lines, reports, its event). Nothing is registered with the triggerer's own
+    masker, which keeps every value it is told for the rest of its life and masks it in every
+    trigger's log: these are known only while the trigger waits, and forgotten with it."""
 
-    for item in secret_env(job):
-        value, name = process_string(item["value"]), str(item["name"])
-        if (name, value) in _REGISTERED:
-            continue
-        _REGISTERED.add((name, value))
-        _secrets_masker().add_mask(value, name)
-        with contextlib.suppress(Exception):  # outside a triggerer (a test's event loop) there is no supervisor
-            from airflow.sdk.execution_time import task_runner
-            from airflow.sdk.execution_time.comms import MaskSecret
+    def __init__(self) -> None:
+        from airflow.sdk._shared.secrets_masker import SecretsMasker
 
-            if comms := getattr(task_runner, "SUPERVISOR_COMMS", None):
-                await comms.asend(MaskSecret(value=value, name=name))
+        self._masker = SecretsMasker()
+
+    def add(self, values: Iterable[tuple[str, str]]) -> None:
+        for name, value in values:
+            self._masker.add_mask(value, name)
+
+    def redact(self, value: Any) -> Any:
+        """`value` with every known secret masked in each of its strings, at any depth (the masker's own
+        walk of a dict stops a few levels down, and a pod's termination message sits deeper)."""
+        if isinstance(value, str):
+            return self._masker.redact(value) if self._masker.patterns else value
+        if isinstance(value, dict):
+            return {key: self.redact(item) for key, item in value.items()}
+        if isinstance(value, list | tuple):
+            return type(value)(self.redact(item) for item in value)
+        return value
 
 
 def shown(document: dict) -> dict:

@@ -24,6 +24,10 @@ STACKS_REQUEST_ANNOTATION = f"{LABEL_PREFIX}dump-stacks"
 # seconds of the change, and forward-signals.sh looks at it every 2 s.
 STACKS_WAIT_SECONDS = 30.0
 STACKS_POLL_SECONDS = 2.0
+# What one read of a pod's log for its stacks may bring (the apiserver's limitBytes): the stacks of a
+# pod's processes are a few KiB; a pod that prints a great deal meanwhile must not fill the waiter's
+# memory (in the triggerer, every trigger's). Reached: said in the report.
+STACKS_MAX_BYTES = 1024 * 1024
 FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<function>.+)$')
 # Files of Python itself and of installed packages: the user's own frame is the first one outside them.
 LIBRARY_PATH = re.compile(r"/(lib/python[\d.]*|site-packages|dist-packages)/")
@@ -107,27 +111,34 @@ class StackCollection:
     pods: list[tuple[str, str | None]]  # (pod, its first container): the Running training pods
     answers: dict[str, PodStacks] = field(default_factory=dict)
     unreachable: dict[str, str] = field(default_factory=dict)  # pod -> why it could not be asked
+    capped: set[str] = field(default_factory=set)  # pods whose log read reached STACKS_MAX_BYTES
+    uids: dict[str, str] = field(default_factory=dict)  # pod -> its uid (a restart deletes exactly it)
 
     @classmethod
     def of(cls, pods: Sequence[Mapping[str, Any]], request: str, skip_tasks: Iterable[str] = ()) -> StackCollection:
         """Ask every Running pod of the Job but those of `skip_tasks` (TensorBoard's)."""
         skipped = set(skip_tasks)
-        chosen = []
+        chosen, uids = [], {}
         for pod in pods:
             metadata = pod.get("metadata") or {}
-            if (pod.get("status") or {}).get("phase") != PodPhase.RUNNING or (
+            if (pod.get("status") or {}).get("phase") != PodPhase.RUNNING or metadata.get("deletionTimestamp") or (
                     (metadata.get("labels") or {}).get(TASK_LABEL) in skipped):
                 continue
             containers = (pod.get("spec") or {}).get("containers") or [{}]
             chosen.append((metadata.get("name", ""), containers[0].get("name")))
-        return cls(request=request, pods=sorted(chosen))
+            uids[metadata.get("name", "")] = metadata.get("uid", "")
+        return cls(request=request, pods=sorted(chosen), uids=uids)
 
     def waiting_for(self) -> list[tuple[str, str | None]]:
         return [(pod, container) for pod, container in self.pods
                 if pod not in self.unreachable and not (pod in self.answers and self.answers[pod].complete)]
 
-    def log_read(self, pod: str, lines: Iterable[str]) -> None:
+    def log_read(self, pod: str, lines: Iterable[str], *, capped: bool = False) -> None:
+        """A read of the pod's log since the request (messages without timestamps); `capped`: the read
+        brought STACKS_MAX_BYTES, so later lines of it were not read."""
         self.answers[pod] = parse_stacks(pod, lines, self.request)
+        if capped:
+            self.capped.add(pod)
 
     def report(self) -> list[str]:
         """The task log's lines: each pod's processes and their stacks, each line under its pod."""
@@ -145,6 +156,9 @@ class StackCollection:
                 for process in answer.processes:
                     lines.append(f"[{pod}] {process.about}")
                     lines.extend(f"[{pod}]   {line}" for line in process.lines if line.strip())
+            if pod in self.capped and not (answer and answer.complete):
+                lines.append(f"[{pod}] (its log since the request passed {STACKS_MAX_BYTES // 1024} KiB, the most "
+                             "read for stacks: what came later was not read)")
         return lines
 
     def where(self) -> str:
@@ -156,3 +170,16 @@ class StackCollection:
                 who = process.about.split(": ", 1)[0].removeprefix("process ")
                 parts.append(f"{pod} (pid {who}) in {process.where()}")
         return "where each process was: " + "; ".join(parts) if parts else ""
+
+
+def describe_silence(seconds: float) -> str:
+    """`1 minute`, `90 seconds`: how long a stall's silence lasted, as stall_timeout was given."""
+    if seconds >= 60 and seconds % 60 == 0:
+        minutes = int(seconds // 60)
+        return f"{minutes} minute{'' if minutes == 1 else 's'}"
+    return f"{seconds:g} seconds"
+
+
+def stall_notice(namespace: str, name: str, silent_for: float) -> str:
+    return (f"Volcano Job {namespace}/{name} gave no output and no change for {silent_for:.0f}s "
+            "(stall_timeout): asking its pods for their Python stacks")

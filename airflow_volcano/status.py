@@ -11,7 +11,6 @@ import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, overload
 
@@ -23,8 +22,9 @@ from airflow_volcano.constants import (
     JobPhase,
     PodPhase,
 )
-from airflow_volcano.logs import hidden, parse_timestamp_ns
+from airflow_volcano.logs import hidden
 from airflow_volcano.manifest import retryable_exit_codes
+from airflow_volcano.timestamps import clock_text, parse_time, parse_timestamp_ns
 
 IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
 LOG_TAIL_LINES = 20  # shown in a failure report
@@ -268,62 +268,63 @@ class LostPod:
     pod: str
     node: str
     since: float  # epoch seconds: when it was marked not Ready
+    uid: str = ""  # this pod exactly: a replacement of the same name is another pod
 
     @property
     def since_text(self) -> str:
         return clock_text(self.since) if self.since else "an unknown time"
 
 
-def lost_pods(pods: Iterable[Mapping[str, Any]]) -> list[LostPod]:
+def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    return next((condition for condition in status.get("conditions") or [] if condition.get("type") == kind), None)
+
+
+def lost_pods(pods: Iterable[Mapping[str, Any]], owner_uid: str | None = None) -> list[LostPod]:
     """The pods on nodes that stopped answering, read from the pods alone (no Node read, so no
     cluster-wide permission): Running, on a node, condition Ready False, yet every container status
-    ready. A kubelet that fails a readiness probe or sees a container exit says so in the container
-    status; only the node controller (the node's Lease expired) turns Ready False behind its back."""
+    ready and every readiness gate met. A kubelet that fails a readiness probe or sees a container exit
+    says so in the container status, and one whose pod waits for a readiness gate says
+    `ReadinessGatesNotReady`; only the node controller (the node's Lease expired) turns Ready False
+    behind its back. With `owner_uid`, only pods that Job owns (its uid in their owner references)."""
     lost = []
     for pod in pods:
-        status, spec = pod.get("status") or {}, pod.get("spec") or {}
+        status, spec, metadata = pod.get("status") or {}, pod.get("spec") or {}, pod.get("metadata") or {}
         containers = status.get("containerStatuses") or []
-        ready = next((condition for condition in status.get("conditions") or []
-                      if condition.get("type") == "Ready"), None)
+        ready = _condition(status, "Ready")
+        gates = [gate.get("conditionType") for gate in spec.get("readinessGates") or []]
         if (status.get("phase") != PodPhase.RUNNING or not spec.get("nodeName") or ready is None
-                or ready.get("status") != "False" or not containers
-                or not all(container.get("ready") for container in containers)):
+                or ready.get("status") != "False" or ready.get("reason") == "ReadinessGatesNotReady"
+                or not containers or not all(container.get("ready") for container in containers)
+                or any((_condition(status, gate) or {}).get("status") != "True" for gate in gates)):
+            continue
+        if owner_uid is not None and not any(owner.get("uid") == owner_uid
+                                             for owner in metadata.get("ownerReferences") or []):
             continue
         since = parse_time(ready.get("lastTransitionTime"))
-        lost.append(LostPod(pod=(pod.get("metadata") or {}).get("name", ""), node=spec["nodeName"],
-                            since=since if since is not None else 0.0))
+        lost.append(LostPod(pod=metadata.get("name", ""), node=spec["nodeName"],
+                            since=since if since is not None else 0.0, uid=metadata.get("uid", "")))
     return sorted(lost, key=lambda item: (item.node, item.pod))
 
 
-def clock_text(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, UTC).strftime("%H:%M:%S UTC")
-
-
-def parse_time(value: Any) -> float | None:
-    """A Kubernetes timestamp (`2026-11-24T17:21:06Z`) as epoch seconds."""
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
 def pod_view(pod: Mapping[str, Any]) -> dict[str, Any]:
-    """The part of a pod that waiting reads (`pod_problem`, `unstarted_pods`, `lost_pods`): a
-    triggerer keeps one per pod of each waited Job, and a whole pod is many times larger."""
+    """The part of a pod that waiting reads (`pod_problem`, `unstarted_pods`, `lost_pods`, a stall's
+    pods): a triggerer keeps one per pod of each waited Job, and a whole pod is many times larger."""
     metadata, status = pod.get("metadata") or {}, pod.get("status") or {}
     labels = metadata.get("labels") or {}
+    spec = pod.get("spec") or {}
+    gates = [gate.get("conditionType") for gate in spec.get("readinessGates") or []]
     return {
-        "metadata": {**{key: metadata[key] for key in ("name", "resourceVersion", "deletionTimestamp")
-                        if key in metadata}, "labels": {key: labels[key] for key in (TASK_LABEL,) if key in labels}},
-        "spec": {**({"nodeName": spec["nodeName"]} if "nodeName" in (spec := pod.get("spec") or {}) else {}),
+        "metadata": {**{key: metadata[key] for key in ("name", "uid", "resourceVersion", "deletionTimestamp")
+                        if key in metadata}, "labels": {key: labels[key] for key in (TASK_LABEL,) if key in labels},
+                     "ownerReferences": [{"uid": owner.get("uid")} for owner in metadata.get("ownerReferences") or []]},
+        "spec": {**({"nodeName": spec["nodeName"]} if "nodeName" in spec else {}),
+                 **({"readinessGates": [{"conditionType": gate} for gate in gates]} if gates else {}),
                  # The first container (the training one) by name: a stall's stacks are read from its log.
                  "containers": [{"name": container.get("name")} for container in (spec.get("containers") or [])[:1]]},
         "status": {
             **{key: status[key] for key in ("phase", "reason", "message") if key in status},
             "conditions": [condition for condition in status.get("conditions") or []
-                           if condition.get("type") == "Ready"],
+                           if condition.get("type") in ("Ready", *gates)],
             "containerStatuses": [{key: container[key] for key in ("name", "image", "ready", "state", "lastState")
                                    if key in container} for container in status.get("containerStatuses") or []],
         },

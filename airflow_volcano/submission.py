@@ -20,10 +20,12 @@ import structlog
 
 from airflow_volcano.constants import CHECKED_LABEL, REQUEST_HASH_ANNOTATION, IfJobExists
 from airflow_volcano.exceptions import JobSpecError, VolcanoApiError, VolcanoJobError
+from airflow_volcano.finalize import delete_job_and_script
 from airflow_volcano.job_ref import JobRef
-from airflow_volcano.job_runner import delete_job_and_script
-from airflow_volcano.manifest import JobManifests, identity_labels, is_debug_job, request_hash, script_configmap_name
+from airflow_volcano.manifest import JobManifests, identity_labels, is_debug_job, script_configmap_name
+from airflow_volcano.manifest.build import REQUEST_HASH_SCHEME
 from airflow_volcano.status import job_state
+from airflow_volcano.task_state import STATE_STORE_KEY
 
 if TYPE_CHECKING:
     from airflow_volcano.hooks.volcano import VolcanoHook
@@ -31,18 +33,16 @@ if TYPE_CHECKING:
 # Airflow's task-time logger, as an operator's own `self.log` is: its lines are the task log's.
 log = structlog.get_logger(f"airflow.task.{__name__}")
 
-# The task state store key (Airflow 3.3+) under which a try records the Job it submitted.
-STATE_STORE_KEY = "volcano_job"
-
 
 def submit_or_reattach(hook: VolcanoHook, manifests: JobManifests, namespace: str, *, if_job_exists: IfJobExists,
-                       state_store: Any = None, on_created: Callable[[JobRef], None] = lambda ref: None) -> JobRef:
+                       state_store: Any = None, on_found: Callable[[JobRef], None] = lambda ref: None) -> JobRef:
     """The Job this try waits on: an earlier try's (as `if_job_exists` says), or a new one.
-    `on_created` is told a new Job the moment it exists, before anything else can fail."""
+    `on_found` is told the Job the moment this try is answerable for it (a new one the moment it
+    exists; an earlier try's that this try refuses, so that the task's failure settles it)."""
     job = manifests.job
     job["metadata"]["namespace"] = namespace
     main = manifests.main_task
-    wanted = request_hash(job, manifests.configmap)
+    wanted = manifests.request_hash
     stored = _stored_job(hook, state_store)
     if stored is not None:
         candidates, found_by = [stored], "the task state store"
@@ -57,13 +57,21 @@ def submit_or_reattach(hook: VolcanoHook, manifests: JobManifests, namespace: st
         ref = JobRef.from_job(existing, main, script_configmap_name(existing["metadata"]["name"]))
         phase = job_state(existing).phase
         built_from = (existing["metadata"].get("annotations") or {}).get(REQUEST_HASH_ANNOTATION)
+        if built_from is not None and not built_from.startswith(REQUEST_HASH_SCHEME):
+            # Hashed by a release before the request was (it hashed the built Job, the provider's own
+            # shell included): it cannot be compared, and refusing it would leave it training unwatched.
+            log.info("Volcano Job %s/%s was submitted by an earlier release of airflow-volcano, whose record of "
+                     "its arguments cannot be compared with this try's: taking it as this try's", namespace, ref.name)
+            built_from = None
         if built_from is not None and built_from != wanted and if_job_exists != IfJobExists.REPLACE:
             # Another request: the arguments, the script or debug mode changed since that try.
             if not is_debug_job(existing):
+                on_found(ref)  # the failure settles it: kept for a later try, else deleted if it still runs
                 raise VolcanoJobError(
                     f"an earlier try of this task instance submitted Volcano Job {namespace}/{ref.name} (phase "
-                    f"{phase}) from other arguments, script or debug mode than this try's; it is left as it is: "
-                    "delete it, or set if_job_exists='replace' to replace it")
+                    f"{phase}) from other arguments, script or debug mode than this try's. Set "
+                    "if_job_exists='replace' to replace it with this try's, or delete it; or run the task with "
+                    "the arguments that built it")
             log.info("Replacing Volcano Job %s/%s of an earlier try: a debug session, not this try's request "
                      "(nothing trains in it)", namespace, ref.name)
             delete_job_and_script(hook, ref)
@@ -77,7 +85,7 @@ def submit_or_reattach(hook: VolcanoHook, manifests: JobManifests, namespace: st
                                   f"{namespace}/{ref.name} (phase {phase}); it is left as it is")
         log.info("Replacing Volcano Job %s/%s of an earlier try", namespace, ref.name)
         delete_job_and_script(hook, ref)
-    ref = submit(hook, manifests, namespace, on_created)
+    ref = submit(hook, manifests, namespace, on_found)
     if state_store is not None:
         state_store.set(STATE_STORE_KEY, {"name": ref.name, "namespace": ref.namespace, "uid": ref.uid})
     return ref
@@ -98,7 +106,7 @@ def submit(hook: VolcanoHook, manifests: JobManifests, namespace: str,
         hook.delete_job(name, namespace)
         hook.wait_job_deleted(name, namespace)
     # Which request built it: a later try reattaches only to a Job of its own request.
-    job["metadata"].setdefault("annotations", {})[REQUEST_HASH_ANNOTATION] = request_hash(job, manifests.configmap)
+    job["metadata"].setdefault("annotations", {})[REQUEST_HASH_ANNOTATION] = manifests.request_hash
     configmap = manifests.configmap
     if configmap is not None:
         configmap["metadata"]["namespace"] = namespace

@@ -1,41 +1,58 @@
 """The waiting engine: what to do next while a Volcano Job runs. Pure: no I/O, no clock, no sleep.
 
 Fed what a driver observed (the Job it read, each change a watch delivered, the pods, the end of a
-watch) with the time it observed it, the engine answers with the next action:
+watch, what the followed logs showed) with the time it observed it on its own clock, the engine
+answers with the next action:
 
-- `Done`: a verdict (finished, job_timeout, the task's deadline, a pod that cannot start, deleted);
+- `Done`: the verdict (`events.WaitOutcome`: finished, job_timeout, the task's deadline, a pod that
+  cannot start, a stall, deleted);
 - `CheckPods`: list the pods (and, while scheduling matters, the PodGroup and its events);
 - `Watch`: watch the Job from a resourceVersion for at most so many seconds, feeding each change;
 - `Reread`: the watch ended early (dropped, refused, 410 Gone): read the Job again after a back-off
   with jitter, so many waiters do not hammer an apiserver that is struggling;
-- `DeletePods`: pods whose node stopped answering for node_lost_timeout: delete them at once
-  (the kubelet cannot confirm), which Volcano handles as an eviction; then `pods_deleted`;
+- `DeletePods`: pods whose node stopped answering for node_lost_timeout: delete them at once (their
+  kubelet cannot confirm), each only as the pod it was seen as (its uid); then `pods_deleted`;
+- `ProbeOutput`: read the newest line of pods whose output counts for stall_timeout but is not copied
+  (log_tasks' pods in the triggerer, the ranks' pods of a DeepSpeed/mpirun launch); then `output_probed`;
 - `CollectStacks`: a Running Job gave no output and no change for stall_timeout (a stall): ask
   its pods for their Python stacks and show them; then `stacks_collected`;
-- `RestartJob`: stall_action="restart": ask Volcano for a gang restart; then `restart_requested`.
+- `RestartJob`: stall_action="restart": delete the Job's training pods, which its policies answer
+  with a gang restart; then `restart_requested` (refused: the stall fails the task instead).
 
-Output (for stall_timeout) is observed through `last_output`, which a driver gives the engine: the
-newest line its log copies have seen.
+Output is what the followed logs showed, on the waiter's own clock (`OutputClock`, which the
+driver's log readers keep): a node's timestamps come from another clock. While the waiter cannot
+see a followed log (a read that fails, or before its first read after the waiter itself started),
+the stall's clock does not run: the engine acts only on what it is sure of.
 
-The worker's loop (`job_runner.wait_for_job`, blocking) and the trigger's (`VolcanoJobTrigger`,
-asyncio) are thin drivers of this one engine: the same policy, contract and deadlines in both.
+The worker's loop (`wait_worker`, blocking) and the trigger's (`VolcanoJobTrigger`, asyncio) are
+thin drivers of this one engine: the same policy, contract and deadlines in both; what they do at
+the cluster for an action is written once in `wait_steps`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from airflow_volcano.constants import JobPhase, StallAction
+from airflow_volcano.constants import (
+    DEFAULT_POLL_INTERVAL,
+    DEFAULT_STARTUP_TIMEOUT,
+    MAX_STALL_RESTARTS,
+    JobPhase,
+    StallAction,
+)
+from airflow_volcano.events import Verdict, WaitOutcome
+from airflow_volcano.hooks.retry import backoff
 from airflow_volcano.logs import Emit, LogCursor
 from airflow_volcano.manifest import optional_seconds, seconds, stall_seconds
 from airflow_volcano.manifest.checks import choice
+from airflow_volcano.stalls import describe_silence
 from airflow_volcano.status import (
     JobProgress,
-    JobState,
     LostPod,
     image_pull_problem,
     job_state,
@@ -51,6 +68,9 @@ if TYPE_CHECKING:
 SCHEDULING_EVENT_PODS = 3
 RUNNING_WATCH_SECONDS = 300.0  # a Running Job costs one watch request per five minutes
 MAX_BACKOFF_SECONDS = 30.0
+# While a followed log cannot be read, the engine looks again this often (it decides nothing meanwhile).
+BLIND_RECHECK_SECONDS = 10.0
+BLIND = "blind"  # what ProbeOutput's answer says of a pod whose log could not be read
 
 
 @dataclass(frozen=True)
@@ -58,9 +78,9 @@ class WaitLimits:
     """Client-side deadlines (Volcano has no job deadline of its own) and the pod check interval,
     in seconds: the operator's arguments of the same names. Travels to the trigger as `to_dict()`."""
 
-    startup_timeout: float | None = 900.0
+    startup_timeout: float | None = DEFAULT_STARTUP_TIMEOUT
     job_timeout: float | None = None
-    poll_interval: float = 5.0  # how often to look at pods while the Job has not started
+    poll_interval: float = DEFAULT_POLL_INTERVAL  # how often to look at pods while the Job has not started
     # How long pods on a node that stopped answering stay before they are deleted (None: never
     # looked for; a sensor, which does not own the Job, leaves it None).
     node_lost_timeout: float | None = None
@@ -72,8 +92,8 @@ class WaitLimits:
     def checked(cls, *, startup_timeout: Any, job_timeout: Any, poll_interval: Any,
                 node_lost_timeout: Any = None, stall_timeout: Any = None,
                 stall_action: Any = StallAction.FAIL) -> WaitLimits:
-        """From the operator's arguments (stall_timeout in minutes or a timedelta); a bad value
-        raises JobSpecError naming its parameter."""
+        """From the operator's arguments (each seconds or a timedelta); a bad value raises
+        JobSpecError naming its parameter."""
         choice("stall_action", stall_action, set(StallAction))
         return cls(startup_timeout=optional_seconds("startup_timeout", startup_timeout),
                    job_timeout=optional_seconds("job_timeout", job_timeout),
@@ -82,32 +102,75 @@ class WaitLimits:
                    stall_timeout=stall_seconds("stall_timeout", stall_timeout),
                    stall_action=str(StallAction(stall_action)))
 
-    def to_dict(self) -> dict[str, float | None]:
+    def to_dict(self) -> dict[str, float | str | None]:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> WaitLimits:
-        return cls(**data)
+    def from_dict(cls, data: Mapping[str, Any]) -> WaitLimits:
+        known = {item.name for item in dataclasses.fields(cls)}
+        return cls(**{key: value for key, value in data.items() if key in known})
 
 
-@dataclass
-class WaitResult:
-    state: JobState
-    job: dict | None
-    timed_out: str | None = None  # why the wait gave up, if it did
-    problem: str | None = None  # a failure found before the Job itself failed (e.g. image pull)
-    log_cursor: LogCursor = field(default_factory=LogCursor)
-    deleted: str | None = None  # the Job disappeared while waited for
-    lost_nodes: tuple[str, ...] = ()  # nodes whose pods were deleted after node_lost_timeout
-    stalled: str | None = None  # the Job stalled (and was to be deleted): what the stacks showed, briefly
-    stalls: int = 0  # stalls seen (each restarted the gang, with stall_action="restart", but the last)
-    # Pods seen failed during the wait, by name (`status.pod_view`): Volcano may remove them before the end.
-    failed_pods: dict[str, dict] = field(default_factory=dict)
+@dataclass(frozen=True)
+class OutputView:
+    """What the waiter knows of the followed logs' output at one moment (see OutputClock)."""
+
+    last_seen: float | None  # when new output was last read (the waiter's clock)
+    blind_at_last_seen: float  # the blind seconds counted up to then
+    blind_total: float  # the blind seconds counted up to now
+    blind: bool  # some followed log cannot be read now
+
+
+class OutputClock:
+    """What a waiter has seen of the output of the pods it follows, on its own clock. The driver's log
+    readers (threads in a worker, tasks in the triggerer) tell it: `seen` (a new line, a heartbeat
+    too), `blind` (reading a source failed: what it prints is not seen), `sighted` (reading the source
+    works: it reached the log's end, or the pod has no log yet). A source starts blind when it is
+    `expected` and is seen only once read: a waiter that just started (a reattach, a triggerer's
+    restart) does not count the time before its first read as silence. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last_seen: float | None = None
+        self._blind_at_last_seen = 0.0
+        self._blind: dict[str, float] = {}  # source -> since when it cannot be read
+        self._blind_since: float | None = None  # since when some source cannot be read
+        self._blind_total = 0.0  # blind seconds of the intervals that ended
+
+    def expected(self, source: str, now: float) -> None:
+        self.blind(source, now)
+
+    def blind(self, source: str, now: float) -> None:
+        with self._lock:
+            if source not in self._blind:
+                if not self._blind:
+                    self._blind_since = now
+                self._blind[source] = now
+
+    def sighted(self, source: str, now: float) -> None:
+        with self._lock:
+            if self._blind.pop(source, None) is not None and not self._blind and self._blind_since is not None:
+                self._blind_total += max(0.0, now - self._blind_since)
+                self._blind_since = None
+
+    def seen(self, now: float) -> None:
+        with self._lock:
+            if self._last_seen is None or now >= self._last_seen:
+                self._last_seen = now
+                self._blind_at_last_seen = self._total(now)
+
+    def view(self, now: float) -> OutputView:
+        with self._lock:
+            return OutputView(self._last_seen, self._blind_at_last_seen, self._total(now), bool(self._blind))
+
+    def _total(self, now: float) -> float:
+        ongoing = max(0.0, now - self._blind_since) if self._blind_since is not None else 0.0
+        return self._blind_total + ongoing
 
 
 @dataclass(frozen=True)
 class Done:
-    result: WaitResult
+    outcome: WaitOutcome
 
 
 @dataclass(frozen=True)
@@ -127,8 +190,32 @@ class Reread:
 
 
 @dataclass(frozen=True)
+class PodRef:
+    """One pod exactly: its name and its uid (a replacement of the same name is another pod)."""
+
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True)
 class DeletePods:
-    pods: tuple[str, ...]  # delete now (no grace period: their kubelet cannot confirm), then pods_deleted
+    pods: tuple[PodRef, ...]  # delete now (no grace period: their kubelet cannot confirm), then pods_deleted
+
+
+@dataclass(frozen=True)
+class FollowedLog:
+    """A pod whose output counts for stall_timeout: its log copied by the driver (`cursor`: how far,
+    the node's nanoseconds), or only probed (`cursor` None: log_tasks' pods in the triggerer, the
+    ranks' pods of a DeepSpeed/mpirun launch)."""
+
+    pod: str
+    container: str | None
+    cursor: LogCursor | None = None
+
+
+@dataclass(frozen=True)
+class ProbeOutput:
+    pods: tuple[tuple[str, str | None], ...]  # (pod, container): read each one's newest line
 
 
 @dataclass(frozen=True)
@@ -138,17 +225,19 @@ class CollectStacks:
 
 @dataclass(frozen=True)
 class RestartJob:
-    pass
+    """Delete these pods gracefully (they may save a checkpoint): the Job's policies restart the gang."""
+
+    pods: tuple[PodRef, ...]
 
 
-Action = Done | CheckPods | Watch | Reread | DeletePods | CollectStacks | RestartJob
+Action = Done | CheckPods | Watch | Reread | DeletePods | ProbeOutput | CollectStacks | RestartJob
 
 
 @dataclass(frozen=True)
 class WaitStep:
     """What the policy says about the Job just read."""
 
-    done: WaitResult | None = None
+    done: WaitOutcome | None = None
     check_pods: bool = False  # look for image pull errors / an expired startup_timeout
     wait_seconds: float = RUNNING_WATCH_SECONDS  # how long to watch for the next change at most
 
@@ -156,8 +245,7 @@ class WaitStep:
 def backoff_after_drops(drops: int, jitter: float) -> float:
     """Seconds to wait after `drops` consecutive dropped watches: 0.5 s doubling per drop, at most
     30 s, with jitter in [0, 1) spreading it over the upper half (so many waiters do not retry in step)."""
-    ceiling = min(MAX_BACKOFF_SECONDS, 0.5 * 2 ** min(drops, 6))
-    return ceiling / 2 + jitter * ceiling / 2
+    return backoff(drops, 0.5, MAX_BACKOFF_SECONDS, jitter)
 
 
 def pod_check_interval(limits: WaitLimits, elapsed: float) -> float:
@@ -175,15 +263,21 @@ def node_check_interval(limits: WaitLimits) -> float | None:
     return min(60.0, max(10.0, limits.node_lost_timeout / 3))
 
 
+def output_probe_interval(limits: WaitLimits) -> float | None:
+    """How often the newest line of a pod whose output counts but is not copied is read: a quarter of
+    stall_timeout, at most every 30 s."""
+    return None if limits.stall_timeout is None else min(30.0, limits.stall_timeout / 4)
+
+
 def next_step(job: dict, limits: WaitLimits, elapsed: float, since_pod_check: float) -> WaitStep:
     """The waiting policy for one reading of the Job."""
     state = job_state(job)
     if state.finished:
-        return WaitStep(done=WaitResult(state=state, job=job))
+        return WaitStep(done=WaitOutcome(Verdict.FINISHED, phase=state.phase, job=job))
     if limits.job_timeout is not None and elapsed >= limits.job_timeout:
-        return WaitStep(done=WaitResult(
-            state=state, job=job, timed_out=f"job_timeout of {limits.job_timeout:.0f}s passed (phase {state.phase})"
-        ))
+        return WaitStep(done=WaitOutcome(
+            Verdict.JOB_TIMEOUT, message=f"job_timeout of {limits.job_timeout:.0f}s passed (phase {state.phase})",
+            phase=state.phase, job=job))
     # Pods changing state do not always change the Job (an image pull error leaves it Pending),
     # so pods are looked at while some are pending; after that the watch alone suffices.
     wait = RUNNING_WATCH_SECONDS
@@ -202,25 +296,44 @@ def next_step(job: dict, limits: WaitLimits, elapsed: float, since_pod_check: fl
     return WaitStep(check_pods=check_pods, wait_seconds=max(1.0, wait))
 
 
+@dataclass
+class _Progress:
+    """The last sign of life of a Running Job (an output, or a change of the Job), and the blind
+    seconds counted up to it: the stall's clock runs from there, blind time excluded."""
+
+    at: float
+    blind_at: float
+
+
+@dataclass
+class _Probes:
+    """The newest line of each probed pod, the pods whose last probe failed, and when probes are next due."""
+
+    newest: dict[str, int | None] = field(default_factory=dict)
+    failed: set[str] = field(default_factory=set)
+    due: float = float("-inf")
+
+
 class WaitEngine:
     """One wait for one Job. Drivers call `job_read` first, then do what each answer says.
 
     :param ref: the Job waited for.
-    :param limits: startup_timeout, job_timeout, pod check interval.
+    :param limits: startup_timeout, job_timeout, pod check interval, node_lost_timeout, stall_timeout.
     :param started_at: epoch seconds the Job's clock starts from (its creation).
     :param report: told each change of phase and the scheduler's reason while Pending.
     :param deadline: epoch seconds at which the wait gives up (a deferred task's execution_timeout).
     :param jitter: a number in [0, 1) per back-off (random by default; fixed in tests).
-    :param last_output: when the followed logs last gave a line (epoch seconds), if ever: what
-        the driver's log copies have seen so far (stall_timeout).
+    :param output: what the driver's log readers have seen (stall_timeout).
+    :param followed: the pods whose output counts for stall_timeout.
     """
 
     def __init__(self, ref: JobRef, limits: WaitLimits, *, started_at: float, report: Emit,
                  deadline: float | None = None, jitter: Callable[[], float] = random.random,
-                 last_output: Callable[[], float | None] = lambda: None) -> None:
+                 output: OutputClock | None = None, followed: tuple[FollowedLog, ...] = ()) -> None:
         self.ref, self.limits, self.started_at = ref, limits, started_at
         self.report, self.deadline, self.jitter = report, deadline, jitter
-        self.last_output = last_output
+        self.output = output or OutputClock()
+        self.followed = followed
         self.job: dict | None = None
         self._progress = JobProgress()
         self._last_pod_check = float("-inf")
@@ -230,37 +343,20 @@ class WaitEngine:
         self._lost: dict[str, tuple[str, ...]] = {}  # node -> its pods, as last reported lost
         self._lost_seen: dict[str, float] = {}  # pod -> when this wait first saw it lost
         self.lost_nodes: list[str] = []  # nodes whose pods were deleted after node_lost_timeout
-        self._progress_at: float | None = None  # last output or change while Running (None: not Running)
-        self._progress_version = ""  # the Job's resourceVersion at the last change
+        self._alive: _Progress | None = None  # last output or change while Running (None: not Running)
+        self._alive_version = ""  # the Job's resourceVersion at the last change
+        self._probes = _Probes()
+        self._confirming = False  # the pending ProbeOutput checks a stall before it is acted on
         self.stalls = 0
+
+    # -- observations ---------------------------------------------------------------------------
 
     def job_read(self, job: dict | None, now: float) -> Action:
         """The Job as a read (GET) returned it; None if it does not exist."""
         if job is None:
-            return Done(WaitResult(state=job_state({}), job=None,
-                                   deleted=f"Volcano Job {self.ref.namespace}/{self.ref.name} was deleted"))
+            return Done(WaitOutcome(Verdict.DELETED, job=None, lost_nodes=tuple(self.lost_nodes), stalls=self.stalls,
+                                    message=f"Volcano Job {self.ref.namespace}/{self.ref.name} was deleted"))
         self._observe(job, now)
-        return self._decide(now)
-
-    def output_seen(self, at: float | None) -> None:
-        """The time a followed log last gave a new line (a heartbeat too), if it ever did."""
-        if at is not None and self._progress_at is not None:
-            self._progress_at = max(self._progress_at, at)
-
-    def stacks_collected(self, where: str, now: float) -> Action:
-        """The answer to CollectStacks: `where` says briefly where each process was (the stacks
-        themselves were shown)."""
-        self.stalls += 1
-        silent = _minutes(self.limits.stall_timeout or 0)
-        if self.limits.stall_action == StallAction.RESTART:
-            self.report(f"Volcano Job {self.ref.namespace}/{self.ref.name} stalled: no output for {silent}; "
-                        "restarting the gang (stall_action='restart'), under the Job's retry budget")
-            return RestartJob()
-        return Done(self._result(stalled=f"stalled: no output for {silent}{where and '; ' + where}"))
-
-    def restart_requested(self, now: float) -> Action:
-        """The answer to RestartJob: the stall's clock starts again."""
-        self._progress_at = now
         return self._decide(now)
 
     def job_changed(self, job: dict, now: float) -> Action | None:
@@ -293,7 +389,7 @@ class WaitEngine:
                 self.report(line)
         problem = startup_problem(self.ref, pods, podgroup, self.limits, waited, events)
         if problem is not None:
-            return Done(self._result(problem=problem))
+            return Done(self._outcome(Verdict.CANNOT_START, message=problem))
         if self.limits.node_lost_timeout is not None:
             expired = self._lost_node_pods(pods, now, self.limits.node_lost_timeout)
             if expired:
@@ -305,18 +401,168 @@ class WaitEngine:
         self._last_pod_check = now
         return self._decide(now)
 
-    def _lost_node_pods(self, pods: list[dict], now: float, timeout: float) -> tuple[str, ...]:
+    def output_probed(self, newest: Mapping[str, int | str | None], now: float) -> Action:
+        """The answer to ProbeOutput: each pod's newest line's timestamp (the node's nanoseconds, only
+        compared with the same pod's), None if it has no log yet, or BLIND (the read failed)."""
+        confirming, self._confirming = self._confirming, False
+        new_output = False
+        cursors = {log.pod: log.cursor for log in self.followed}
+        for pod, stamp in newest.items():
+            source = f"probe:{pod}"
+            if stamp == BLIND:
+                self.output.blind(source, now)
+                self._probes.failed.add(pod)
+                continue
+            self.output.sighted(source, now)
+            self._probes.failed.discard(pod)
+            number = stamp if isinstance(stamp, int) else None
+            cursor = cursors.get(pod)
+            if cursor is not None:  # copied: output the copy has not reached yet is output all the same
+                new_output |= number is not None and number > cursor.last_ns
+            else:
+                new_output |= pod in self._probes.newest and number is not None and number != self._probes.newest[pod]
+                self._probes.newest[pod] = number
+        if new_output:
+            self.output.seen(now)
+        # A read that failed is tried again soon: until it works, no stall can be decided.
+        interval = BLIND_RECHECK_SECONDS if self._probes.failed else output_probe_interval(self.limits)
+        self._probes.due = now + (interval or RUNNING_WATCH_SECONDS)
+        stall_left = self._stall_left(now)
+        if confirming and stall_left is not None and stall_left <= 0:
+            return CollectStacks(silent_for=self._silent_for(now))
+        return self._decide(now)
+
+    def stacks_collected(self, where: str, now: float, running: tuple[PodRef, ...] = ()) -> Action:
+        """The answer to CollectStacks: `where` says briefly where each process was (the stacks
+        themselves were shown); `running`, the training pods a restart would delete."""
+        self.stalls += 1
+        silent = describe_silence(self.limits.stall_timeout or 0)
+        if self.limits.stall_action == StallAction.RESTART and running:
+            if self.stalls <= MAX_STALL_RESTARTS:
+                self.report(f"Volcano Job {self.ref.namespace}/{self.ref.name} stalled: no output for {silent}; "
+                            "restarting the gang (stall_action='restart'), under the Job's retry budget")
+                return RestartJob(pods=running)
+            where = (f"it stalled again after {MAX_STALL_RESTARTS} restarts (stall_action='restart' restarts at most "
+                     f"{MAX_STALL_RESTARTS} times)" + (f"; {where}" if where else ""))
+        return Done(self._outcome(Verdict.STALLED, message=f"stalled: no output for {silent}{where and '; ' + where}"))
+
+    def restart_requested(self, now: float, refused: str | None = None) -> Action:
+        """The answer to RestartJob: the stall's clock starts again; a refused restart ends the wait
+        as stall_action="fail" would, saying why."""
+        if refused is not None:
+            silent = describe_silence(self.limits.stall_timeout or 0)
+            return Done(self._outcome(Verdict.STALLED, message=(
+                f"stalled: no output for {silent}; stall_action='restart' could not restart it ({refused})")))
+        if self._alive is not None:
+            self._alive = _Progress(now, self.output.view(now).blind_total)
+        return self._decide(now)
+
+    # -- the decision -----------------------------------------------------------------------------
+
+    @property
+    def starting(self) -> bool:
+        """Whether the Job has pods still to start (its pods are looked at until it has none)."""
+        return self.job is not None and _has_pending(self.job)
+
+    def _outcome(self, verdict: Verdict, **fields: Any) -> WaitOutcome:
+        assert self.job is not None
+        return WaitOutcome(verdict, phase=job_state(self.job).phase, job=self.job, lost_nodes=tuple(self.lost_nodes),
+                           stalls=self.stalls, **fields)
+
+    def _observe(self, job: dict, now: float) -> None:
+        self.job = job
+        if (line := self._progress.observe(job)) is not None:
+            self.report(line)
+        state = job_state(job)
+        if state.phase != JobPhase.RUNNING:
+            self._alive = None
+        elif self._alive is None or state.resource_version != self._alive_version:
+            # Started running, or changed (a pod ended, a restart): a sign of life.
+            self._alive = _Progress(now, self.output.view(now).blind_total)
+        self._alive_version = state.resource_version
+
+    def _stall_left(self, now: float) -> float | None:
+        """Seconds until the Running Job counts as stalled (<= 0: it has); None if it cannot (off, not
+        Running, or a followed log cannot be read now: the engine does not guess)."""
+        if self.limits.stall_timeout is None or self._alive is None:
+            return None
+        view = self.output.view(now)
+        if view.last_seen is not None and view.last_seen > self._alive.at:
+            self._alive = _Progress(view.last_seen, view.blind_at_last_seen)
+        if view.blind:
+            return None
+        silent = now - self._alive.at - (view.blind_total - self._alive.blind_at)
+        return self.limits.stall_timeout - silent
+
+    def _silent_for(self, now: float) -> float:
+        assert self._alive is not None
+        return now - self._alive.at - (self.output.view(now).blind_total - self._alive.blind_at)
+
+    def _past_deadline(self, now: float) -> bool:
+        return self.deadline is not None and now >= self.deadline
+
+    def _probed(self) -> tuple[tuple[str, str | None], ...]:
+        """The pods read by probes: those no log reader follows, and any whose last probe failed."""
+        return tuple((log.pod, log.container) for log in self.followed
+                     if log.cursor is None or log.pod in self._probes.failed)
+
+    def _probe_due(self, now: float) -> bool:
+        return bool(self._probed()) and self._alive is not None and self.limits.stall_timeout is not None \
+            and now >= self._probes.due
+
+    def _decide(self, now: float) -> Action:
+        assert self.job is not None
+        waited = now - self.started_at
+        step = next_step(self.job, self.limits, waited, now - self._last_pod_check)
+        if step.done is not None:
+            return Done(dataclasses.replace(step.done, lost_nodes=tuple(self.lost_nodes), stalls=self.stalls))
+        if self._past_deadline(now):
+            return Done(self._outcome(Verdict.DEADLINE, message="the task's execution_timeout passed"))
+        if self._probe_due(now):
+            return ProbeOutput(pods=self._probed())
+        stall_left = self._stall_left(now)
+        if stall_left is not None and stall_left <= 0:
+            if not self.followed:
+                return CollectStacks(silent_for=self._silent_for(now))
+            # Silent as far as the waiter saw: before acting, a fresh read of every followed log (a
+            # stream may hang without failing, a copy may lag) must confirm it.
+            self._confirming = True
+            return ProbeOutput(pods=tuple((log.pod, log.container) for log in self.followed))
+        if step.check_pods:
+            # The scheduler's view (PodGroup, events: two reads) once the Job has been Pending a while:
+            # one that starts within a check interval needs no explaining.
+            # (A running Job's pods are checked for lost nodes only.)
+            self._scheduling = self.starting and (startup_timed_out(self.limits, waited) or (
+                job_state(self.job).phase == JobPhase.PENDING and waited >= self.limits.poll_interval))
+            return CheckPods(scheduling=self._scheduling)
+        seconds = step.wait_seconds
+        if self.deadline is not None:
+            seconds = min(seconds, max(1.0, self.deadline - now))
+        if stall_left is not None:
+            seconds = min(seconds, max(1.0, stall_left))
+        elif self._alive is not None and self.limits.stall_timeout is not None:
+            seconds = min(seconds, BLIND_RECHECK_SECONDS)  # blind: look again soon
+        if self._probed() and self._alive is not None and self.limits.stall_timeout is not None:
+            seconds = min(seconds, max(1.0, self._probes.due - now))
+        self._watch = (now, float(max(1, round(seconds))))
+        return Watch(resource_version=job_state(self.job).resource_version, seconds=max(1, round(seconds)))
+
+    def _lost_node_pods(self, pods: list[dict], now: float, timeout: float) -> tuple[PodRef, ...]:
         """Report each node that stops (or resumes) answering once; the pods lost for `timeout`,
         counted from when this wait first saw them lost (the apiserver's timestamps come from
-        another clock, which may be skewed against this one)."""
+        another clock, which may be skewed against this one). Only this Job's own pods count."""
         by_node: dict[str, list[LostPod]] = {}
-        for pod in lost_pods(pods):
+        for pod in lost_pods(pods, owner_uid=self.ref.uid):
             by_node.setdefault(pod.node, []).append(pod)
+        present = {(pod.get("metadata") or {}).get("name") for pod in pods}
         for node in [node for node in self._lost if node not in by_node]:
-            self.report(f"Node {node} answers again: pod(s) {', '.join(self._lost.pop(node))} are ready")
+            names = self._lost.pop(node)
+            back = [name for name in names if name in present]
+            if back:  # not when its pods are gone (deleted after node_lost_timeout, or by Volcano)
+                self.report(f"Node {node} answers again: pod(s) {', '.join(back)} are ready")
         seen = {pod.pod for lost in by_node.values() for pod in lost}
         self._lost_seen = {pod: at for pod, at in self._lost_seen.items() if pod in seen}
-        expired: list[str] = []
+        expired: list[PodRef] = []
         for node, lost in by_node.items():
             names = tuple(pod.pod for pod in lost)
             if self._lost.get(node) != names:
@@ -332,71 +578,8 @@ class WaitEngine:
                     self.report(f"Node {node} has not come back within node_lost_timeout ({timeout:.0f}s): "
                                 f"deleting its pod(s) {', '.join(names)}; Volcano handles that like an eviction "
                                 "(the Job restarts if its retry budget allows)")
-                expired += names
+                expired += [PodRef(pod.pod, pod.uid) for pod in lost]
         return tuple(expired)
-
-    def _result(self, **fields: Any) -> WaitResult:
-        assert self.job is not None
-        return WaitResult(state=job_state(self.job), job=self.job, lost_nodes=tuple(self.lost_nodes),
-                          stalls=self.stalls, **fields)
-
-    @property
-    def starting(self) -> bool:
-        """Whether the Job has pods still to start (its pods are looked at until it has none)."""
-        return self.job is not None and _has_pending(self.job)
-
-    def _observe(self, job: dict, now: float) -> None:
-        self.job = job
-        if (line := self._progress.observe(job)) is not None:
-            self.report(line)
-        state = job_state(job)
-        if state.phase != JobPhase.RUNNING:
-            self._progress_at = None
-        elif self._progress_at is None or state.resource_version != self._progress_version:
-            self._progress_at = now  # started running, or changed (a pod ended, a restart): progress
-        self._progress_version = state.resource_version
-
-    def _stall_left(self, now: float) -> float | None:
-        """Seconds until the Running Job counts as stalled (<= 0: it has); None if it cannot."""
-        if self.limits.stall_timeout is None or self._progress_at is None:
-            return None
-        self.output_seen(self.last_output())
-        return self._progress_at + self.limits.stall_timeout - now
-
-    def _past_deadline(self, now: float) -> bool:
-        return self.deadline is not None and now >= self.deadline
-
-    def _decide(self, now: float) -> Action:
-        assert self.job is not None
-        waited = now - self.started_at
-        step = next_step(self.job, self.limits, waited, now - self._last_pod_check)
-        if step.done is not None:
-            return Done(dataclasses.replace(step.done, lost_nodes=tuple(self.lost_nodes), stalls=self.stalls))
-        if self._past_deadline(now):
-            return Done(self._result(timed_out="the task's execution_timeout passed"))
-        stall_left = self._stall_left(now)
-        if stall_left is not None and stall_left <= 0:
-            assert self._progress_at is not None
-            return CollectStacks(silent_for=now - self._progress_at)
-        if step.check_pods:
-            # The scheduler's view (PodGroup, events: two reads) once the Job has been Pending a while:
-            # one that starts within a check interval needs no explaining.
-            # (A running Job's pods are checked for lost nodes only.)
-            self._scheduling = self.starting and (startup_timed_out(self.limits, waited) or (
-                job_state(self.job).phase == JobPhase.PENDING and waited >= self.limits.poll_interval))
-            return CheckPods(scheduling=self._scheduling)
-        seconds = step.wait_seconds
-        if self.deadline is not None:
-            seconds = min(seconds, max(1.0, self.deadline - now))
-        if stall_left is not None:
-            seconds = min(seconds, max(1.0, stall_left))
-        self._watch = (now, float(max(1, round(seconds))))
-        return Watch(resource_version=job_state(self.job).resource_version, seconds=max(1, round(seconds)))
-
-
-def _minutes(seconds: float) -> str:
-    minutes = seconds / 60
-    return f"{minutes:g} minute{'' if minutes == 1 else 's'}"
 
 
 def _has_pending(job: dict) -> bool:

@@ -94,7 +94,9 @@ def read_with(reader: str, kubeconfig: str, lines: int) -> dict:
         def open_stream(since_seconds: int | None) -> object:
             return hook.stream_pod_log(POD, NAMESPACE, container=CONTAINER, since_seconds=since_seconds)
 
-        follower = LogFollower(open_stream, LogCursor(), lambda line: log.info("[%s] %s", POD, line))
+        from airflow_volcano.pod_logs import pod_line_emit
+
+        follower = LogFollower(open_stream, LogCursor(), pod_line_emit(log, POD))
         baseline, started = rss_mib(), time.monotonic()
         follower.start()
         while counter.lines < lines and time.monotonic() - started < 600:
@@ -105,15 +107,19 @@ def read_with(reader: str, kubeconfig: str, lines: int) -> dict:
 
         from airflow_volcano.job_ref import JobRef
         from airflow_volcano.logs import LogCursor
-        from airflow_volcano.triggers.job import VolcanoJobTrigger
+        from airflow_volcano.masking import JobSecrets
+        from airflow_volcano.triggers.job import VolcanoJobTrigger, _LogCopy
+        from airflow_volcano.wait_engine import OutputClock
 
         ref = JobRef(name=JOB, namespace=NAMESPACE, main_container=CONTAINER)
         trigger = VolcanoJobTrigger(ref.to_dict(), "kubernetes_default")
 
         async def copy() -> float:
             hook = await trigger._hook()
+            trigger._secrets = JobSecrets()
             start = time.monotonic()
-            await trigger._copy_new_log_lines(hook, ref, LogCursor())
+            await trigger._copy_new_lines(hook, NAMESPACE, _LogCopy(ref.main_pod, CONTAINER, LogCursor()),
+                                          OutputClock())
             return start
 
         baseline = rss_mib()

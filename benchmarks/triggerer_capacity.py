@@ -65,10 +65,11 @@ async def per_trigger_watch(ref: dict, kubernetes_conn_id: str) -> dict:
     from kubernetes_asyncio import client as async_client
     from kubernetes_asyncio import watch as async_watch
 
+    from airflow_volcano.hooks import calls
     from airflow_volcano.hooks.volcano import AsyncVolcanoHook
 
     hook = AsyncVolcanoHook(kubernetes_conn_id)
-    job = await hook.get_job(ref["name"], ref["namespace"])
+    job = await hook.run(calls.get_job(ref["name"], ref["namespace"]))
     while True:
         async with hook.get_conn() as api:
             async with async_watch.Watch().stream(

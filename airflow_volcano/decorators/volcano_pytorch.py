@@ -44,9 +44,8 @@ class _VolcanoPyTorchDecoratedOperator(DecoratedOperator, VolcanoPyTorchJobOpera
 
     custom_operator_name = "@task.volcano_pytorch"
     # The function is the script: `training_script` and `command` are not arguments here.
-    template_fields: Sequence[str] = tuple(
-        field for field in VolcanoPyTorchJobOperator.template_fields if field not in ("training_script", "command")
-    ) + ("op_args", "op_kwargs")
+    untemplated_fields = (*VolcanoPyTorchJobOperator.untemplated_fields, "training_script", "command")
+    extra_template_fields = ("op_args", "op_kwargs")
     shallow_copy_attrs: Sequence[str] = ("python_callable",)
 
     def __init__(self, **kwargs: Any) -> None:

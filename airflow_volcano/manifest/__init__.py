@@ -9,6 +9,7 @@ labels), `policies` (restart rules), `checks` (value checks and the whole Job's 
 (`build_manifests`).
 """
 
+from airflow_volcano.constants import DEFAULT_DEBUG_TIMEOUT, DEFAULT_SHM_SIZE
 from airflow_volcano.manifest.build import (
     JobManifests,
     build_manifests,
@@ -18,7 +19,7 @@ from airflow_volcano.manifest.build import (
     tensorboard_endpoint,
 )
 from airflow_volcano.manifest.checks import load_job_template, optional_seconds, seconds, stall_seconds, validate_job
-from airflow_volcano.manifest.launchers import DEFAULT_DEBUG_TIMEOUT, debug_command, managed_flag, torchrun_command
+from airflow_volcano.manifest.launchers import debug_command, managed_flag, torchrun_command
 from airflow_volcano.manifest.names import (
     DEFAULT_MASTER,
     DEFAULT_WORKER,
@@ -33,7 +34,7 @@ from airflow_volcano.manifest.names import (
     script_configmap_name,
 )
 from airflow_volcano.manifest.policies import exit_code_policies, retryable_exit_codes
-from airflow_volcano.manifest.request import DEFAULT_SHM_SIZE, JobKind, JobRequest, TrainingScript, arguments
+from airflow_volcano.manifest.request import JobKind, JobRequest, TrainingScript, arguments, templated_arguments
 
 __all__ = [
     "DEFAULT_DEBUG_TIMEOUT", "DEFAULT_MASTER", "DEFAULT_SHM_SIZE", "DEFAULT_WORKER", "TENSORBOARD_TASK", "JobKind",
@@ -41,5 +42,6 @@ __all__ = [
     "debug_command", "default_job_name", "exit_code_policies", "identity_labels", "is_debug_job",
     "load_job_template", "managed_flag", "max_job_name_length", "optional_seconds", "request_hash",
     "retryable_exit_codes", "run_labels", "sanitize_dns_label", "sanitize_label_value", "script_configmap_name",
-    "seconds", "stall_seconds", "task_pods", "tensorboard_endpoint", "torchrun_command", "validate_job",
+    "seconds", "stall_seconds", "task_pods", "templated_arguments", "tensorboard_endpoint", "torchrun_command",
+    "validate_job",
 ]

@@ -5,6 +5,8 @@ and mounted, TensorBoard, wait-for-master and debug mode added, then the whole J
 from __future__ import annotations
 
 import copy
+import dataclasses
+import datetime
 import hashlib
 import json
 import math
@@ -12,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_volcano import hostfile_launch
-from airflow_volcano.constants import DEBUG_ANNOTATION, JOB_API_VERSION, SCRIPT_MOUNT_PATH, TRY_NUMBER_LABEL
+from airflow_volcano.constants import DEBUG_ANNOTATION, DEFAULT_SHM_SIZE, JOB_API_VERSION, SCRIPT_MOUNT_PATH
 from airflow_volcano.exceptions import JobSpecError
 from airflow_volcano.kubelet import container_string
 from airflow_volcano.manifest.checks import (
@@ -36,18 +38,20 @@ from airflow_volcano.manifest.names import (
     find_task,
     fit_default_name,
     plugin_arg,
+    pod_name,
     role_names,
     script_configmap_name,
 )
 from airflow_volcano.manifest.pod_runtime import apply_pod_runtime, shared_volume
 from airflow_volcano.manifest.policies import DEFAULT_MASTER_POLICIES, DEFAULT_RETRYABLE_EXIT_CODES, exit_code_policies
 from airflow_volcano.manifest.request import (
-    DEFAULT_SHM_SIZE,
     TENSORBOARD_PORT,
     JobKind,
     JobRequest,
+    Lands,
     TrainingScript,
     arguments,
+    landings,
     normalize,
 )
 
@@ -66,6 +70,7 @@ class JobManifests:
     job: dict
     configmap: dict | None  # the training-script ConfigMap
     main_task: str = DEFAULT_MASTER  # whose pod 0 is the Job's main pod (log, result, TensorBoard volume)
+    request_hash: str = ""  # what the user asked for (see request_hash): a retry reattaches only to its own
 
     def documents(self) -> list[dict]:
         """What to apply, in order: the ConfigMap first (it must exist before the pods that mount it)."""
@@ -81,6 +86,7 @@ def build_manifests(req: JobRequest, *, run_labels: dict[str, str], default_name
     if req.kind is JobKind.GENERIC and req.job_template is None and req.full_job_spec is None:
         raise JobSpecError("job_template or full_job_spec is required: VolcanoJobOperator runs the Job you describe "
                            "(VolcanoPyTorchJobOperator builds one from arguments)")
+    asked = request_hash(req)
     req = normalize(req)
     if req.full_job_spec is not None:
         allowed = {"name", "namespace", "labels", "annotations", "full_job_spec", "main_task",
@@ -119,28 +125,42 @@ def build_manifests(req: JobRequest, *, run_labels: dict[str, str], default_name
                      seconds=math.ceil(float(req.debug_timeout) + DEBUG_POD_MARGIN_SECONDS))
     if req.full_job_spec is None:
         apply_pod_runtime(pod_tasks(job, req), req, checkpoint_subdir=checkpoint_subdir)
-    validate_job(job, origin=origin)
+    validate_job(job, origin=origin, parameters={lands.key: name for name, lands in landings("job")})
     main = main_task(job, req)
     names = [task.get("name") for task in job["spec"]["tasks"]]
     if main not in names:
         parameter = "main_task" if req.kind is JobKind.GENERIC else "master_task_name"
         raise JobSpecError(f"{parameter} {main!r}: the job has no such task (tasks: {', '.join(map(str, names))})")
-    return JobManifests(job=job, configmap=configmap, main_task=main)
+    return JobManifests(job=job, configmap=configmap, main_task=main, request_hash=asked)
 
 
-def request_hash(job: dict, configmap: dict | None) -> str:
-    """What the Job was built from, as a hash: its spec (pods, commands, debug mode) and its script,
-    the same for every try of a task instance given the same arguments (the name, which may carry a
-    random suffix, and the try number are left out). A try reattaches only to a Job of the same hash."""
-    spec = copy.deepcopy(job.get("spec") or {})
-    for task in spec.get("tasks") or []:
-        if isinstance(task, dict):
-            ((task.get("template") or {}).get("metadata") or {}).get("labels", {}).pop(TRY_NUMBER_LABEL, None)
-    text = json.dumps({"spec": spec, "script": (configmap or {}).get("data")}, sort_keys=True, default=str)
-    name = (job.get("metadata") or {}).get("name")
-    if name:
-        text = text.replace(name, "<job>")
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+# The scheme of request_hash's values; a Job annotated by an earlier scheme cannot be compared.
+REQUEST_HASH_SCHEME = "v2:"
+
+
+def _canonical(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    return f"{type(value).__name__}:{value}"
+
+
+def request_hash(req: JobRequest) -> str:
+    """What the user asked for, as a hash: the kind of Job and every argument given (its value, when it
+    is not the argument's default), the script and the template as rendered, debug mode; not what the
+    provider builds around them (its shell, what the cluster's Volcano release needs), so a retry run by
+    an upgraded provider still reattaches to the Job an earlier try submitted. The same for every try of
+    a task instance given the same arguments (a default name's random suffix and the try number are not
+    arguments). A try reattaches only to a Job of its own request."""
+    asked = {"kind": str(req.kind)}
+    for item in dataclasses.fields(req):
+        value = getattr(req, item.name)
+        if item.name == "kind" or item.metadata.get("derived") or value is None or value == item.default:
+            continue
+        asked[item.name] = value
+    text = json.dumps(asked, sort_keys=True, default=_canonical)
+    return REQUEST_HASH_SCHEME + hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def is_debug_job(job: dict) -> bool:
@@ -213,13 +233,19 @@ def _set(target: dict, key: str, value: Any) -> None:
         target[key] = copy.deepcopy(value)
 
 
+def _landed(req: JobRequest, name: str, lands: Lands) -> Any:
+    """An argument's value as its field in the Job takes it (None: not given)."""
+    value = getattr(req, name)
+    if value is None or lands.convert is None or value in ([], {}, ""):
+        return value
+    return lands.convert(value)
+
+
 def _apply_arguments(job: dict, req: JobRequest) -> None:
     spec = job.setdefault("spec", {})
     master, worker = role_names(job, req)
-    for key, value in (("queue", req.volcano_queue), ("schedulerName", req.scheduler_name), ("maxRetry", req.max_retry),
-                       ("ttlSecondsAfterFinished", req.ttl_seconds_after_finished),
-                       ("priorityClassName", req.priority_class_name), ("policies", req.policies)):
-        _set(spec, key, value)
+    for name, lands in landings("job"):
+        _set(spec, lands.key, _landed(req, name, lands))
     for plugin, plugin_args in (req.extra_plugins or {}).items():
         spec.setdefault("plugins", {})[plugin] = list(plugin_args)
     if req.kind is JobKind.HOSTFILE:
@@ -285,19 +311,11 @@ def _apply_pod_arguments(task: dict, req: JobRequest, resources: dict) -> None:
     if not containers:
         containers.append({"name": task.get("name", "main")})
     container = containers[0]
-    command = [container_string(part) for part in req.command] if req.command is not None else None
-    args = [container_string(part) for part in req.args] if req.args is not None else None
-    for key, value in (("image", req.image), ("imagePullPolicy", req.image_pull_policy), ("command", command),
-                       ("args", args), ("env", req.env), ("resources", resources or None),
-                       ("volumeMounts", req.volume_mounts)):
-        _set(container, key, value)
-    secrets = [{"name": str(secret)} for secret in req.image_pull_secrets] if req.image_pull_secrets is not None \
-        else None
-    for key, value in (("restartPolicy", req.restart_policy), ("nodeSelector", req.node_selector),
-                       ("tolerations", req.tolerations), ("volumes", req.volumes),
-                       ("serviceAccountName", req.service_account_name), ("imagePullSecrets", secrets),
-                       ("priorityClassName", req.priority_class_name)):
-        _set(pod, key, value)
+    for name, lands in landings("container"):
+        _set(container, lands.key, _landed(req, name, lands))
+    _set(container, "resources", resources or None)
+    for name, lands in landings("pod"):
+        _set(pod, lands.key, _landed(req, name, lands))
 
 
 def _apply_labels(job: dict, req: JobRequest, labels: dict[str, str]) -> None:
@@ -422,7 +440,7 @@ def tensorboard_endpoint(job: dict) -> tuple[str, int] | None:
     containers = ((task.get("template") or {}).get("spec") or {}).get("containers") or [{}]
     ports = [port.get("containerPort") for port in containers[0].get("ports") or []
              if port.get("name") == TENSORBOARD_TASK]
-    return f"{job['metadata']['name']}-{TENSORBOARD_TASK}-0", int(ports[0] if ports else TENSORBOARD_PORT)
+    return pod_name(job["metadata"]["name"], TENSORBOARD_TASK), int(ports[0] if ports else TENSORBOARD_PORT)
 
 
 def task_pods(job: dict, task_names: list[str], parameter: str) -> list[tuple[str, str | None]]:
@@ -435,6 +453,6 @@ def task_pods(job: dict, task_names: list[str], parameter: str) -> list[tuple[st
             raise JobSpecError(f"{parameter}: the job has no task {name!r} (tasks: {', '.join(map(str, tasks))})")
         task = tasks[name]
         containers = ((task.get("template") or {}).get("spec") or {}).get("containers") or [{}]
-        pods += [(f"{job['metadata']['name']}-{name}-{index}", containers[0].get("name"))
+        pods += [(pod_name(job["metadata"]["name"], name, index), containers[0].get("name"))
                  for index in range(int(task.get("replicas") or 0))]
     return pods

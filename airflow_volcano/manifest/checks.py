@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from airflow_volcano.constants import JOB_API_VERSION, LABEL_PREFIX, MANAGED_BY_LABEL
+from airflow_volcano.constants import JOB_API_VERSION, LABEL_PREFIX, MANAGED_BY_LABEL, MIN_STALL_TIMEOUT
 from airflow_volcano.exceptions import JobSpecError
 from airflow_volcano.kubelet import ExpandVars
 from airflow_volcano.manifest.names import (
@@ -76,19 +76,19 @@ def seconds(parameter: str, value: Any) -> float:
     return float(number)
 
 
-MIN_STALL_TIMEOUT = 60.0  # a deferred task's log is copied every 30 s: a stall is judged no finer
-
-
 def stall_seconds(parameter: str, value: Any) -> float | None:
-    """stall_timeout: minutes (a number) or a timedelta, at least a minute; None: off. In seconds."""
+    """stall_timeout: seconds (a number) or a timedelta, at least MIN_STALL_TIMEOUT; None: off. A value
+    below it is refused naming the unit: a DAG written when it took minutes (`stall_timeout=10`) fails
+    here rather than waiting ten seconds, or hours."""
     if value is None:
         return None
-    number = value.total_seconds() / 60 if isinstance(value, datetime.timedelta) else value
+    number = value.total_seconds() if isinstance(value, datetime.timedelta) else value
     if isinstance(number, bool) or not isinstance(number, int | float) or not math.isfinite(number) or (
-            number * 60 < MIN_STALL_TIMEOUT):
-        raise JobSpecError(f"{parameter} must be a number of minutes >= 1 or a timedelta of at least a minute, got "
-                           f"{value!r}")
-    return float(number) * 60
+            number < MIN_STALL_TIMEOUT):
+        raise JobSpecError(f"{parameter} must be a number of seconds >= {MIN_STALL_TIMEOUT:g} or a timedelta of at "
+                           f"least {MIN_STALL_TIMEOUT:g} seconds, got {value!r} (it takes seconds, not minutes: "
+                           f"{MIN_STALL_TIMEOUT:g} or more, e.g. 600 for ten minutes)")
+    return float(number)
 
 
 def optional_seconds(parameter: str, value: Any) -> float | None:
@@ -277,7 +277,7 @@ def _check_template(loaded: Any, source: str) -> dict:
     return loaded
 
 
-def validate_job(job: dict, *, origin: str = "job") -> None:
+def validate_job(job: dict, *, origin: str = "job", parameters: Mapping[str, str] | None = None) -> None:
     """What Volcano's admission webhook would reject, and what would break PyTorch ranks.
 
     `origin` ("job_template", "full_job_spec") prefixes errors about fields only the template sets.
@@ -320,13 +320,15 @@ def validate_job(job: dict, *, origin: str = "job") -> None:
         min_available = integer("min_available", spec["minAvailable"], allow_str=False)
         if min_available > total:
             raise JobSpecError(f"min_available ({min_available}) is larger than the total replicas ({total})")
-    for key, parameter in (("maxRetry", "max_retry"), ("ttlSecondsAfterFinished", "ttl_seconds_after_finished")):
+    # A template's value of a field an argument sets is named by that argument (`parameters`: key -> argument).
+    named = dict(parameters or {})
+    for key in ("maxRetry", "ttlSecondsAfterFinished"):
         if spec.get(key) is not None:
-            integer(parameter, spec[key], allow_str=False)
-    for key, parameter in (("queue", "volcano_queue"), ("schedulerName", "scheduler_name"),
-                           ("priorityClassName", "priority_class_name")):
+            integer(named.get(key, f"{origin}: spec.{key}"), spec[key], allow_str=False)
+    for key in ("queue", "schedulerName", "priorityClassName"):
         if key in spec and (not isinstance(spec[key], str) or not spec[key]):
-            raise JobSpecError(f"{parameter} must be a non-empty string, got {spec[key]!r}")
+            raise JobSpecError(f"{named.get(key, f'{origin}: spec.{key}')} must be a non-empty string, got "
+                               f"{spec[key]!r}")
     _validate_name(job)
     for labels in [(job.get("metadata") or {}).get("labels")] + [
             ((task.get("template") or {}).get("metadata") or {}).get("labels") for task in tasks]:

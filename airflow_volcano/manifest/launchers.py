@@ -197,7 +197,6 @@ def apply_wait_for_master(job: dict, req: JobRequest) -> None:
 # task's debug_timeout and this margin at most, counted from its own start, so it ends by itself even if
 # the task's worker (which deletes the Job after debug_timeout, counted once every pod runs) is gone.
 DEBUG_POD_MARGIN_SECONDS = 60
-DEFAULT_DEBUG_TIMEOUT = 3600.0
 
 
 def debug_command(seconds: int) -> list[str]:

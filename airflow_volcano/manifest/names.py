@@ -48,6 +48,18 @@ def sanitize_dns_label(value: str, max_len: int) -> str:
     return cleaned[: max(1, max_len)].rstrip("-")
 
 
+def pod_name(job_name: str, task: str, index: int = 0) -> str:
+    """Volcano's name for pod `index` of a Job's task, `<job>-<task>-<index>`: also its hostname."""
+    return f"{job_name}-{task}-{index}"
+
+
+def pod_task(job_name: str, pod: str) -> str | None:
+    """The task of one of the Job's pods, read back from its name (`pod_name`); None if it is not one."""
+    prefix = f"{job_name}-"
+    task, _, index = pod.removeprefix(prefix).rpartition("-")
+    return task if pod.startswith(prefix) and task and index.isdigit() else None
+
+
 def max_job_name_length(task_names: list[str], max_index: int) -> int:
     """Longest Job name for which every pod name `<job>-<task>-<index>` is a valid hostname."""
     longest = max((len(name) for name in task_names), default=0)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from airflow_volcano.constants import DEFAULT_DEBUG_TIMEOUT, DEFAULT_SHM_SIZE
 from airflow_volcano.exceptions import JobSpecError
 from airflow_volcano.hostfile_launch import HostfileLaunch
 from airflow_volcano.kubelet import ExpandVars, container_string
@@ -36,7 +37,7 @@ from airflow_volcano.manifest.checks import (
     seconds,
     stall_seconds,
 )
-from airflow_volcano.manifest.launchers import DEFAULT_DEBUG_TIMEOUT, hostfile_options, torchrun_options
+from airflow_volcano.manifest.launchers import hostfile_options, torchrun_options
 from airflow_volcano.manifest.names import DNS_LABEL
 from airflow_volcano.manifest.policies import (
     DEFAULT_RETRYABLE_EXIT_CODES,
@@ -46,9 +47,6 @@ from airflow_volcano.manifest.policies import (
 )
 
 MAX_CONFIGMAP_BYTES = 1024 * 1024
-# /dev/shm of every training pod: a memory-backed emptyDir this large at most (a DataLoader with
-# workers passes each batch through it; a container's own /dev/shm is 64 MiB).
-DEFAULT_SHM_SIZE = "2Gi"
 TENSORBOARD_PORT = 6006
 TENSORBOARD_KEYS = {"logdir", "image", "port", "resources"}
 
@@ -73,9 +71,25 @@ class TrainingScript:
 Check = Callable[[str, Any], Any]
 
 
-def argument(check: Check | None = None, default: Any = None) -> Any:
-    """A field of JobRequest: an operator argument and the check `normalize` runs on it when given."""
-    return field(default=default, metadata={"check": check})
+@dataclass(frozen=True)
+class Lands:
+    """Where an argument lands in the Job, when it is one field set as given: `job` (the Job's spec),
+    `pod` (the pod template's spec of every task the pod arguments go to) or `container` (their first
+    container), under `key`; `convert` turns the checked value into the field's (None: as is). An
+    argument without a Lands is applied by a builder of its own (manifest.build)."""
+
+    where: str  # "job" | "pod" | "container"
+    key: str
+    convert: Callable[[Any], Any] | None = None
+
+
+def argument(check: Check | None = None, default: Any = None, *, lands: Lands | tuple[Lands, ...] | None = None,
+             templated: bool = False) -> Any:
+    """A field of JobRequest: an operator argument of the same name, with the check `normalize` runs on
+    it when given, its default (the operators' signatures use the same constant), where it lands in
+    the Job, and whether the operators template it (their `template_fields` are derived from this)."""
+    places = lands if isinstance(lands, tuple) else (lands,) if lands is not None else ()
+    return field(default=default, metadata={"check": check, "lands": places, "templated": templated})
 
 
 def _integer(minimum: int, maximum: int | None = None, why: str = "") -> Check:
@@ -188,6 +202,15 @@ def _absolute_path(parameter: str, value: Any) -> str:
     return value.rstrip("/") or "/"
 
 
+def _container_strings(values: list[Any]) -> list[Any]:
+    """Command or args as the process gets them: no `$(VAR)` expansion unless ExpandVars."""
+    return [container_string(part) for part in values]
+
+
+def _pull_secrets(names: list[Any]) -> list[dict]:
+    return [{"name": str(name)} for name in names]
+
+
 @dataclass
 class JobRequest:
     """The operators' arguments for building a Job (see the operators' docstrings and the README for
@@ -195,65 +218,72 @@ class JobRequest:
 
     kind: JobKind = JobKind.PYTORCH
     # -- the Job ------------------------------------------------------------------------------------
-    name: str | None = argument(_text)
-    namespace: str | None = argument(_dns_label)
-    job_template: dict | None = argument(_mapping)  # parsed by the operator (a file or text)
-    full_job_spec: dict | None = argument(_mapping)
-    main_task: str | None = argument(_dns_label)  # GENERIC: the task whose pod 0 is followed
-    labels: dict[str, str] | None = argument(_labels)
-    annotations: dict[str, str] | None = argument(_annotations)
-    priority_class_name: str | None = argument(_text)
-    volcano_queue: str | None = argument(_text)
-    scheduler_name: str | None = argument(_text)
+    name: str | None = argument(_text, templated=True)
+    namespace: str | None = argument(_dns_label, templated=True)
+    job_template: dict | None = argument(_mapping, templated=True)  # parsed by the operator (a file or text)
+    full_job_spec: dict | None = argument(_mapping, templated=True)
+    main_task: str | None = argument(_dns_label, templated=True)  # GENERIC: the task whose pod 0 is followed
+    labels: dict[str, str] | None = argument(_labels, templated=True)
+    annotations: dict[str, str] | None = argument(_annotations, templated=True)
+    priority_class_name: str | None = argument(_text, templated=True, lands=(Lands("job", "priorityClassName"),
+                                                                            Lands("pod", "priorityClassName")))
+    volcano_queue: str | None = argument(_text, templated=True, lands=Lands("job", "queue"))
+    scheduler_name: str | None = argument(_text, lands=Lands("job", "schedulerName"))
     # Volcano's webhook treats 0 as "unset" and substitutes a default: refuse it rather than surprise.
-    min_available: int | str | None = argument(_integer(1, None, " (Volcano's webhook turns 0 into all replicas)"))
-    max_retry: int | str | None = argument(_integer(1, None, " (Volcano's webhook turns 0 into 3)"))
-    ttl_seconds_after_finished: int | str | None = argument(_integer(0))
-    policies: list[dict] | None = argument(_policies)
+    min_available: int | str | None = argument(_integer(1, None, " (Volcano's webhook turns 0 into all replicas)"),
+                                               templated=True)
+    max_retry: int | str | None = argument(_integer(1, None, " (Volcano's webhook turns 0 into 3)"),
+                                           lands=Lands("job", "maxRetry"))
+    ttl_seconds_after_finished: int | str | None = argument(_integer(0), lands=Lands("job", "ttlSecondsAfterFinished"))
+    policies: list[dict] | None = argument(_policies, lands=Lands("job", "policies"))
     retryable_exit_codes: list[int] | None = argument()  # checked with restart_scope, as they build policies
     restart_scope: str | None = argument(_one_of(set(RESTART_SCOPES)))
     extra_plugins: dict[str, list[str]] | None = argument(_plugins)
-    tensorboard: dict[str, Any] | None = argument(_tensorboard)
+    tensorboard: dict[str, Any] | None = argument(_tensorboard, templated=True)
     # -- the pods -----------------------------------------------------------------------------------
-    image: str | None = argument(_text)
-    command: list[str] | None = argument(_list_of(str, int, float, ExpandVars))
-    args: list[str] | None = argument(_list_of(str, int, float, ExpandVars))
-    env: list[dict] | dict[str, Any] | None = argument(_env)
-    container_resources: dict | None = argument(_resources)
-    node_selector: dict[str, str] | None = argument(_labels)
-    tolerations: list[dict] | None = argument(_list_of(dict))
-    volumes: list[dict] | None = argument(_list_of(dict))
-    volume_mounts: list[dict] | None = argument(_list_of(dict))
-    service_account_name: str | None = argument(_text)
-    image_pull_policy: str | None = argument(_one_of(PULL_POLICIES))
-    image_pull_secrets: list[str] | None = argument(_list_of(str, int, float))
-    restart_policy: str | None = argument(_one_of(RESTART_POLICIES))
-    training_script: TrainingScript | None = argument(_script)  # read by the operator
+    image: str | None = argument(_text, templated=True, lands=Lands("container", "image"))
+    command: list[str] | None = argument(_list_of(str, int, float, ExpandVars), templated=True,
+                                         lands=Lands("container", "command", _container_strings))
+    args: list[str] | None = argument(_list_of(str, int, float, ExpandVars), templated=True,
+                                      lands=Lands("container", "args", _container_strings))
+    env: list[dict] | dict[str, Any] | None = argument(_env, templated=True, lands=Lands("container", "env"))
+    container_resources: dict | None = argument(_resources, templated=True)
+    node_selector: dict[str, str] | None = argument(_labels, templated=True, lands=Lands("pod", "nodeSelector"))
+    tolerations: list[dict] | None = argument(_list_of(dict), templated=True, lands=Lands("pod", "tolerations"))
+    volumes: list[dict] | None = argument(_list_of(dict), templated=True, lands=Lands("pod", "volumes"))
+    volume_mounts: list[dict] | None = argument(_list_of(dict), templated=True,
+                                                lands=Lands("container", "volumeMounts"))
+    service_account_name: str | None = argument(_text, templated=True, lands=Lands("pod", "serviceAccountName"))
+    image_pull_policy: str | None = argument(_one_of(PULL_POLICIES), lands=Lands("container", "imagePullPolicy"))
+    image_pull_secrets: list[str] | None = argument(_list_of(str, int, float),
+                                                    lands=Lands("pod", "imagePullSecrets", _pull_secrets))
+    restart_policy: str | None = argument(_one_of(RESTART_POLICIES), lands=Lands("pod", "restartPolicy"))
+    training_script: TrainingScript | None = argument(_script, templated=True)  # read by the operator
     debug: bool | None = argument()
     debug_timeout: float | str = argument(seconds, DEFAULT_DEBUG_TIMEOUT)  # seconds the debug pods may live
     # None turns it off (unlike the other fields, whose None means "not given").
     shm_size: str | None = argument(_quantity, DEFAULT_SHM_SIZE)
     termination_grace_period: int | str | None = argument(_integer(0))
-    checkpoint_dir: str | None = argument(_absolute_path)
+    checkpoint_dir: str | None = argument(_absolute_path, templated=True)
     # Also the wait's (WaitLimits, with stall_action); in the pods it adds what prints the Python stacks.
-    stall_timeout: float | None = argument(stall_seconds)  # minutes given, seconds once checked
+    stall_timeout: float | None = argument(stall_seconds)  # seconds (or a timedelta), seconds once checked
     # -- master and workers (PYTORCH, HOSTFILE) ------------------------------------------------------
-    worker_replicas: int | str | None = argument(_integer(0))
+    worker_replicas: int | str | None = argument(_integer(0), templated=True)
     master_task_name: str | None = argument(_dns_label)
     worker_task_name: str | None = argument(_dns_label)
-    master_resources: dict | None = argument(_resources)
-    worker_resources: dict | None = argument(_resources)
+    master_resources: dict | None = argument(_resources, templated=True)
+    worker_resources: dict | None = argument(_resources, templated=True)
     master_policies: list[dict] | None = argument(_policies)
     port: int | str | None = argument(_integer(1, 65535))
     launcher: str | None = argument()  # checked by kind: python/torchrun, or deepspeed/mpirun
     # -- PYTORCH ------------------------------------------------------------------------------------
-    nproc_per_node: int | str | None = argument()  # an int or torchrun's names: checked with the launcher
+    nproc_per_node: int | str | None = argument(templated=True)  # an int or torchrun's names: checked with the launcher
     max_restarts: int | str | None = argument(_integer(0))
-    torchrun_options: list[str] | None = argument()  # checked with the launcher
+    torchrun_options: list[str] | None = argument(templated=True)  # checked with the launcher
     wait_for_master: bool | str | None = argument(_wait_for_master)
     # -- HOSTFILE -----------------------------------------------------------------------------------
-    slots_per_worker: int | str | None = argument(_integer(1))
-    launcher_options: list[str] | None = argument()  # checked with the launcher
+    slots_per_worker: int | str | None = argument(_integer(1), templated=True)
+    launcher_options: list[str] | None = argument(templated=True)  # checked with the launcher
     ssh_wait_timeout: int | str | None = argument(_integer(1))
     # Not an argument: the checked launch of a HOSTFILE Job, set by `normalize`.
     hostfile_launch: HostfileLaunch | None = field(default=None, metadata={"check": None, "derived": True})
@@ -263,6 +293,17 @@ def arguments(request_type: type = JobRequest) -> list[str]:
     """The names of JobRequest's fields that are operator arguments."""
     return [item.name for item in dataclasses.fields(request_type)
             if item.name != "kind" and not item.metadata.get("derived")]
+
+
+def templated_arguments() -> frozenset[str]:
+    """The arguments the operators template (README: the arguments marked T)."""
+    return frozenset(item.name for item in dataclasses.fields(JobRequest) if item.metadata.get("templated"))
+
+
+def landings(where: str) -> list[tuple[str, Lands]]:
+    """(argument, where it lands) of every argument set as one field at `where` (job, pod, container)."""
+    return [(item.name, lands) for item in dataclasses.fields(JobRequest)
+            for lands in item.metadata.get("lands") or () if lands.where == where]
 
 
 def normalize(req: JobRequest) -> JobRequest:

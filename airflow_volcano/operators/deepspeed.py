@@ -8,15 +8,11 @@ submitting, waiting, logs, results, cleanup and kills are VolcanoJobOperator's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airflow_volcano.hostfile_launch import DEFAULT_PORT, DEFAULT_SSH_WAIT_TIMEOUT
-from airflow_volcano.manifest import JobKind
+from airflow_volcano.manifest import DEFAULT_WORKER, JobKind, task_pods
 from airflow_volcano.operators.master_worker import MasterWorkerJobOperator
-
-if TYPE_CHECKING:
-    pass
 
 
 class VolcanoDeepSpeedJobOperator(MasterWorkerJobOperator):
@@ -46,8 +42,7 @@ class VolcanoDeepSpeedJobOperator(MasterWorkerJobOperator):
         the host that did not answer (default 300).
     """
 
-    template_fields: Sequence[str] = (*MasterWorkerJobOperator.template_fields, "slots_per_worker",
-                                      "launcher_options")
+    untemplated_fields = ("main_task", "command", "full_job_spec")  # the launch's own, or refused
     job_kind = JobKind.HOSTFILE
 
     def __init__(
@@ -67,3 +62,16 @@ class VolcanoDeepSpeedJobOperator(MasterWorkerJobOperator):
         super().__init__(**kwargs)
         self.launcher, self.slots_per_worker, self.port = launcher, slots_per_worker, port
         self.launcher_options, self.ssh_wait_timeout = launcher_options, ssh_wait_timeout
+
+    def _probed_pods(self, job: dict, main: str) -> list[tuple[str, str | None]]:
+        """The workers' pods, whose ranks' output counts for stall_timeout: it reaches the task log
+        through the launcher on the master, but a rank's heartbeat (or a progress bar, which the
+        launcher holds back until its line ends) shows only in its own pod's log. Those of log_tasks
+        are copied, so already followed."""
+        if self.stall_timeout is None:
+            return []
+        copied = {pod for pod, _ in self._log_pods(job, main)}
+        worker = self.worker_task_name or DEFAULT_WORKER
+        tasks = {task.get("name") for task in job["spec"]["tasks"]}
+        return [pod for pod in task_pods(job, [worker], "worker_task_name") if pod[0] not in copied] \
+            if worker in tasks else []

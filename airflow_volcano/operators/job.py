@@ -4,10 +4,10 @@ VolcanoPyTorchJobOperator and VolcanoDeepSpeedJobOperator (through operators/mas
 this operator with arguments that build a master/worker Job.
 
 The operator reads: build the manifests from its arguments (`airflow_volcano.manifest`, pure), submit
-or reattach (`airflow_volcano.submission`), wait (`airflow_volcano.job_runner`, or the trigger when
-deferrable), finalize (logs, result, cleanup, the failure's explanation; `job_runner`, shared with
-the sensor and the deferred path). What a kill or a failure does to the Job is decided here, from
-what Airflow says of the task instance. Every cluster call goes through `VolcanoHook`; the
+or reattach (`airflow_volcano.submission`), wait (`airflow_volcano.wait_worker`, or the trigger when
+deferrable), finalize (logs, result, cleanup, the failure's explanation; `airflow_volcano.finalize`,
+shared with the sensor and the deferred path). What a kill or a failure does to the Job is decided
+here, from what Airflow says of the task instance. Every cluster call goes through `VolcanoHook`; the
 kubernetes client is imported lazily so that parsing a DAG stays cheap.
 """
 
@@ -19,7 +19,7 @@ import functools
 import inspect
 import os
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -29,7 +29,12 @@ from airflow.sdk import BaseOperator
 
 from airflow_volcano.compat import AirflowFailException, TaskDeferred, conf
 from airflow_volcano.constants import (
+    DEFAULT_CONN_ID,
+    DEFAULT_DEBUG_TIMEOUT,
     DEFAULT_NODE_LOST_TIMEOUT,
+    DEFAULT_POLL_INTERVAL,
+    DEFAULT_SHM_SIZE,
+    DEFAULT_STARTUP_TIMEOUT,
     IfJobExists,
     OnFinishAction,
     OnKillAction,
@@ -39,8 +44,6 @@ from airflow_volcano.exceptions import JobSpecError, VolcanoJobError
 from airflow_volcano.job_ref import JobRef
 from airflow_volcano.links import LINKS, link_urls
 from airflow_volcano.manifest import (
-    DEFAULT_DEBUG_TIMEOUT,
-    DEFAULT_SHM_SIZE,
     JobKind,
     JobManifests,
     JobRequest,
@@ -54,19 +57,50 @@ from airflow_volcano.manifest import (
     run_labels,
     seconds,
     task_pods,
+    templated_arguments,
     tensorboard_endpoint,
 )
-from airflow_volcano.masking import register_secrets, shown_yaml
+from airflow_volcano.manifest.names import pod_name
+from airflow_volcano.masking import register_secrets, shown, shown_yaml
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_volcano.events import WaitOutcome
     from airflow_volcano.hooks.volcano import VolcanoHook
-    from airflow_volcano.job_runner import PodLogCopy
     from airflow_volcano.logs import LogCursor
+    from airflow_volcano.pod_logs import PodLogCopy
     from airflow_volcano.wait_engine import WaitLimits
 
 TEMPLATE_EXTENSIONS = (".yaml", ".yml", ".json")
+# The operators' own templated arguments besides the Job request's (manifest.request: `templated`).
+OPERATOR_TEMPLATED = frozenset({"kubernetes_conn_id", "log_tasks"})
+# The option (in [volcano] and in a connection's extras) naming more folders files may be read from.
+ALLOWED_FILE_DIRS_OPTION = "allowed_file_dirs"
+
+
+def templated_fields(operator: type) -> tuple[str, ...]:
+    """An operator class's template_fields: the two manifests first (the UI shows the Job before
+    anything else), then every templated argument its signature (and its bases') takes, in order;
+    `extra_template_fields` of its own added, `untemplated_fields` left out. Derived, never sliced,
+    so a subclass cannot lose a base class's field."""
+    wanted = templated_arguments() | OPERATOR_TEMPLATED
+    names: list[str] = []
+    for cls in reversed(operator.__mro__):
+        if "__init__" in vars(cls) and issubclass(cls, VolcanoJobOperator):
+            names += [name for name in inspect.signature(cls.__init__).parameters
+                      if name in wanted and name not in names]
+    excluded = set(getattr(operator, "untemplated_fields", ()))
+    extra = tuple(getattr(operator, "extra_template_fields", ()))
+    return ("job_manifest", "script_manifest", *(name for name in names if name not in excluded), *extra)
+
+
+def keep_arguments(operator: BaseOperator, given: dict[str, Any]) -> None:
+    """Each argument of an operator's signature as the attribute of the same name (Airflow renders
+    template fields from the attributes). `given` is the signature's `locals()`."""
+    for name, value in given.items():
+        if name not in ("self", "kwargs", "__class__"):
+            setattr(operator, name, value)
 
 
 class VolcanoJobOperator(BaseOperator):
@@ -121,16 +155,16 @@ class VolcanoJobOperator(BaseOperator):
     :param job_template: a Job YAML/JSON file path (found like `training_script`, Jinja-rendered)
         or text: the escape hatch.
     :param allowed_file_dirs: more absolute folders `training_script` and `job_template` may be read
-        from (not templated: a rendered path can never leave the folders the DAG author chose).
+        from, besides those of `[volcano] allowed_file_dirs` and the connection's extra of that name
+        (not templated: a rendered path can never leave the folders the DAG author chose).
     :param full_job_spec: a whole Job dict, used as is apart from name, namespace and labels.
     :param kubernetes_conn_id: the cncf-kubernetes `kubernetes` connection.
-    :param get_logs: stream the master's log into the task log.
+    :param get_logs: stream the main pod's log into the task log.
     :param log_tasks: names of more Volcano tasks (e.g. `["worker"]`) whose every pod's log is
-        copied into the task log, each line prefixed with its pod: followed live while the task
-        waits in a worker, read whole at the end when it was deferred.
-    :param startup_timeout: seconds pods may stay unscheduled before the task fails with the
-        scheduler's reason; image pull errors fail at once.
-    :param job_timeout: client-side deadline in seconds; the Job is then deleted.
+        copied into the task log as it is written, each line prefixed with its pod, in both modes.
+    :param startup_timeout: seconds (or a timedelta) pods may stay unscheduled before the task fails
+        with the scheduler's reason; image pull errors fail at once. Default 900; `None`: no limit.
+    :param job_timeout: client-side deadline, seconds or a timedelta; the Job is then deleted.
     :param on_finish_action: `delete_job`, `delete_succeeded_job` (default) or `keep_job`.
     :param on_kill_action: `delete_job` (default) or `keep_job`.
     :param if_job_exists: an earlier try's Job of this task instance: `reattach` (default),
@@ -139,7 +173,7 @@ class VolcanoJobOperator(BaseOperator):
         but sleep instead of running their command; the task log says how to open a shell in each
         (`kubectl exec`); the Job is deleted after `debug_timeout` or when the task is marked
         success/failed. Waits in the worker.
-    :param debug_timeout: seconds the debug pods stay up (default 3600).
+    :param debug_timeout: seconds (or a timedelta) the debug pods stay up (default 3600).
     :param shm_size: size of the memory-backed `emptyDir` mounted at `/dev/shm` in every training pod
         (default `2Gi`; a container's own is 64 MiB, too small for a DataLoader with workers). Its
         pages count against the container's memory limit as they are written. `None` turns it off; a
@@ -157,29 +191,22 @@ class VolcanoJobOperator(BaseOperator):
         (the cluster marks them not ready) may stay lost before they are deleted and handled like an
         eviction: the Job restarts under its retry budget, or the task fails naming the node.
         Default 180; `None` turns the check off.
-    :param stall_timeout: minutes (or a timedelta, at least a minute) a Running Job may go without a
-        new log line from the followed pods (the main pod, and `log_tasks`' pods) and without a
-        change before it counts as stalled; off by default. On a stall the task log gets the Python
-        stack of every thread of every Python process in each training pod (a `faulthandler`
-        installed through a `sitecustomize` the operator ships), then `stall_action` applies. A
-        script that is quiet on purpose touches `$HEARTBEAT_FILE` instead of printing. Needs
-        `get_logs=True`.
+    :param stall_timeout: seconds (or a timedelta; at least 30) a Running Job may go without output
+        from the followed pods (any byte the main pod's, `log_tasks`' pods' and a DeepSpeed/mpirun
+        launch's ranks' processes write, a progress bar too) and without a change before it counts
+        as stalled; off by default. Time the waiter cannot see the logs (a read that fails) does not
+        count. On a stall the task log gets the Python stack of every thread of every Python process
+        in each training pod (a `faulthandler` installed through a `sitecustomize` the operator
+        ships), then `stall_action` applies. A script that is quiet on purpose touches
+        `$HEARTBEAT_FILE` instead of printing. Needs `get_logs=True`.
     :param stall_action: `fail` (default: the Job is deleted, the task fails with "stalled: no output
-        for N minutes" and where each process was) or `restart` (a gang restart, Volcano's RestartJob,
-        under the Job's `max_retry` budget).
+        for N minutes" and where each process was) or `restart` (the training pods are deleted, which
+        the Job's policies answer with a gang restart under its `max_retry` budget; at most 3 times,
+        and a restart that is refused fails the task as `fail` would).
     :param deferrable: wait in the triggerer (default `[operators] default_deferrable`).
-    :param poll_interval: seconds between pod checks while the Job has not started.
+    :param poll_interval: seconds (or a timedelta) between pod checks while the Job has not started.
     """
 
-    # The two manifests first, so the UI shows the Job before anything else; they are filled in
-    # once the other fields are rendered (see _do_render_template_fields).
-    template_fields: Sequence[str] = (
-        "job_manifest", "script_manifest",
-        "image", "command", "args", "env", "name", "namespace", "container_resources", "node_selector",
-        "tolerations", "volumes", "volume_mounts", "service_account_name", "labels", "annotations", "volcano_queue",
-        "priority_class_name", "min_available", "training_script", "job_template", "full_job_spec",
-        "kubernetes_conn_id", "tensorboard", "log_tasks", "main_task", "checkpoint_dir",
-    )
     # Empty: Airflow would read *every* templated string ending in .yaml/.json as a template file
     # (so `args=["--config", "train.yaml"]` failed with TemplateNotFound). Only job_template is a
     # file, and _job_template_text reads it.
@@ -191,6 +218,12 @@ class VolcanoJobOperator(BaseOperator):
     ui_color = "#f37021"
     operator_extra_links = LINKS
     job_kind: ClassVar[JobKind] = JobKind.GENERIC  # which Job the arguments build (see manifest.JobKind)
+    untemplated_fields: ClassVar[tuple[str, ...]] = ()  # a subclass's arguments that are not its to template
+    extra_template_fields: ClassVar[tuple[str, ...]] = ()  # a subclass's own template fields
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.template_fields = templated_fields(cls)
 
     def __init__(
         self,
@@ -225,66 +258,38 @@ class VolcanoJobOperator(BaseOperator):
         extra_plugins: dict[str, list[str]] | None = None,
         tensorboard: dict[str, Any] | None = None,
         debug: bool = False,
-        debug_timeout: float = DEFAULT_DEBUG_TIMEOUT,
+        debug_timeout: float | datetime.timedelta = DEFAULT_DEBUG_TIMEOUT,
         shm_size: str | None = DEFAULT_SHM_SIZE,
         termination_grace_period: int | None = None,
         checkpoint_dir: str | None = None,
-        node_lost_timeout: float | None = DEFAULT_NODE_LOST_TIMEOUT,
+        node_lost_timeout: float | datetime.timedelta | None = DEFAULT_NODE_LOST_TIMEOUT,
         stall_timeout: float | datetime.timedelta | None = None,
         stall_action: str = StallAction.FAIL,
         training_script: str | None = None,
         job_template: str | dict | None = None,
         allowed_file_dirs: Sequence[str] | None = None,
         full_job_spec: dict | None = None,
-        kubernetes_conn_id: str = "kubernetes_default",
+        kubernetes_conn_id: str = DEFAULT_CONN_ID,
         get_logs: bool = True,
         log_tasks: list[str] | None = None,
-        startup_timeout: float | None = 900,
-        job_timeout: float | None = None,
+        startup_timeout: float | datetime.timedelta | None = DEFAULT_STARTUP_TIMEOUT,
+        job_timeout: float | datetime.timedelta | None = None,
         on_finish_action: str = OnFinishAction.DELETE_SUCCEEDED_JOB,
         on_kill_action: str = OnKillAction.DELETE_JOB,
         if_job_exists: str = IfJobExists.REATTACH,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
-        poll_interval: float = 5.0,
+        poll_interval: float | datetime.timedelta = DEFAULT_POLL_INTERVAL,
         **kwargs: Any,
     ) -> None:
+        given = dict(locals())
         super().__init__(**kwargs)
-        self.image, self.command, self.args, self.env = image, command, args, env
-        self.name, self.namespace, self.main_task = name, namespace, main_task
-        # Not `resources`: BaseOperator owns that name (Airflow's executor resources), as in KubernetesPodOperator.
-        self.container_resources = container_resources
-        self.node_selector, self.tolerations = node_selector, tolerations
-        self.volumes, self.volume_mounts = volumes, volume_mounts
-        self.service_account_name, self.image_pull_policy = service_account_name, image_pull_policy
-        self.image_pull_secrets = image_pull_secrets
-        self.labels, self.annotations = labels, annotations
-        # Not `queue`: BaseOperator owns that name (the executor queue the task runs on).
-        self.priority_class_name, self.volcano_queue, self.scheduler_name = (
-            priority_class_name, volcano_queue, scheduler_name
-        )
-        self.min_available, self.max_retry = min_available, max_retry
-        self.ttl_seconds_after_finished = ttl_seconds_after_finished
-        self.policies, self.restart_policy = policies, restart_policy
-        self.retryable_exit_codes, self.restart_scope = retryable_exit_codes, restart_scope
-        self.extra_plugins = extra_plugins
-        self.tensorboard = tensorboard
-        self.debug, self.debug_timeout = debug, debug_timeout
-        self.shm_size, self.termination_grace_period = shm_size, termination_grace_period
-        self.checkpoint_dir, self.node_lost_timeout = checkpoint_dir, node_lost_timeout
-        self.stall_timeout, self.stall_action = stall_timeout, stall_action
-        self.training_script = training_script
-        self.job_template = job_template
+        # Not `resources`: BaseOperator owns that name (Airflow's executor resources), as in
+        # KubernetesPodOperator; not `queue` either (the executor queue): `container_resources`, `volcano_queue`.
+        keep_arguments(self, given)
         self.allowed_file_dirs = _folders("allowed_file_dirs", allowed_file_dirs)
-        self.full_job_spec = full_job_spec
-        self.kubernetes_conn_id = kubernetes_conn_id
-        self.get_logs = get_logs
-        self.log_tasks = log_tasks
-        self.startup_timeout, self.job_timeout = startup_timeout, job_timeout
         self.on_finish_action = _choice("on_finish_action", on_finish_action, OnFinishAction)
         self.on_kill_action = _choice("on_kill_action", on_kill_action, OnKillAction)
         self.if_job_exists = _choice("if_job_exists", if_job_exists, IfJobExists)
-        self.deferrable = deferrable
-        self.poll_interval = poll_interval
         # Filled when templates are rendered: what the UI shows is what is submitted. The Job and
         # the script's ConfigMap are separate fields, so a long script cannot push the Job past
         # Airflow's rendered-field size limit.
@@ -293,6 +298,7 @@ class VolcanoJobOperator(BaseOperator):
         self._manifests: JobManifests | None = None
         self._job_ref: JobRef | None = None
         self._ti: Any = None
+        self._link_urls: dict[str, str] | None = None  # known once this process knows the Job (links.py)
 
     # -- building (pure apart from reading the local script/template files) --------------------------
 
@@ -307,6 +313,11 @@ class VolcanoJobOperator(BaseOperator):
             self.job_manifest = shown_yaml(self._manifests.job)
             configmap = self._manifests.configmap
             self.script_manifest = shown_yaml(configmap) if configmap else ""
+            # Airflow masks a rendered dict only a few levels down, and a Job's env values sit deeper:
+            # what the UI stores of these two is the masked copy (the Job was built from the real ones).
+            for field in ("full_job_spec", "job_template"):
+                if isinstance(getattr(self, field), dict):
+                    setattr(self, field, shown(getattr(self, field)))
 
     def build_manifests(self, context: Context | None = None) -> JobManifests:
         """The ConfigMap and Job this task submits; raises JobSpecError before any API call."""
@@ -335,7 +346,7 @@ class VolcanoJobOperator(BaseOperator):
 
         if self.stall_timeout is not None and not self.get_logs:
             raise JobSpecError(f"stall_timeout={self.stall_timeout!r} needs get_logs=True: a stall is a main pod "
-                               "that writes no new log line")
+                               "that writes no new output")
         return WaitLimits.checked(startup_timeout=self.startup_timeout, job_timeout=self.job_timeout,
                                   poll_interval=self.poll_interval, node_lost_timeout=self.node_lost_timeout,
                                   stall_timeout=self.stall_timeout, stall_action=self.stall_action)
@@ -357,14 +368,19 @@ class VolcanoJobOperator(BaseOperator):
             return []
         if not isinstance(self.log_tasks, list | tuple) or not all(isinstance(n, str) for n in self.log_tasks):
             raise JobSpecError(f"log_tasks must be a list of Volcano task names, got {self.log_tasks!r}")
-        main_pod = f"{job['metadata']['name']}-{main}-0"
+        main_pod = pod_name(job["metadata"]["name"], main)
         return [pod for pod in task_pods(job, list(self.log_tasks), "log_tasks") if pod[0] != main_pod]
+
+    def _probed_pods(self, job: dict, main: str) -> list[tuple[str, str | None]]:
+        """Pods whose output counts for stall_timeout without being copied (a DeepSpeed/mpirun launch's
+        ranks run on its workers): none for this operator."""
+        return []
 
     def _file_folders(self) -> list[Path]:
         """Where `training_script` and `job_template` may be read from: the DAG file's folder and its
-        template_searchpath (as Airflow's own template files), and `allowed_file_dirs`; without a DAG,
-        the working directory."""
-        folders = [Path(folder) for folder in self.allowed_file_dirs or []]
+        template_searchpath (as Airflow's own template files), `allowed_file_dirs`, and the deployment's
+        `[volcano] allowed_file_dirs` and connection extra; without a DAG, the working directory."""
+        folders = [Path(folder) for folder in [*(self.allowed_file_dirs or []), *self._deployment_file_dirs()]]
         if self.has_dag():
             if self.dag.fileloc:
                 folders.insert(0, Path(self.dag.fileloc).parent)
@@ -373,6 +389,27 @@ class VolcanoJobOperator(BaseOperator):
         else:
             folders.append(Path.cwd())
         return [Path(os.path.normpath(folder.absolute())) for folder in folders]
+
+    def _deployment_file_dirs(self) -> list[str]:
+        """The folders a deployment allows for every task: `[volcano] allowed_file_dirs` and the
+        connection's extra of that name (a list, or a comma-separated text), each absolute."""
+        found: list[str] = []
+        setting = conf.get("volcano", ALLOWED_FILE_DIRS_OPTION, fallback="") or ""
+        for where, value in ((f"[volcano] {ALLOWED_FILE_DIRS_OPTION}", setting),
+                             (f"connection extra {ALLOWED_FILE_DIRS_OPTION}", self._connection_file_dirs())):
+            items = value if isinstance(value, list | tuple) else str(value or "").split(",")
+            for item in (str(item).strip() for item in items):
+                if item and not os.path.isabs(item):
+                    raise JobSpecError(f"{where}: {item!r} is not an absolute folder path")
+                if item:
+                    found.append(item)
+        return found
+
+    def _connection_file_dirs(self) -> Any:
+        try:
+            return self.hook.connection_extra(ALLOWED_FILE_DIRS_OPTION)
+        except Exception:  # noqa: BLE001 - no connection here (dry_run without a cluster): no extra
+            return None
 
     def _local_path(self, parameter: str, value: str) -> Path:
         """A local file named in a (rendered) argument: relative to one of `_file_folders`, or absolute
@@ -428,6 +465,7 @@ class VolcanoJobOperator(BaseOperator):
         *configmap, job = yaml.safe_load_all(text)
         return {"configmap": configmap[0] if configmap else None, "job": job}
 
+
     # -- running ------------------------------------------------------------------------------------
 
     @property
@@ -437,7 +475,8 @@ class VolcanoJobOperator(BaseOperator):
         return VolcanoHook(kubernetes_conn_id=self.kubernetes_conn_id)
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_volcano import job_runner
+        from airflow_volcano import wait_worker
+        from airflow_volcano.debug_session import debug_session
         from airflow_volcano.manifest.compatibility import fit_to_volcano
         from airflow_volcano.submission import submit_or_reattach
 
@@ -451,21 +490,24 @@ class VolcanoJobOperator(BaseOperator):
         self._ti = ti
         try:
             ref = submit_or_reattach(hook, manifests, namespace, if_job_exists=IfJobExists(self.if_job_exists),
-                                     state_store=context.get("task_state_store"), on_created=self._watching)
+                                     state_store=context.get("task_state_store"), on_found=self._watching)
             self._watching(ref)
-            # "master_pod": the XCom's public name for the main pod (the master's, for PyTorch and DeepSpeed).
-            for key, value in (("job_name", ref.name), ("namespace", ref.namespace), ("master_pod", ref.main_pod)):
+            # main_pod: the pod whose log is followed and whose termination message is the result (the
+            # master's, for PyTorch and DeepSpeed); master_pod is its former name, kept for one release.
+            for key, value in (("job_name", ref.name), ("namespace", ref.namespace), ("main_pod", ref.main_pod),
+                               ("master_pod", ref.main_pod)):
                 ti.xcom_push(key=key, value=value)
             self._push_links(hook, ref, manifests.job, ti)
             if self.debug:
                 limits = dataclasses.replace(self._wait_limits(), job_timeout=None)
-                return job_runner.debug_session(hook, ref, manifests.job, limits,
-                                                seconds("debug_timeout", self.debug_timeout))
+                return debug_session(hook, ref, manifests.job, limits, seconds("debug_timeout", self.debug_timeout))
             if self.deferrable:
                 self._defer(ref, context, manifests.job)
-            result = job_runner.wait_for_job(hook, ref, self._wait_limits(),
-                                             logs=self._log_copies(ref, manifests.job), report=self.log.info)
-            return self._finalize(hook, ref, result, context)
+            copies = self._log_copies(ref, manifests.job)
+            outcome = wait_worker.wait_for_job(hook, ref, self._wait_limits(), logs=copies,
+                                               probed=self._probed_pods(manifests.job, ref.main_task),
+                                               report=self.log.info)
+            return self._finalize(hook, ref, outcome, context, copies)
         except TaskDeferred:
             raise
         except BaseException as error:  # AirflowTaskTimeout (execution_timeout) is a BaseException too
@@ -473,13 +515,14 @@ class VolcanoJobOperator(BaseOperator):
             raise
 
     def _watching(self, ref: JobRef) -> None:
-        """This try's Job: from now on a failure or a kill settles what becomes of it."""
+        """This try's Job (or an earlier try's it found): from now on a failure or a kill settles what
+        becomes of it."""
         self._job_ref = ref
 
     def _settle_after_failure(self, error: BaseException) -> None:
         """The task is failing with its Job submitted: keep the Job when a later try of this task will
         reattach to it; otherwise delete it if it still runs."""
-        from airflow_volcano import job_runner
+        from airflow_volcano.finalize import delete_if_still_running
 
         ref, self._job_ref = self._job_ref, None  # on_kill, called next on a timeout, has nothing left to do
         if ref is None or self.on_kill_action == OnKillAction.KEEP_JOB:
@@ -488,7 +531,7 @@ class VolcanoJobOperator(BaseOperator):
             self.log.info("Keeping Volcano Job %s/%s for the next try of this task to reattach", ref.namespace,
                           ref.name)
             return
-        job_runner.delete_if_still_running(self.hook, ref)
+        delete_if_still_running(self.hook, ref)
 
     def _later_try_will_reattach(self, error: BaseException | None) -> bool:
         """Whether Airflow will run another try of this task instance (which reattaches to the Job):
@@ -503,37 +546,44 @@ class VolcanoJobOperator(BaseOperator):
             return bool(context.should_retry)
         return int(getattr(ti, "try_number", 1) or 1) <= int(getattr(ti, "max_tries", 0) or 0)
 
-    def _log_copies(self, ref: JobRef, job: dict, master_cursor: LogCursor | None = None) -> list[PodLogCopy]:
-        """The master's log (get_logs) first, then every pod of log_tasks, each prefixed with its pod."""
-        from airflow_volcano.job_runner import PodLogCopy, main_log_copy
+    def _log_copies(self, ref: JobRef, job: dict, cursors: dict[str, LogCursor] | None = None) -> list[PodLogCopy]:
+        """The main pod's log (get_logs) first, then every pod of log_tasks, each line prefixed with its
+        pod and stamped with the time the pod printed it."""
+        from airflow_volcano.pod_logs import PodLogCopy, pod_line_emit
 
-        copies = [main_log_copy(ref, self._emit_master_log, master_cursor)] if self.get_logs else []
-        for pod, container in self._log_pods(job, ref.main_task):
-            copies.append(PodLogCopy(pod, container, lambda line, pod=pod: self.log.info("[%s] %s", pod, line)))
-        return copies
+        cursors = cursors or {}
+        pods = ([(ref.main_pod, ref.main_pod_container)] if self.get_logs else []) + \
+            self._log_pods(job, ref.main_task)
+        return [PodLogCopy(pod, container, pod_line_emit(self.log, pod), cursors.get(pod) or _new_cursor())
+                for pod, container in pods]
 
-    def _push_links(self, hook: VolcanoHook, ref: JobRef, job: dict, ti: Any) -> None:
-        """Store the UI links' URLs (see airflow_volcano.links) for this Job."""
+    def _links(self, hook: VolcanoHook, ref: JobRef, job: dict) -> dict[str, str]:
+        """The UI links' URLs (see airflow_volcano.links) for this Job."""
         templates = {link.template_option: hook.connection_extra(link.template_option)
                      or conf.get("volcano", link.template_option, fallback="") for link in LINKS}
         values = {"namespace": ref.namespace, "name": ref.name, "uid": ref.uid or "", "pod": ref.main_pod,
                   "container": ref.main_pod_container}
         if (endpoint := tensorboard_endpoint(job)) is not None:
             values["tensorboard_pod"], values["tensorboard_port"] = endpoint
+        return link_urls(templates, values)
+
+    def _push_links(self, hook: VolcanoHook, ref: JobRef, job: dict, ti: Any) -> None:
+        """Store the UI links' URLs in XCom, where the UI reads them, as soon as the Job exists."""
+        if (endpoint := tensorboard_endpoint(job)) is not None:
             self.log.info("TensorBoard of this Job: kubectl port-forward -n %s pod/%s %d, then http://localhost:%d",
                           ref.namespace, endpoint[0], endpoint[1], endpoint[1])
-        for key, url in link_urls(templates, values).items():
+        self._link_urls = self._links(hook, ref, job)
+        for key, url in self._link_urls.items():
             ti.xcom_push(key=key, value=url)
 
-    def _finalize(self, hook: VolcanoHook, ref: JobRef, result: Any, context: Context) -> dict[str, Any]:
-        from airflow_volcano import job_runner
+    def _finalize(self, hook: VolcanoHook, ref: JobRef, outcome: WaitOutcome, context: Context,
+                  copies: list[PodLogCopy]) -> dict[str, Any]:
+        from airflow_volcano.finalize import finalize
 
         ti = context["ti"]
-        return job_runner.finalize(
-            hook, ref, result,
-            on_finish_action=OnFinishAction(self.on_finish_action),
-            push_xcom=lambda key, value: ti.xcom_push(key=key, value=value),
-        )
+        main = next((copy for copy in copies if copy.pod == ref.main_pod), None)
+        return finalize(hook, ref, outcome, on_finish_action=OnFinishAction(self.on_finish_action),
+                        push_xcom=lambda key, value: ti.xcom_push(key=key, value=value), main_log=main)
 
     def _defer(self, ref: JobRef, context: Context, job: dict) -> None:
         from airflow_volcano.triggers.job import VolcanoJobTrigger
@@ -547,6 +597,7 @@ class VolcanoJobOperator(BaseOperator):
             ref.to_dict(), self.kubernetes_conn_id, limits=self._wait_limits().to_dict(), deadline=deadline,
             get_logs=self.get_logs, on_kill_action=self.on_kill_action,
             log_pods=[[pod, container] for pod, container in self._log_pods(job, ref.main_task)],
+            probe_pods=[[pod, container] for pod, container in self._probed_pods(job, ref.main_task)],
         )
         self.log.info("Deferring: the triggerer waits for Volcano Job %s/%s; this worker slot is free",
                       ref.namespace, ref.name)
@@ -554,41 +605,30 @@ class VolcanoJobOperator(BaseOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Resume after the trigger fired: the same finalize as the synchronous path."""
-        from airflow_volcano import job_runner
-        from airflow_volcano.events import JobEvent, WaitOutcome
-        from airflow_volcano.logs import LogCursor
-        from airflow_volcano.status import job_state
+        from airflow_volcano.events import Verdict, WaitOutcome
+        from airflow_volcano.pod_logs import read_remaining_log
 
-        ended = JobEvent.from_dict(event)
-        ref = JobRef.from_dict(ended.job)
+        outcome, ref = WaitOutcome.from_event(event)
         self._job_ref, self._ti = ref, context["ti"]
-        self.log.info("Resumed: the trigger reports Volcano Job %s/%s %s", ref.namespace, ref.name, ended.describe())
+        self.log.info("Resumed: the trigger reports Volcano Job %s/%s %s", ref.namespace, ref.name, outcome.describe())
         hook = self.hook
-        cursor = LogCursor.from_dict(ended.log_cursor)
         try:
-            if ended.status is WaitOutcome.ERROR:
-                raise VolcanoJobError(f"Waiting for Volcano Job {ref.namespace}/{ref.name} failed: {ended.message}")
             job = hook.get_job(ref.name, ref.namespace)
-            # The trigger copied the master's log; the other tasks' logs are read whole now.
-            for copy in self._log_copies(ref, job or {"metadata": {"name": ref.name}}, cursor):
-                job_runner.read_remaining_log(hook, ref.namespace, copy)
-            if job is None:
+            self._link_urls = self._links(hook, ref, job or {"metadata": {"name": ref.name}})
+            # What the trigger had not copied yet (its last copy, and any pod it could not read).
+            copies = self._log_copies(ref, job or {"metadata": {"name": ref.name}},
+                                      {ref.main_pod: outcome.log_cursor, **outcome.log_cursors})
+            for copy in copies:
+                read_remaining_log(hook, ref.namespace, copy)
+            if job is None and outcome.verdict is Verdict.FINISHED:
                 raise VolcanoJobError(f"Volcano Job {ref.namespace}/{ref.name} no longer exists")
-            result = job_runner.WaitResult(
-                state=job_state(job), job=job, log_cursor=cursor,
-                timed_out=ended.message if ended.status is WaitOutcome.TIMEOUT else None,
-                problem=ended.message if ended.status is WaitOutcome.PROBLEM else None,
-                stalled=ended.message if ended.status is WaitOutcome.STALLED else None,
-                lost_nodes=tuple(ended.lost_nodes), stalls=ended.stalls,
-                failed_pods={pod["metadata"]["name"]: pod for pod in ended.failed_pods},
-            )
-            return self._finalize(hook, ref, result, context)
+            outcome.job = job if job is not None else outcome.job
+            if copies and copies[0].pod == ref.main_pod:
+                outcome.log_cursor = copies[0].cursor
+            return self._finalize(hook, ref, outcome, context, copies)
         except BaseException as error:
             self._settle_after_failure(error)
             raise
-
-    def _emit_master_log(self, line: str) -> None:
-        self.log.info("[%s] %s", self._job_ref.main_pod if self._job_ref else "master", line)
 
     def on_kill(self) -> None:
         """Delete the Job when a user kills the task, or when no later try will reattach to it.
@@ -598,7 +638,7 @@ class VolcanoJobOperator(BaseOperator):
         instance is still `running` on the server: if the task has a try left, that try reattaches
         to the Job, so deleting it would throw the training away; with no try left, nobody would
         ever watch it again."""
-        from airflow_volcano.job_runner import delete_job_and_script
+        from airflow_volcano.finalize import delete_job_and_script
 
         ref = self._job_ref
         if ref is None or self.on_kill_action == OnKillAction.KEEP_JOB:
@@ -612,6 +652,8 @@ class VolcanoJobOperator(BaseOperator):
         delete_job_and_script(self.hook, ref)
 
     def _still_running_on_server(self) -> bool:
+        from airflow_volcano.task_state import task_state_key
+
         ti = self._ti
         if ti is None:
             return False
@@ -621,10 +663,17 @@ class VolcanoJobOperator(BaseOperator):
         except Exception as error:  # noqa: BLE001 - cannot tell: treat as a kill, so no Job is orphaned
             self.log.warning("Could not read the task instance's state (%s); treating this as a kill", error)
             return False
-        from airflow_volcano.job_runner import task_state_key
-
         state = (states.get(ti.run_id) or {}).get(task_state_key(ti.task_id, ti.map_index))
         return str(getattr(state, "value", state)) == "running"
+
+
+VolcanoJobOperator.template_fields = templated_fields(VolcanoJobOperator)
+
+
+def _new_cursor() -> LogCursor:
+    from airflow_volcano.logs import LogCursor
+
+    return LogCursor()
 
 
 @functools.cache
@@ -636,7 +685,7 @@ def _request_arguments(operator: type) -> tuple[str, ...]:
     return tuple(sorted(fields & names))
 
 
-def _folders(parameter: str, value: Sequence[str] | None) -> list[str] | None:
+def _folders(parameter: str, value: Iterable[str] | None) -> list[str] | None:
     """Absolute folders, checked at DAG parse (the argument is not templated, by design)."""
     if value is None:
         return None

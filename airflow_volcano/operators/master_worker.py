@@ -6,14 +6,10 @@ per-role resources and the master's policies. What the pods run is the subclass'
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airflow_volcano.manifest import DEFAULT_MASTER, DEFAULT_WORKER, max_job_name_length
 from airflow_volcano.operators.job import VolcanoJobOperator
-
-if TYPE_CHECKING:
-    pass
 
 
 class MasterWorkerJobOperator(VolcanoJobOperator):
@@ -30,10 +26,7 @@ class MasterWorkerJobOperator(VolcanoJobOperator):
         succeeds when the master does, whatever workers still run).
     """
 
-    template_fields: Sequence[str] = (
-        *VolcanoJobOperator.template_fields[:VolcanoJobOperator.template_fields.index("main_task")],
-        "worker_replicas", "master_resources", "worker_resources",
-    )
+    untemplated_fields = ("main_task",)  # the master, by definition
 
     def __init__(
         self,

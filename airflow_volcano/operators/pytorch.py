@@ -8,14 +8,10 @@ VolcanoJobOperator's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airflow_volcano.manifest import JobKind
 from airflow_volcano.operators.master_worker import MasterWorkerJobOperator
-
-if TYPE_CHECKING:
-    pass
 
 
 class VolcanoPyTorchJobOperator(MasterWorkerJobOperator):
@@ -41,7 +37,6 @@ class VolcanoPyTorchJobOperator(MasterWorkerJobOperator):
         busybox image) or the image to use (it needs sh and nc).
     """
 
-    template_fields: Sequence[str] = (*MasterWorkerJobOperator.template_fields, "nproc_per_node", "torchrun_options")
     job_kind = JobKind.PYTORCH
 
     def __init__(

@@ -84,14 +84,14 @@ class VolcanoJobSensor(BaseSensorOperator):
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
-        from airflow_volcano.events import JobEvent, WaitOutcome
+        from airflow_volcano.events import Verdict, WaitOutcome
 
-        ended = JobEvent.from_dict(event)
-        if ended.status is WaitOutcome.TIMEOUT:
+        ended, _ref = WaitOutcome.from_event(event)
+        if ended.verdict in (Verdict.DEADLINE, Verdict.JOB_TIMEOUT):
             raise AirflowFailException(f"Sensor timed out waiting for Volcano Job {self.job_name}: {ended.message}")
-        if ended.status is WaitOutcome.ERROR:
+        if ended.verdict in (Verdict.WAIT_FAILED, Verdict.DELETED):
             raise AirflowFailException(f"Waiting for Volcano Job {self.job_name} failed: {ended.message}")
-        if ended.status is WaitOutcome.PROBLEM:  # e.g. its pods cannot pull their image: it cannot complete
+        if ended.verdict is Verdict.CANNOT_START:  # e.g. its pods cannot pull their image: it cannot complete
             raise VolcanoJobError(str(ended.message))
         result = self.poke(context)
         if isinstance(result, PokeReturnValue):
@@ -103,9 +103,11 @@ class VolcanoJobSensor(BaseSensorOperator):
         return self.namespace or hook.get_namespace() or "default"
 
     def poke(self, context: Context) -> PokeReturnValue | bool:
-        from airflow_volcano import job_runner
+        from airflow_volcano.events import Verdict, WaitOutcome
+        from airflow_volcano.finalize import finalize
         from airflow_volcano.hooks.volcano import VolcanoHook
         from airflow_volcano.job_ref import JobRef
+        from airflow_volcano.pod_logs import main_log_copy, read_remaining_log
         from airflow_volcano.status import job_state
 
         hook = VolcanoHook(kubernetes_conn_id=self.kubernetes_conn_id)
@@ -120,12 +122,12 @@ class VolcanoJobSensor(BaseSensorOperator):
             return False
         ref = JobRef.from_job(job, self.main_task)
         ref.owned = False
-        main_log = job_runner.main_log_copy(ref, lambda line: self.log.info("[%s] %s", ref.main_pod, line))
+        main_log = main_log_copy(ref, self.log)
         if self.get_logs:
-            job_runner.read_remaining_log(hook, namespace, main_log)
-        result = job_runner.WaitResult(state=state, job=job, log_cursor=main_log.cursor)
+            read_remaining_log(hook, namespace, main_log)
+        outcome = WaitOutcome(Verdict.FINISHED, phase=state.phase, job=job, log_cursor=main_log.cursor)
         try:
-            summary = job_runner.finalize(hook, ref, result, on_finish_action=OnFinishAction.KEEP_JOB)
+            summary = finalize(hook, ref, outcome, on_finish_action=OnFinishAction.KEEP_JOB)
         except VolcanoJobError as error:
             # The Job's end is final: retrying the sensor cannot change it.
             raise AirflowFailException(str(error)) from error

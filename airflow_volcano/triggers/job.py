@@ -1,33 +1,36 @@
 """VolcanoJobTrigger: waits for a Volcano Job in the triggerer, so no worker slot is held.
 
-It drives the same waiting engine as the worker (`airflow_volcano.wait_engine`) and fires one
-event: finished, timeout, problem (cannot start) or error. The worker then resumes in
-`execute_complete`, which runs the shared finalize path. While waiting it copies new lines of the
-master log into the task log every `log_interval` seconds, remembering how far it got in a
-`LogCursor` that travels with the event, so nothing is shown twice.
+It drives the same wait engine as the worker (`airflow_volcano.wait_engine`), carries out its actions
+with the same programs (`airflow_volcano.wait_steps`), and fires one event: the engine's verdict
+(`events.WaitOutcome.to_event`). The worker then resumes in `execute_complete`, which runs the shared
+finalize path. While waiting it copies the followed pods' new log lines into the task log (the main
+pod's, and log_tasks'), every `log_interval` seconds and at once when one of them ends or is being
+deleted (its last lines would go with it), each line stamped with the time the pod printed it. How
+far each copy got travels with the event, so nothing is shown twice.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import importlib
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import Any
+from collections.abc import AsyncIterator, Coroutine
+from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_volcano.constants import OnKillAction
-from airflow_volcano.events import JobEvent, WaitOutcome
+from airflow_volcano import wait_steps
+from airflow_volcano.constants import ENDED_POD_PHASES, OnKillAction
+from airflow_volcano.events import Verdict, WaitOutcome
+from airflow_volcano.exceptions import VolcanoApiError
+from airflow_volcano.hooks import calls
 from airflow_volcano.job_ref import JobRef
-from airflow_volcano.job_runner import task_state_key
-from airflow_volcano.logs import LOG_CHUNK_BYTES, LineSplitter, LogCursor, emit_unseen, iter_lines, parse_timestamp_ns
-from airflow_volcano.manifest import TENSORBOARD_TASK
-from airflow_volcano.masking import register_secrets_in_triggerer
-from airflow_volcano.stalls import STACKS_POLL_SECONDS, STACKS_REQUEST_ANNOTATION, STACKS_WAIT_SECONDS, StackCollection
-from airflow_volcano.status import Outcome, waited_view
+from airflow_volcano.logs import LOG_CHUNK_BYTES, LineSplitter, LogCursor, emit_unseen
+from airflow_volcano.masking import JobSecrets, secret_values
+from airflow_volcano.pod_logs import printed_at
+from airflow_volcano.status import Outcome, job_state, waited_view
+from airflow_volcano.task_state import task_state_key
 from airflow_volcano.triggers.job_watch import (
     DELETED,
     WATCH_BROKEN,
@@ -42,14 +45,18 @@ from airflow_volcano.wait_engine import (
     CollectStacks,
     DeletePods,
     Done,
+    FollowedLog,
+    OutputClock,
+    ProbeOutput,
     Reread,
     RestartJob,
     WaitEngine,
     WaitLimits,
-    WaitResult,
     Watch,
-    scheduling_subjects,
 )
+
+if TYPE_CHECKING:
+    from airflow_volcano.hooks.volcano import AsyncVolcanoHook
 
 # Airflow 3.3+ calls a trigger's on_kill when a user kills its deferred task. Before that a
 # user's kill and a triggerer shutdown both just cancel run(); only the task state tells them apart.
@@ -85,38 +92,41 @@ async def _follow(engine: WaitEngine, changes: Changes, seconds: float) -> Actio
     return engine.watch_ended(time.time())
 
 
-def _event(result: WaitResult) -> JobEvent:
-    """The engine's verdict as the event the worker resumes with."""
-    lost = list(result.lost_nodes)
-    if result.deleted:
-        return JobEvent(WaitOutcome.ERROR, message=result.deleted, lost_nodes=lost)
-    if result.timed_out:
-        return JobEvent(WaitOutcome.TIMEOUT, message=result.timed_out, lost_nodes=lost)
-    if result.problem:
-        return JobEvent(WaitOutcome.PROBLEM, message=result.problem, lost_nodes=lost)
-    if result.stalled:
-        return JobEvent(WaitOutcome.STALLED, message=result.stalled, lost_nodes=lost, stalls=result.stalls)
-    return JobEvent(WaitOutcome.FINISHED, phase=result.state.phase, lost_nodes=lost, stalls=result.stalls,
-                    failed_pods=list(result.failed_pods.values()))
+def _leaving(pod: dict) -> bool:
+    """Whether a pod ended or is being deleted: its log goes with it, so copy it now."""
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp")) or \
+        (pod.get("status") or {}).get("phase") in ENDED_POD_PHASES
+
+
+class _LogCopy:
+    """One followed pod's log, copied by the trigger: where, how far, and whether it has started."""
+
+    __slots__ = ("container", "cursor", "pod", "started")
+
+    def __init__(self, pod: str, container: str | None, cursor: LogCursor) -> None:
+        self.pod, self.container, self.cursor = pod, container, cursor
+        self.started: bool | None = None  # None: not known yet (one read tells)
 
 
 class VolcanoJobTrigger(BaseTrigger):
-    """Waits in the triggerer for a Volcano Job to finish, fail to start, or pass a deadline, and
-    copies the master's new log lines into the task log meanwhile.
+    """Waits in the triggerer for a Volcano Job to finish, fail to start, stall, or pass a deadline,
+    and copies the followed pods' new log lines into the task log meanwhile.
 
-    Its arguments hold no credentials (Airflow before 3.2 returns a deferred task's trigger
+    Its arguments hold no credentials and no secrets (Airflow 3.1 returns a deferred task's trigger
     arguments through its REST API): the triggerer resolves the connection by its id.
 
     :param job: the Job's reference (`JobRef.to_dict()`).
     :param kubernetes_conn_id: the cncf-kubernetes `kubernetes` connection, resolved in the triggerer.
-    :param limits: startup_timeout, job_timeout and poll_interval (`WaitLimits.to_dict()`).
+    :param limits: the wait's limits (`WaitLimits.to_dict()`).
     :param deadline: the task's execution_timeout, as an epoch timestamp.
-    :param get_logs: copy the master's log into the task log.
-    :param log_interval: seconds between two log copies.
-    :param log_cursor: how far the log was shown already (`LogCursor.to_dict()`).
+    :param get_logs: copy the main pod's log into the task log.
+    :param log_interval: seconds between two log copies (a quarter of stall_timeout at most).
+    :param log_cursor: how far the main pod's log was shown already (`LogCursor.to_dict()`).
     :param on_kill_action: what a kill of the deferred task does to the Job: `delete_job` or `keep_job`.
-    :param log_pods: `[pod, container]` of each pod of `log_tasks`: with stall_timeout, their newest
-        log line counts as output too (their logs are copied by the worker, at the end).
+    :param log_pods: `[pod, container]` of each pod of `log_tasks`, whose log is copied too.
+    :param log_cursors: how far each of `log_pods` was shown already, by pod.
+    :param probe_pods: `[pod, container]` of pods whose output counts for stall_timeout without being
+        copied (the ranks' pods of a DeepSpeed/mpirun launch).
     """
 
     def __init__(
@@ -131,6 +141,8 @@ class VolcanoJobTrigger(BaseTrigger):
         log_cursor: dict[str, int] | None = None,
         on_kill_action: str = OnKillAction.DELETE_JOB,
         log_pods: list[list[str | None]] | None = None,
+        log_cursors: dict[str, dict[str, Any]] | None = None,
+        probe_pods: list[list[str | None]] | None = None,
     ) -> None:
         super().__init__()
         self.job = job
@@ -142,7 +154,9 @@ class VolcanoJobTrigger(BaseTrigger):
         self.log_cursor = log_cursor
         self.on_kill_action = str(on_kill_action)  # a plain string among the serialized arguments
         self.log_pods = [list(pod) for pod in log_pods or []]
-        self._output_at: dict[str, float] = {}  # pod of log_pods -> its newest line's time
+        self.log_cursors = dict(log_cursors or {})
+        self.probe_pods = [list(pod) for pod in probe_pods or []]
+        self._secrets: JobSecrets | None = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -151,188 +165,202 @@ class VolcanoJobTrigger(BaseTrigger):
                 "job": self.job, "kubernetes_conn_id": self.kubernetes_conn_id, "limits": self.limits.to_dict(),
                 "deadline": self.deadline, "get_logs": self.get_logs, "log_interval": self.log_interval,
                 "log_cursor": self.log_cursor, "on_kill_action": self.on_kill_action, "log_pods": self.log_pods,
+                "log_cursors": self.log_cursors, "probe_pods": self.probe_pods,
             },
         )
 
-    async def _hook(self) -> Any:
+    async def _hook(self) -> AsyncVolcanoHook:
         # The first import of the Kubernetes clients takes seconds; in a thread, so the triggerer's
         # other triggers keep running meanwhile (its event loop would report itself blocked).
         hooks = await asyncio.to_thread(importlib.import_module, "airflow_volcano.hooks.volcano")
-        return hooks.AsyncVolcanoHook(self.kubernetes_conn_id)
+        return hooks.AsyncVolcanoHook(self.kubernetes_conn_id)  # type: ignore[no-any-return]
 
-    async def _shared_hook(self, namespace: str) -> Any:
+    async def _shared_hook(self, namespace: str) -> AsyncVolcanoHook:
         """The hook of this connection's shared watch: its calls share one client with the watch."""
         await asyncio.to_thread(importlib.import_module, "airflow_volcano.hooks.volcano")
-        return shared_job_watch(self.kubernetes_conn_id, namespace).hook
+        return shared_job_watch(self.kubernetes_conn_id, namespace).hook  # type: ignore[no-any-return]
+
+    def _say(self, line: str) -> None:
+        """A line of the trigger's own into the task log, the Job's secrets masked."""
+        self.log.info("%s", self._secrets.redact(line) if self._secrets is not None else line)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         ref = JobRef.from_dict(self.job)
-        cursor = LogCursor.from_dict(self.log_cursor)
-        self.log.info("Waiting for Volcano Job %s/%s", ref.namespace, ref.name)
+        self._secrets = JobSecrets()
+        copies = ([_LogCopy(ref.main_pod, ref.main_pod_container, LogCursor.from_dict(self.log_cursor))]
+                  if self.get_logs else [])
+        copies += [_LogCopy(str(pod), container, LogCursor.from_dict(self.log_cursors.get(str(pod))))
+                   for pod, container in self.log_pods]
+        self._say(f"Waiting for Volcano Job {ref.namespace}/{ref.name}")
         try:
-            event = await self._wait(ref, cursor)
+            outcome = await self._wait(ref, copies)
         except asyncio.CancelledError:
             if not TRIGGERER_CALLS_ON_KILL:
                 await _finish_despite_cancellation(self._kill_if_task_left_deferral(ref), ON_KILL_SECONDS)
             raise
         except Exception as error:  # noqa: BLE001 - reported to the worker, which fails the task
-            event = JobEvent(WaitOutcome.ERROR, message=f"{type(error).__name__}: {error}")
-        yield TriggerEvent(dataclasses.replace(event, job=ref.to_dict(), log_cursor=cursor.to_dict()).to_dict())
+            outcome = WaitOutcome(Verdict.WAIT_FAILED, message=f"{type(error).__name__}: {error}")
+        if self.get_logs:
+            outcome.log_cursor = copies[0].cursor
+        outcome.log_cursors = {copy.pod: copy.cursor for copy in copies if copy.pod != ref.main_pod}
+        # Airflow logs a fired event and stores it unencrypted: nothing secret leaves the trigger.
+        yield TriggerEvent(outcome.masked(self._secrets.redact).to_event(ref))
 
-    async def _wait(self, ref: JobRef, cursor: LogCursor) -> JobEvent:
+    async def _wait(self, ref: JobRef, copies: list[_LogCopy]) -> WaitOutcome:
         hook = await self._shared_hook(ref.namespace)
-        copiers: list[asyncio.Task] = []
-
-        def copy_logs() -> None:
-            if self.get_logs and not copiers:
-                copiers.append(asyncio.create_task(self._copy_logs_periodically(hook, ref, cursor)))
-
-        def last_output() -> float | None:
-            return max([cursor.last_line_at or 0.0, *self._output_at.values()]) or None
-
-        try:
-            return await self._watch_until_done(hook, ref, copy_logs, last_output)
-        finally:
-            for copier in copiers:
-                copier.cancel()
-            await asyncio.gather(*copiers, return_exceptions=True)
-
-    async def _watch_until_done(self, hook: Any, ref: JobRef, copy_logs: Callable[[], None],
-                                last_output: Callable[[], float | None]) -> JobEvent:
-        """The asyncio driver of the wait engine (job_runner._watch_until_done is the blocking one).
-        Changes come from the triggerer's one shared watch of the namespace's Jobs, and its pods from
-        the shared pod watch (what starting, lost nodes and the failure report need: Volcano may
-        remove a failed pod before the Job ends)."""
-        engine = WaitEngine(ref, self.limits, started_at=ref.created_at or time.time(),
-                            report=lambda line: self.log.info("%s", line), deadline=self.deadline,
-                            last_output=last_output)
+        output = OutputClock()
         watch = shared_job_watch(self.kubernetes_conn_id, ref.namespace)
         pod_watch = shared_pod_watch(self.kubernetes_conn_id, ref.namespace)
-        async with watch.subscribe(ref.name) as changes, pod_watch.subscribe(ref.name) as pod_changes:
-            job_pods = JobPods(pod_changes, lambda: hook.list_job_pods(ref.name, ref.namespace))
+        async with (watch.subscribe(ref.name) as changes, pod_watch.subscribe(ref.name) as pod_changes,
+                    pod_watch.subscribe(ref.name) as copied_pod_changes):
+            job_pods = JobPods(pod_changes, lambda: hook.run(calls.list_job_pods(ref.name, ref.namespace)))
             job = watch.latest.get(ref.name)
+            assert self._secrets is not None
             if job is not None:
                 changes.clear()  # all older than what `latest` holds
+                self._secrets.add(watch.secrets.get(ref.name, ()))
             else:  # not seen by the shared watch yet (just created), or gone
                 async with watch.reads:
-                    job = await hook.get_job(ref.name, ref.namespace)
-                    if job is not None:
-                        await register_secrets_in_triggerer(job)  # its copied log lines are masked
-                    job = waited_view(job)
-            # The Job has been seen whole (its secret env values registered): its log may be copied now.
-            copy_logs()
-            action: Action = engine.job_read(job, time.time())
-            while True:
-                match action:
-                    case Done(result=result):
-                        if result.state.outcome is Outcome.FAILED or result.stalled:
-                            # The failed pods Volcano has removed, as last seen (the report reads the rest).
-                            try:
-                                async with watch.reads:
-                                    listed = {pod["metadata"]["name"] for pod in await job_pods.current()}
-                                result.failed_pods = {name: view for name, view in job_pods.failed.items()
-                                                      if name not in listed}
-                            except Exception as error:  # noqa: BLE001 - the report explains with what it finds
-                                self.log.warning("Could not read the pods of Volcano Job %s/%s: %s", ref.namespace,
-                                                 ref.name, error)
-                        return _event(result)
-                    case CheckPods(scheduling=scheduling):
-                        async with watch.reads:
-                            pods = await job_pods.current()
-                            podgroup = await hook.get_podgroup(engine.job) if scheduling and engine.job else None
-                            events = (await hook.list_events(ref.namespace, scheduling_subjects(podgroup, pods))
-                                      if scheduling else [])
-                        action = engine.pods_seen(pods, podgroup, events, time.time())
-                    case Watch(seconds=seconds):
-                        action = await _follow(engine, changes, seconds)
-                    case Reread(after=after):
-                        await asyncio.sleep(after)
-                        async with watch.reads:
-                            action = engine.job_read(waited_view(await hook.get_job(ref.name, ref.namespace)),
-                                                     time.time())
-                    case DeletePods(pods=pods):
-                        for pod in pods:
-                            try:
-                                await hook.delete_lost_pod(pod, ref.namespace)
-                            except Exception as error:  # noqa: BLE001 - e.g. no permission: the check retries
-                                self.log.warning("Could not delete pod %s/%s on a lost node: %s", ref.namespace,
-                                                 pod, error)
-                        action = engine.pods_deleted(time.time())
-                    case CollectStacks(silent_for=silent_for):
-                        where = await self._collect_stacks(hook, ref, silent_for)
-                        action = engine.stacks_collected(where, time.time())
-                    case RestartJob():
-                        try:
-                            await hook.restart_job(engine.job or {})
-                        except Exception as error:  # noqa: BLE001 - reported; the stall's clock starts again
-                            self.log.warning("Could not restart Volcano Job %s/%s: %s", ref.namespace, ref.name,
-                                             error)
-                        action = engine.restart_requested(time.time())
-
-    async def _collect_stacks(self, hook: Any, ref: JobRef, silent_for: float) -> str:
-        """As job_runner.collect_stacks (the blocking twin): ask, read, show; where each process was."""
-        from airflow_volcano.job_runner import stall_notice
-
-        self.log.info("%s", stall_notice(ref, silent_for))
-        asked_at = time.time()
-        collection = StackCollection.of(await hook.list_job_pods(ref.name, ref.namespace), str(int(asked_at)),
-                                        skip_tasks=[TENSORBOARD_TASK])
-        for pod, _container in collection.pods:
+                    whole = await hook.run(calls.get_job(ref.name, ref.namespace))
+                if whole is not None:
+                    self._secrets.add(secret_values(whole))
+                job = waited_view(whole)
+            # The Job's secrets are known: its logs may be copied now.
+            for copy in copies:
+                output.expected(f"log:{copy.pod}", time.time())  # blind until its first read
+            copier = asyncio.create_task(self._copy_logs(hook, ref, copies, output, copied_pod_changes))
             try:
-                if not await hook.annotate_pod(pod, ref.namespace, {STACKS_REQUEST_ANNOTATION: collection.request}):
-                    collection.unreachable[pod] = "the pod is gone"
-            except Exception as error:  # noqa: BLE001 - said in the report
-                collection.unreachable[pod] = f"could not annotate it ({error})"
-        deadline = time.monotonic() + STACKS_WAIT_SECONDS
-        while collection.waiting_for() and time.monotonic() < deadline:
-            await asyncio.sleep(STACKS_POLL_SECONDS)
-            for pod, container in collection.waiting_for():
-                try:
-                    chunks = [chunk async for chunk in hook.pod_log_chunks(
-                        pod, ref.namespace, container=container, since_seconds=int(time.time() - asked_at) + 5,
-                        chunk_bytes=LOG_CHUNK_BYTES)]
-                    collection.log_read(pod, [line.partition(" ")[2] for line in iter_lines(chunks)])
-                except Exception:  # noqa: BLE001 - a pod that cannot be read now may be read at the next poll
-                    pass
-        for line in collection.report():
-            self.log.info("%s", line)
-        return collection.where()
+                return await self._drive(hook, ref, job, changes, job_pods, output, copies)
+            finally:
+                copier.cancel()
+                await asyncio.gather(copier, return_exceptions=True)
 
-    async def _copy_logs_periodically(self, hook: Any, ref: JobRef, cursor: LogCursor) -> None:
+    async def _drive(self, hook: AsyncVolcanoHook, ref: JobRef, job: dict | None, changes: Changes,
+                     job_pods: JobPods, output: OutputClock, copies: list[_LogCopy]) -> WaitOutcome:
+        """The asyncio driver of the wait engine (wait_worker is the blocking one). Changes come from the
+        triggerer's one shared watch of the namespace's Jobs, and its pods from the shared pod watch
+        (what starting, lost nodes and the failure report need: Volcano may remove a failed pod
+        before the Job ends)."""
+        followed = (*(FollowedLog(copy.pod, copy.container, copy.cursor) for copy in copies),
+                    *(FollowedLog(str(pod), container) for pod, container in self.probe_pods))
+        engine = WaitEngine(ref, self.limits, started_at=ref.created_at or time.time(), report=self._say,
+                            deadline=self.deadline, output=output, followed=followed)
+        watch = shared_job_watch(self.kubernetes_conn_id, ref.namespace)
+        action: Action = engine.job_read(job, time.time())
         while True:
-            await self._copy_new_log_lines(hook, ref, cursor)
-            if self.limits.stall_timeout is not None:
-                for pod, container in self.log_pods:
-                    await self._note_newest_line(hook, ref.namespace, str(pod), container)
-            await asyncio.sleep(self.log_interval)
+            match action:
+                case Done(outcome=outcome):
+                    if outcome.verdict is Verdict.STALLED or (
+                            outcome.job is not None and job_state(outcome.job).outcome is Outcome.FAILED):
+                        await self._note_removed_failures(ref, watch, job_pods, outcome)
+                    return outcome
+                case CheckPods(scheduling=scheduling):
+                    async with watch.reads:
+                        pods = await job_pods.current()
+                        podgroup, events = await hook.drive(wait_steps.scheduling_view(engine.job, pods, scheduling))
+                    action = engine.pods_seen(pods, podgroup, events, time.time())
+                case Watch(seconds=seconds):
+                    action = await _follow(engine, changes, seconds)
+                case Reread(after=after):
+                    await asyncio.sleep(after)
+                    async with watch.reads:
+                        action = engine.job_read(waited_view(await hook.run(calls.get_job(ref.name, ref.namespace))),
+                                                 time.time())
+                case DeletePods(pods=pods):
+                    await hook.drive(wait_steps.delete_lost_pods(ref.namespace, pods, self.log.warning))
+                    action = engine.pods_deleted(time.time())
+                case ProbeOutput(pods=pods):
+                    async with watch.reads:
+                        newest = await hook.drive(wait_steps.probe_output(ref.namespace, pods))
+                    action = engine.output_probed(newest, time.time())
+                case CollectStacks(silent_for=silent_for):
+                    where, running = await hook.drive(
+                        wait_steps.collect_stacks(ref, silent_for, self._say, str(int(time.time()))))
+                    action = engine.stacks_collected(where, time.time(), running)
+                case RestartJob(pods=pods):
+                    refused = await hook.drive(wait_steps.restart_gang(ref.namespace, pods))
+                    action = engine.restart_requested(time.time(), refused)
 
-    async def _note_newest_line(self, hook: Any, namespace: str, pod: str, container: str | None) -> None:
-        """The time of a log_tasks pod's newest line (one line read): output, for stall_timeout."""
+    async def _note_removed_failures(self, ref: JobRef, watch: Any, job_pods: JobPods, outcome: WaitOutcome) -> None:
+        """The failed pods Volcano has removed, as last seen (the failure report reads the rest)."""
         try:
-            chunks = [chunk async for chunk in hook.pod_log_chunks(
-                pod, namespace, container=container, since_seconds=None, chunk_bytes=LOG_CHUNK_BYTES, tail_lines=1)]
-        except Exception:  # noqa: BLE001 - not started, gone: no output from it
-            return
-        for line in iter_lines(chunks):
-            if (at := parse_timestamp_ns(line.partition(" ")[0])) is not None:
-                self._output_at[pod] = at / 1e9
+            async with watch.reads:
+                listed = {pod["metadata"]["name"] for pod in await job_pods.current()}
+            outcome.failed_pods = {name: view for name, view in job_pods.failed.items() if name not in listed}
+        except Exception as error:  # noqa: BLE001 - the report explains with what it finds
+            self.log.warning("Could not read the pods of Volcano Job %s/%s: %s", ref.namespace, ref.name, error)
 
-    async def _copy_new_log_lines(self, hook: Any, ref: JobRef, cursor: LogCursor) -> None:
-        """Everything newer than the cursor, streamed: one read from the cursor's second to the
-        log's current end, one chunk in memory at a time, each line shown once."""
+    # -- copying the followed pods' logs -----------------------------------------------------------
+
+    async def _copy_logs(self, hook: AsyncVolcanoHook, ref: JobRef, copies: list[_LogCopy], output: OutputClock,
+                         pod_changes: Changes) -> None:
+        """Every `log_interval` (a quarter of stall_timeout at most), and at once when a followed pod ends
+        or is being deleted, copy what each followed pod printed since the last copy."""
+        interval = self.log_interval
+        if self.limits.stall_timeout is not None:
+            interval = min(interval, self.limits.stall_timeout / 4)
+        by_pod = {copy.pod: copy for copy in copies}
+        while True:
+            for copy in copies:
+                if copy.started is not False:
+                    await self._copy_new_lines(hook, ref.namespace, copy, output)
+            deadline = time.monotonic() + interval
+            while (remaining := deadline - time.monotonic()) > 0:
+                try:
+                    async with asyncio.timeout(remaining):
+                        item = await pod_changes.get()
+                except TimeoutError:
+                    break
+                if not isinstance(item, tuple):  # RESYNC, WATCH_BROKEN: the periodic copy goes on
+                    continue
+                _kind, pod = item
+                copy = by_pod.get((pod.get("metadata") or {}).get("name", ""))
+                if copy is None:
+                    continue
+                phase = (pod.get("status") or {}).get("phase")
+                if phase not in (None, "Pending") or _leaving(pod):
+                    copy.started = True
+                if _leaving(pod):
+                    await self._copy_new_lines(hook, ref.namespace, copy, output)
+
+    async def _copy_new_lines(self, hook: AsyncVolcanoHook, namespace: str, copy: _LogCopy,
+                              output: OutputClock) -> None:
+        """Everything newer than the copy's cursor, streamed: one read from the cursor's second to the
+        log's current end, one chunk in memory at a time, each line shown once, with the time the pod
+        printed it, the Job's secrets masked."""
         splitter = LineSplitter()
-        cursor.start_read()
+        copy.cursor.start_read()
+        source = f"log:{copy.pod}"
+        assert self._secrets is not None
+        secrets = self._secrets
 
-        def emit(line: str) -> None:
-            self.log.info("[%s] %s", ref.main_pod, line)
+        def emit(message: str, at_ns: int | None) -> None:
+            stamp = {"timestamp": at} if (at := printed_at(at_ns)) is not None else {}
+            self.log.info("[%s] %s", copy.pod, secrets.redact(message), **stamp)
+
+        def seen() -> None:
+            output.seen(time.time())
 
         try:
-            async for chunk in hook.pod_log_chunks(ref.main_pod, ref.namespace, container=ref.main_pod_container,
-                                                   since_seconds=cursor.since_seconds(), chunk_bytes=LOG_CHUNK_BYTES):
-                emit_unseen(splitter.feed(chunk), cursor, emit)
-            emit_unseen(splitter.end(), cursor, emit)
-        except Exception:  # noqa: BLE001 - master not started yet, no log, a dropped read: the next copy resumes
+            async for chunk in hook.pod_log_chunks(copy.pod, namespace, container=copy.container,
+                                                   since_seconds=copy.cursor.since_seconds(),
+                                                   chunk_bytes=LOG_CHUNK_BYTES):
+                emit_unseen(splitter.feed(chunk), copy.cursor, emit, seen)
+            emit_unseen(splitter.end(), copy.cursor, emit, seen)
+        except VolcanoApiError as error:
+            if error.status in (400, 404):  # not started, or gone: nothing to see (not blind)
+                output.sighted(source, time.time())
+                copy.started = copy.started or False
+            else:  # the apiserver cannot reach its kubelet, say: what the pod prints is not seen
+                output.blind(source, time.time())
             return
+        except Exception:  # noqa: BLE001 - a dropped read: the next copy resumes
+            output.blind(source, time.time())
+            return
+        copy.started = True
+        output.sighted(source, time.time())
+
+    # -- a kill ---------------------------------------------------------------------------------
 
     async def _kill_if_task_left_deferral(self, ref: JobRef) -> None:
         """Before Airflow 3.3: delete the Job only if the task is no longer deferred (a user acted).
@@ -368,7 +396,7 @@ class VolcanoJobTrigger(BaseTrigger):
         states = await sync_to_async(RuntimeTaskInstance.get_task_states)(
             dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id], map_index=ti.map_index,
         )
-        return (states.get(ti.run_id) or {}).get(task_state_key(ti.task_id, ti.map_index))
+        return (states.get(ti.run_id) or {}).get(task_state_key(ti.task_id, ti.map_index))  # type: ignore[no-any-return]
 
     async def on_kill(self) -> None:
         """A user marked the deferred task failed/success or cleared it: stop the training."""
@@ -376,9 +404,7 @@ class VolcanoJobTrigger(BaseTrigger):
             return
         ref = JobRef.from_dict(self.job)
         hook = await self._hook()
-        await hook.delete_job(ref.name, ref.namespace)
+        await hook.run(calls.delete_job(ref.name, ref.namespace))
         if ref.script_configmap:
-            await hook.delete_configmap(ref.script_configmap, ref.namespace)
+            await hook.run(calls.delete_configmap(ref.script_configmap, ref.namespace))
         self.log.info("Task killed: deleted Volcano Job %s/%s", ref.namespace, ref.name)
-
-

@@ -10,11 +10,11 @@ only its own Job's changes. The watch stops when the last subscriber leaves.
 On 410 Gone (the apiserver compacted the resourceVersion away) it lists the namespace's Jobs page
 by page and hands each subscriber its Job as now: one paged list instead of a GET per trigger.
 
-While a Job is starting its trigger looks at the pods (an image that cannot be pulled leaves the
-Job Pending). Those triggers share a `SharedPodWatch` of the namespace's Volcano pods: each lists
-its Job's pods once and then follows their changes, instead of listing them at every check. It
-runs only while some subscriber's Job is starting, so a namespace of thousands of running Jobs
-costs no pod traffic at all.
+Every trigger also follows its Job's pods (an image that cannot be pulled leaves the Job Pending; a
+node that stops answering, a pod that ends or is deleted, whose last log lines are copied at once).
+They share a `SharedPodWatch` of the namespace's Volcano pods: each lists its Job's pods once and
+then follows their changes, instead of listing them at every check; the watch delivers only changes
+of the subscribed Jobs' pods, so a quiet namespace costs one open watch.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any
 
 from airflow_volcano.constants import JOB_NAME_LABEL
 from airflow_volcano.exceptions import WatchExpired
-from airflow_volcano.masking import register_secrets_in_triggerer
+from airflow_volcano.masking import secret_values
 from airflow_volcano.status import pod_problem, pod_view, waited_view
 from airflow_volcano.wait_engine import backoff_after_drops
 
@@ -192,7 +192,6 @@ class SharedWatch:
                     self._resource_version = (obj.get("metadata") or {}).get("resourceVersion") or \
                         self._resource_version
                     if kind in ("ADDED", "MODIFIED", "DELETED") and (owner := self.owner(obj)):
-                        await self.observed(obj)
                         self._dispatch(owner, self.item(kind, obj))
             except WatchExpired:
                 self._resource_version = None  # list again, after the back-off below if it repeats
@@ -211,9 +210,6 @@ class SharedWatch:
 
     def forget(self, name: str) -> None:
         """The last subscriber of this Job left."""
-
-    async def observed(self, obj: dict) -> None:
-        """Seen whole, before `item` keeps what waiting needs of it."""
 
     def item(self, kind: str, obj: dict) -> Any:
         """What a subscriber receives for a change."""
@@ -234,8 +230,9 @@ class SharedWatch:
 class SharedJobWatch(SharedWatch):
     """The Jobs of one namespace. A subscriber receives its Job at each change (the part waiting
     reads, `waited_view`), or DELETED. `latest` holds every Job of the namespace as last seen, so
-    a new subscriber starts from it without a GET of its own; `reads` bounds the subscribers' own
-    API reads."""
+    a new subscriber starts from it without a GET of its own, and `secrets` its secret env values
+    (which the waited view drops: a trigger masks them in what it copies, see masking.JobSecrets);
+    `reads` bounds the subscribers' own API reads."""
 
     resource = "jobs"
 
@@ -243,6 +240,7 @@ class SharedJobWatch(SharedWatch):
         super().__init__(kubernetes_conn_id, namespace)
         self.reads = asyncio.Semaphore(CONCURRENT_READS)  # held by a subscriber around each of its API reads
         self.latest: dict[str, dict] = {}
+        self.secrets: dict[str, tuple[tuple[str, str], ...]] = {}  # Job -> (name, value) of its secret env
         self._keep_all_until = 0.0  # monotonic time: every Job is kept until then (LIST_GRACE_SECONDS)
 
     def owner(self, obj: dict) -> str | None:
@@ -252,26 +250,26 @@ class SharedJobWatch(SharedWatch):
         name = obj["metadata"]["name"]
         if kind == "DELETED":
             self.latest.pop(name, None)
+            self.secrets.pop(name, None)
             return DELETED
         view = waited_view(obj)
         if name in self.subscribers or self._keeping_all():
             self.latest[name] = view
+            self.secrets[name] = secret_values(obj)
         return view
-
-    async def observed(self, obj: dict) -> None:
-        # The pod templates are dropped next: their secret env values are masked in copied log lines.
-        await register_secrets_in_triggerer(obj)
 
     def forget(self, name: str) -> None:
         """Nobody waits on this Job any more: drop it (other people's Jobs cost no memory)."""
         if not self._keeping_all():
             self.latest.pop(name, None)
+            self.secrets.pop(name, None)
 
     def _keeping_all(self) -> bool:
         if time.monotonic() < self._keep_all_until:
             return True
         if len(self.latest) > len(self.subscribers):  # the list's grace is over: keep the waited Jobs only
             self.latest = {name: job for name, job in self.latest.items() if name in self.subscribers}
+            self.secrets = {name: values for name, values in self.secrets.items() if name in self.subscribers}
         return False
 
     async def _relist(self) -> None:
@@ -281,16 +279,17 @@ class SharedJobWatch(SharedWatch):
         # the list's snapshot (taken at its first page).
         subscribed = set(self.subscribers)
         latest: dict[str, dict] = {}
+        secrets: dict[str, tuple[tuple[str, str], ...]] = {}
         token: str | None = None
         while True:
             jobs, version, token = await self.hook.list_page(self.resource, self.namespace, limit=LIST_PAGE,
                                                              continue_token=token)
-            for job in jobs:
-                await self.observed(job)  # a subscriber may start from this list's view
+            for job in jobs:  # a subscriber may start from this list's view
                 latest[job["metadata"]["name"]] = waited_view(job)
+                secrets[job["metadata"]["name"]] = secret_values(job)
             if token is None:
                 break
-        self.latest = latest
+        self.latest, self.secrets = latest, secrets
         self._keep_all_until = time.monotonic() + LIST_GRACE_SECONDS
         for name in list(self.subscribers):
             if name in latest:

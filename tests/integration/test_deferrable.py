@@ -82,7 +82,7 @@ def test_trigger_arguments_hold_no_credentials_and_the_triggerer_resolves_the_co
         return await anext(VolcanoJobTrigger(**kwargs).run())
 
     event = asyncio.run(asyncio.wait_for(first_event(), timeout=60))
-    assert event.payload["status"] == "finished" and event.payload["phase"] == "Completed"
+    assert event.payload["verdict"] == "finished" and event.payload["phase"] == "Completed"
 
 
 @pytest.mark.parametrize("action", ["delete_job", "keep_job"])
@@ -152,7 +152,7 @@ def test_a_hostile_master_log_is_copied_whole_by_the_trigger(cluster, operator_k
     shown: list[str] = []
 
     class TaskLog:
-        def info(self, message: str, *args: object) -> None:
+        def info(self, message: str, *args: object, **fields: object) -> None:
             text = message % args
             if text.startswith("[hostile-master-0] "):
                 shown.append(text.removeprefix("[hostile-master-0] "))
@@ -167,7 +167,7 @@ def test_a_hostile_master_log_is_copied_whole_by_the_trigger(cluster, operator_k
         return await anext(trigger.run())
 
     event = asyncio.run(asyncio.wait_for(first_event(), timeout=90))
-    assert event.payload["status"] == "finished", event.payload
+    assert event.payload["verdict"] == "finished", event.payload
     assert_whole(shown)
 
 

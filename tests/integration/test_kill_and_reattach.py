@@ -166,8 +166,9 @@ def test_a_worker_stopping_with_no_try_left_deletes_the_job(cluster, operator_ku
 def test_a_retry_reattaches_only_to_a_job_of_its_own_request(cluster, operator_kubeconfig, airflow_db, tmp_path,
                                                              first, then):
     """The DAG changed between two tries of one task instance (here: debug mode switched). A debug
-    try must not take over (and delete) the training Job, which is left alone and the task fails
-    saying why; a training try must not wait on a sleeping debug Job, which it replaces."""
+    try must not take over the training Job: the task fails saying why and what to do, and, being its
+    last try, settles the Job as any failure with no try left does (deleted: nobody would watch it
+    train); a training try must not wait on a sleeping debug Job, which it replaces."""
     dag_id = f"mode_{first}_then_{then}"
     logical_date = datetime.datetime.now(datetime.UTC).isoformat()
     log = tmp_path / "worker.log"
@@ -193,7 +194,10 @@ def test_a_retry_reattaches_only_to_a_job_of_its_own_request(cluster, operator_k
         assert code == 1, text[-3000:]
         assert (f"an earlier try of this task instance submitted Volcano Job {cluster.namespace}/"
                 f"{old['metadata']['name']} (phase Running) from other arguments, script or debug mode") in text
-        assert uids == [old["metadata"]["uid"]], "the training Job is left alone"
+        assert "Set if_job_exists='replace' to replace it with this try's, or delete it" in text
+        assert (f"No later try of this task will reattach: deleting Volcano Job {cluster.namespace}/"
+                f"{old['metadata']['name']} (Running)") in text
+        cluster.wait_for("the Job nobody would watch to be gone", lambda: not our_jobs(cluster), timeout=60)
         assert "Reattaching" not in text
     else:
         assert code == 0, text[-3000:]

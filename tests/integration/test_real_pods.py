@@ -804,7 +804,7 @@ def test_the_trigger_copies_a_real_containers_log_whole_in_one_streamed_read(
     shown: list[str] = []
 
     class TaskLog:
-        def info(self, message: str, *args: object) -> None:
+        def info(self, message: str, *args: object, **fields: object) -> None:
             shown.append(message % args)
 
         def __getattr__(self, name: str) -> object:
@@ -847,8 +847,8 @@ def test_a_hostile_real_log_is_copied_escaped_and_cut_in_bounded_memory_in_both_
 
     from airflow_volcano.hooks.volcano import VolcanoHook
     from airflow_volcano.job_ref import JobRef
-    from airflow_volcano.job_runner import PodLogCopy, read_remaining_log
     from airflow_volcano.logs import MAX_LINE_BYTES, LogCursor
+    from airflow_volcano.pod_logs import PodLogCopy, read_remaining_log
     from airflow_volcano.triggers.job import VolcanoJobTrigger
 
     run_writer_pod(cluster, real_node, "hostile-master-0", HOSTILE_WRITER)
@@ -872,14 +872,14 @@ def test_a_hostile_real_log_is_copied_escaped_and_cut_in_bounded_memory_in_both_
         return peak
 
     worker_lines: list[str] = []
-    worker_copy = PodLogCopy("hostile-master-0", "master", worker_lines.append)
+    worker_copy = PodLogCopy("hostile-master-0", "master", lambda line, at: worker_lines.append(line))
     worker_peak = copied(lambda: read_remaining_log(VolcanoHook(), cluster.namespace, worker_copy))
     assert "Could not read" not in caplog.text, caplog.text
 
     trigger_lines: list[str] = []
 
     class TaskLog:
-        def info(self, message: str, *args: object) -> None:
+        def info(self, message: str, *args: object, **fields: object) -> None:
             trigger_lines.append((message % args).removeprefix("[hostile-master-0] "))
 
         def __getattr__(self, name: str) -> object:
@@ -891,7 +891,13 @@ def test_a_hostile_real_log_is_copied_escaped_and_cut_in_bounded_memory_in_both_
     trigger_cursor = LogCursor()
 
     async def trigger_copy() -> None:
-        await trigger._copy_new_log_lines(await trigger._hook(), ref, trigger_cursor)
+        from airflow_volcano.masking import JobSecrets
+        from airflow_volcano.triggers.job import _LogCopy
+        from airflow_volcano.wait_engine import OutputClock
+
+        trigger._secrets = JobSecrets()
+        await trigger._copy_new_lines(await trigger._hook(), cluster.namespace,
+                                      _LogCopy(ref.main_pod, "master", trigger_cursor), OutputClock())
 
     asyncio.run(trigger_copy())  # the clients' first import, outside the measured copy
     trigger_lines.clear()

@@ -152,7 +152,7 @@ def test_two_hundred_deferred_triggers_share_one_watch_through_an_apiserver_rest
     assert seen["victim"] == "cancelled" and seen["after_cancel"] == count - 1, "the cancelled one left the watch"
     assert len(fired) == count - 1 and len({name for name, _ in fired}) == count - 1, "each fired exactly once"
     for name, payload in fired:
-        assert payload["status"] == "finished" and payload["phase"] == "Completed", (name, payload)
+        assert payload["verdict"] == "finished" and payload["phase"] == "Completed", (name, payload)
         assert payload["job"]["name"] == name
     # One stream for all (reopened after the restart and at its 5-minute timeout), not one per trigger.
     assert seen["watch_requests"] <= 5 and seen["left"] == 0, seen
@@ -214,4 +214,4 @@ def test_an_expired_token_on_the_shared_watch_fails_no_deferred_task(cluster, ku
     fired = asyncio.run(wait_all())
     assert "HTTP 401 Unauthorized" in caplog.text, "the old token was refused: the fault happened"
     for name, payload in zip(names, fired, strict=True):
-        assert payload["status"] == "finished" and payload["phase"] == "Completed", (name, payload)
+        assert payload["verdict"] == "finished" and payload["phase"] == "Completed", (name, payload)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
+from airflow_volcano.hooks import calls
 from airflow_volcano.job_ref import JobRef
 from airflow_volcano.triggers.job import VolcanoJobTrigger
 from airflow_volcano.triggers.job_watch import JobPods, shared_job_watch, shared_pod_watch
@@ -27,7 +28,7 @@ def test_pods_created_after_the_first_list_arrive_through_the_watch(cluster, ope
         async def list_pods() -> list[dict]:
             nonlocal lists
             lists += 1
-            return await jobs.hook.list_job_pods("late", cluster.namespace)
+            return await jobs.hook.run(calls.list_job_pods("late", cluster.namespace))
 
         async with jobs.subscribe("late"), shared_pod_watch(connection, cluster.namespace).subscribe("late") as changes:
             pods = JobPods(changes, list_pods)
@@ -56,13 +57,14 @@ def test_deferred_jobs_that_cannot_pull_share_one_pod_watch(cluster, operator_ku
 
     count = 12
     lists: Counter[str] = Counter()
-    list_job_pods = AsyncVolcanoHook.list_job_pods
+    run = AsyncVolcanoHook.run
 
-    async def counted(self: AsyncVolcanoHook, job_name: str, namespace: str) -> list[dict]:
-        lists[job_name] += 1
-        return await list_job_pods(self, job_name, namespace)
+    async def counted(self: AsyncVolcanoHook, call: calls.Call) -> object:
+        if call.what.startswith("list pods of Job "):
+            lists[call.what.rpartition("/")[2]] += 1
+        return await run(self, call)
 
-    monkeypatch.setattr(AsyncVolcanoHook, "list_job_pods", counted)
+    monkeypatch.setattr(AsyncVolcanoHook, "run", counted)
     connection = "kubernetes_default"
     names = [f"nopull-{i}" for i in range(count)]
     refs = []
@@ -85,7 +87,7 @@ def test_deferred_jobs_that_cannot_pull_share_one_pod_watch(cluster, operator_ku
 
     payloads, seen = asyncio.run(wait_all())
     for name, payload in zip(names, payloads, strict=True):
-        assert payload["status"] == "problem", payload
+        assert payload["verdict"] == "cannot_start", payload
         assert f"{name} cannot start" in payload["message"] and "registry.invalid/nope:1" in payload["message"]
         assert "ImagePullBackOff" in payload["message"], payload
     assert seen == {"watch_requests": 1, "left": 0}, seen

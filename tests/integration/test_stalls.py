@@ -53,16 +53,17 @@ def wait_for_no_pods(cluster, job: str, seconds: float = 90) -> list[str]:
                          ids=["python-worker", "python-deferred", "torchrun-deferred"])
 def test_a_hang_is_caught_with_every_ranks_stack_and_the_job_deleted(cluster, operator_kubeconfig, run_task,
                                                                       real_node, tmp_path, launcher, deferrable):
-    """Rank 1 sleeps before all_reduce while the others wait in it: no output for stall_timeout (1
-    minute). The task log shows each process's stack under its pod (the others in all_reduce, rank 1
+    """Rank 1 sleeps before all_reduce while the others wait in it: no output for stall_timeout (30
+    seconds). The task log shows each process's stack under its pod (the others in all_reduce, rank 1
     at its sleep), the task fails saying it stalled, and nothing is left running."""
     torchrun = {"launcher": "torchrun", "nproc_per_node": 2} if launcher == "torchrun" else {}
     run = run_task(lambda: real_operator(real_node, cluster.namespace, "hang", training_script=script(tmp_path, HANGS),
-                                         stall_timeout=1, job_timeout=240, deferrable=deferrable,
+                                         stall_timeout=30, job_timeout=240, deferrable=deferrable,
                                          **torchrun, **state_volume(tmp_path)))
 
     assert run.state == "failed", run.log
-    assert f"Volcano Job {cluster.namespace}/hang stalled: no output for 1 minute; where each process was: " in run.log
+    assert (f"Volcano Job {cluster.namespace}/hang stalled: no output for 30 seconds; where each process was: "
+            in run.log)
     assert "job_timeout" not in run.log.split("stalled: no output")[0][-300:], "caught by the stall, not the timeout"
     ranks = 6 if torchrun else 3
     # Each rank's main thread, under its pod: rank 1 at the script's sleep, every other in all_reduce.
@@ -85,18 +86,19 @@ def test_a_hang_is_caught_with_every_ranks_stack_and_the_job_deleted(cluster, op
 
 def test_stall_action_restart_restarts_the_gang_and_the_second_attempt_trains(cluster, operator_kubeconfig, run_task,
                                                                                real_node, tmp_path):
-    """A hang only on the first attempt (a marker on a hostPath): the stall restarts the gang
-    (Volcano's RestartJob, one of max_retry), and the task succeeds."""
+    """A hang only on the first attempt (a marker on a hostPath): the stall restarts the gang (its pods
+    deleted, which the Job's PodEvicted policy answers with RestartJob, one of max_retry), and the task
+    succeeds."""
     run = run_task(lambda: real_operator(real_node, cluster.namespace, "once", training_script=script(tmp_path, HANGS),
-                                         stall_timeout=1, stall_action="restart", job_timeout=300,
+                                         stall_timeout=30, stall_action="restart", job_timeout=300,
                                          env={"HANG_ONCE": "1"}, **state_volume(tmp_path)))
 
     assert run.state == "success", run.log
-    assert "stalled: no output for 1 minute; restarting the gang (stall_action='restart')" in run.log
+    assert "stalled: no output for 30 seconds; restarting the gang (stall_action='restart')" in run.log
     assert re.search(r"\[once-worker-0\] process \d+, RANK=1", run.log), "the stacks came first"
     assert run.log.count("restarting the gang") == 1, "one stall, one restart"
-    # Volcano counts the RestartJob, and may count once more the exit code 143 of the pods it kills
-    # for it (a retryable code): a stall's restart takes one or two of max_retry.
+    # Volcano counts the restart, and may count once more the exit code 143 of the pods it kills for it
+    # (a retryable code): a stall's restart takes one or two of max_retry.
     assert run.xcom["return_value"]["retry_count"] in (1, 2), run.xcom["return_value"]
     assert run.log.count("[once-master-0] rank 0 done") == 1
 
@@ -104,8 +106,8 @@ def test_stall_action_restart_restarts_the_gang_and_the_second_attempt_trains(cl
 QUIET = """
     import os, pathlib, time
     print("loading a large dataset quietly", flush=True)
-    for _ in range(9):  # 3 minutes without a line, touching the heartbeat every 20 s
-        time.sleep(20)
+    for _ in range(9):  # 90 s (three times stall_timeout) without a line, touching the heartbeat every 10 s
+        time.sleep(10)
         pathlib.Path(os.environ["HEARTBEAT_FILE"]).touch()
     print("done", flush=True)
 """
@@ -114,7 +116,7 @@ QUIET = """
 def test_a_quiet_script_that_keeps_its_heartbeat_is_not_a_stall(cluster, operator_kubeconfig, run_task, real_node,
                                                                   tmp_path):
     run = run_task(lambda: real_operator(real_node, cluster.namespace, "quiet", training_script=script(tmp_path, QUIET),
-                                         worker_replicas=0, stall_timeout=1, job_timeout=300))
+                                         worker_replicas=0, stall_timeout=30, job_timeout=300))
 
     assert run.state == "success", run.log
     assert "[quiet-master-0] done" in run.log

@@ -303,23 +303,40 @@ def built(try_number: int = 1, default_name: str = "retrain-train-abc123", **kwa
 
 
 def test_the_request_hash_is_the_same_for_every_try_of_the_same_arguments():
-    from airflow_volcano.manifest import request_hash
-
     first = built(try_number=1, default_name="retrain-train-aaaaaa", launcher="torchrun", min_available=1)
     second = built(try_number=2, default_name="retrain-train-bbbbbb", launcher="torchrun", min_available=1)
     assert first.job["metadata"]["name"] != second.job["metadata"]["name"]
-    assert request_hash(first.job, first.configmap) == request_hash(second.job, second.configmap)
+    assert first.request_hash == second.request_hash
+
+
+def test_the_request_hash_is_what_the_user_asked_for_not_what_the_provider_builds_around_it(monkeypatch):
+    """An upgraded provider (another signal-forwarding shell, another default) or the cluster's Volcano
+    release (fit_to_volcano's environment) must not make a retry refuse the Job an earlier try submitted."""
+    from airflow_volcano import shell
+    from airflow_volcano.manifest.compatibility import VolcanoFeatures, fit_to_volcano
+
+    before = built(args=["--lr", "0.1"], tensorboard={"logdir": "/logs/tb"},
+                   volumes=[{"name": "logs", "hostPath": {"path": "/tmp"}}],
+                   volume_mounts=[{"name": "logs", "mountPath": "/logs"}])
+    original = shell.read
+    monkeypatch.setattr(shell, "read", lambda name: original(name) + "\n# a comment of a later release\n")
+    after = built(args=["--lr", "0.1"], tensorboard={"logdir": "/logs/tb"},
+                  volumes=[{"name": "logs", "hostPath": {"path": "/tmp"}}],
+                  volume_mounts=[{"name": "logs", "mountPath": "/logs"}])
+    fit_to_volcano(after.job, VolcanoFeatures.from_version("1.10", "test"))
+    assert before.job != after.job, "the built Jobs differ (the shell, WORLD_SIZE for Volcano 1.10)"
+    assert before.request_hash == after.request_hash
 
 
 @pytest.mark.parametrize("change", [{"debug": True}, {"args": ["--lr", "0.2"]},
                                     {"training_script": TrainingScript("train.py", "print('other')\n")},
                                     {"worker_replicas": 3}])
 def test_the_request_hash_changes_with_the_arguments_the_script_and_debug_mode(change):
-    from airflow_volcano.manifest import is_debug_job, request_hash
+    from airflow_volcano.manifest import is_debug_job
 
     base = built(args=["--lr", "0.1"])
     other = built(**{"args": ["--lr", "0.1"], **change})
-    assert request_hash(base.job, base.configmap) != request_hash(other.job, other.configmap)
+    assert base.request_hash != other.request_hash
     assert is_debug_job(other.job) is bool(change.get("debug")) and not is_debug_job(base.job)
 
 

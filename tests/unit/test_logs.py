@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from airflow_volcano.logs import LogCursor, emit_new_lines, parse_timestamp_ns
+from airflow_volcano.logs import LogCursor, emit_new_lines
+from airflow_volcano.timestamps import parse_timestamp_ns
 
 
 def stamp(second: int, nanos: int = 0) -> str:
@@ -18,10 +19,10 @@ def test_reread_after_drop_skips_what_was_shown():
     shown: list[str] = []
     cursor = LogCursor()
     first = [f"{stamp(1)} a", f"{stamp(2)} b", f"{stamp(2)} c"]
-    emit_new_lines(first, cursor, shown.append)
+    emit_new_lines(first, cursor, lambda line, at: shown.append(line))
     # The stream dropped; the re-read starts a little earlier and repeats lines.
     again = [f"{stamp(1)} a", f"{stamp(2)} b", f"{stamp(2)} c", f"{stamp(2)} d", f"{stamp(3)} e"]
-    emit_new_lines(again, cursor, shown.append)
+    emit_new_lines(again, cursor, lambda line, at: shown.append(line))
     assert shown == ["a", "b", "c", "d", "e"]
     assert cursor.lines_shown == 5
 
@@ -29,9 +30,9 @@ def test_reread_after_drop_skips_what_was_shown():
 def test_cursor_survives_serialisation_between_trigger_and_worker():
     shown: list[str] = []
     cursor = LogCursor()
-    emit_new_lines([f"{stamp(1)} a", f"{stamp(1)} b"], cursor, shown.append)
+    emit_new_lines([f"{stamp(1)} a", f"{stamp(1)} b"], cursor, lambda line, at: shown.append(line))
     resumed = LogCursor.from_dict(cursor.to_dict())
-    emit_new_lines([f"{stamp(1)} a", f"{stamp(1)} b", f"{stamp(4)} z"], resumed, shown.append)
+    emit_new_lines([f"{stamp(1)} a", f"{stamp(1)} b", f"{stamp(4)} z"], resumed, lambda line, at: shown.append(line))
     assert shown == ["a", "b", "z"]
 
 
@@ -89,7 +90,7 @@ def test_control_characters_are_shown_escaped_and_cannot_move_the_cursor():
            f"{stamp(3)} bell\x07 nul\x00 sep\u2028end\n{stamp(4)} last\n").encode()
     shown: list[str] = []
     cursor = LogCursor()
-    emit_new_lines(LineSplitter().feed(raw), cursor, shown.append)
+    emit_new_lines(LineSplitter().feed(raw), cursor, lambda line, at: shown.append(line))
     assert shown == ["x\\r2999-01-01T00:00:00Z forged", "\\x1b[31mred\\x1b[0m\ttab 10%\\r 20%",
                      "bell\\x07 nul\\x00 sep\\u2028end", "last"]
     assert cursor.last_ns == parse_timestamp_ns(stamp(4)), "the forged year 2999 is not a timestamp of ours"

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_volcano.events import JobEvent, WaitOutcome
+from airflow_volcano.events import Verdict, WaitOutcome
 from airflow_volcano.hostfile_launch import HostfileLaunch
+from airflow_volcano.job_ref import JobRef
 from airflow_volcano.kubelet import process_string
 from airflow_volcano.logs import LogCursor, emit_new_lines
 from airflow_volcano.manifest import checkpoint_subdir
@@ -147,16 +148,18 @@ def test_node_lost_timeout_is_checked_like_the_other_timeouts():
 def test_a_resumed_from_line_is_remembered_and_travels_with_the_cursor():
     cursor, shown = LogCursor(), []
     emit_new_lines(["2026-11-24T10:00:00.1Z epoch 1", "2026-11-24T10:00:00.2Z INFO:train:[airflow-volcano] "
-                    "resumed from /ckpt/run/epoch-3.pt", "2026-11-24T10:00:00.3Z epoch 4"], cursor, shown.append)
+                    "resumed from /ckpt/run/epoch-3.pt", "2026-11-24T10:00:00.3Z epoch 4"], cursor,
+                   lambda line, at: shown.append(line))
     assert cursor.resumed_from == "/ckpt/run/epoch-3.pt" and len(shown) == 3
     assert LogCursor.from_dict(cursor.to_dict()).resumed_from == "/ckpt/run/epoch-3.pt"
     assert "resumed_from" not in LogCursor().to_dict(), "an old trigger's cursor dict stays as it was"
 
 
 def test_lost_nodes_travel_in_the_trigger_event():
-    event = JobEvent(WaitOutcome.FINISHED, phase="Failed", lost_nodes=["gpu-7"])
-    assert JobEvent.from_dict(event.to_dict()) == event
-    assert JobEvent.from_dict({"status": "finished", "phase": "Failed"}).lost_nodes == []
+    ref = JobRef("train", "ml")
+    event = WaitOutcome(Verdict.FINISHED, phase="Failed", lost_nodes=("gpu-7",))
+    assert WaitOutcome.from_event(event.to_event(ref)) == (event, ref)
+    assert WaitOutcome.from_event({"status": "finished", "phase": "Failed", "job": ref.to_dict()})[0].lost_nodes == ()
 
 
 @pytest.mark.parametrize(("lines", "hinted"), [
@@ -191,7 +194,7 @@ def test_stall_timeout_mounts_the_pods_annotations_and_ships_the_stack_dumping_s
     from airflow_volcano.manifest.pod_runtime import PODINFO_PATH, SITECUSTOMIZE_ENV, SITECUSTOMIZE_SHOWN
     from airflow_volcano.masking import shown
 
-    job = build(training_script=SCRIPT, stall_timeout=2).job
+    job = build(training_script=SCRIPT, stall_timeout=120).job
     for name in ("master", "worker"):
         spec = pod_spec(job, name)
         container = spec["containers"][0]
@@ -210,8 +213,9 @@ def test_stall_timeout_mounts_the_pods_annotations_and_ships_the_stack_dumping_s
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"stall_timeout": 0}, "stall_timeout must be a number of minutes >= 1 or a timedelta of at least a minute, got 0"),
-    ({"stall_timeout": "soon"}, "stall_timeout must be a number of minutes >= 1"),
+    ({"stall_timeout": 0}, "stall_timeout must be a number of seconds >= 30 or a timedelta of at least 30 seconds, "
+                           "got 0 (it takes seconds, not minutes"),
+    ({"stall_timeout": "soon"}, "stall_timeout must be a number of seconds >= 30"),
 ])
 def test_bad_stall_arguments_fail_before_anything_is_built(kwargs, message):
     assert message in error_of(training_script=SCRIPT, **kwargs)
@@ -236,8 +240,8 @@ def test_stall_timeout_without_get_logs_is_refused_by_the_operator():
     from airflow_volcano.operators.pytorch import VolcanoPyTorchJobOperator
 
     operator = VolcanoPyTorchJobOperator(task_id="train", image="img:1", command=["python", "-c", "pass"],
-                                         stall_timeout=5, get_logs=False)
-    with pytest.raises(JobSpecError, match=r"stall_timeout=5 needs get_logs=True"):
+                                         stall_timeout=300, get_logs=False)
+    with pytest.raises(JobSpecError, match=r"stall_timeout=300 needs get_logs=True"):
         operator.build_manifests()
 
 

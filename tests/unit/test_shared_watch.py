@@ -8,8 +8,6 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
-
 from airflow_volcano.exceptions import VolcanoApiError, WatchExpired
 from airflow_volcano.triggers import job_watch
 from airflow_volcano.triggers.job_watch import WATCH_BROKEN, SharedJobWatch
@@ -129,49 +127,3 @@ def test_the_watch_keeps_only_the_jobs_someone_waits_on(monkeypatch):
     assert during_grace == 501, "a trigger starting meanwhile begins from the list, without a GET of its own"
     assert after_grace == {"mine"}
     assert after_leaving == set(), "nobody waits any more"
-
-
-@pytest.mark.parametrize(("header", "backoff", "expected"), [
-    ("3600", 0.5, 30.0), ("2", 0.5, 2.0), ("0", 1.5, 1.5), (None, 0.7, 0.7), ("soon", 0.4, 0.4), ("-5", 0.4, 0.4),
-])
-def test_retry_after_is_honoured_up_to_a_cap(header, backoff, expected):
-    from airflow_volcano.hooks.volcano import retry_delay
-
-    class Throttled(Exception):
-        headers = {"Retry-After": header} if header is not None else {}
-
-    assert retry_delay(Throttled(), backoff) == expected
-
-
-def test_both_hooks_follow_one_attempts_policy():
-    """Attempts: what either hook does after a failed API call (absent, read credentials again, wait, raise)."""
-    import logging
-
-    from kubernetes.client.rest import ApiException
-    from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
-
-    from airflow_volcano.hooks.volcano import ABSENT, RELOAD, REQUIRED, Attempts, ConnectionLossAware
-
-    class Hook(ConnectionLossAware):
-        retries = 2
-        log = logging.getLogger("test")
-
-    def error(kind: type, status: int, retry_after: str | None = None) -> Exception:
-        failure = kind(status=status, reason="x")
-        failure.headers = {"Retry-After": retry_after} if retry_after else {}
-        failure.body = '{"message": "said the apiserver"}'
-        return failure
-
-    for kind in (ApiException, AsyncApiException):
-        attempts = Attempts(Hook(), "get Job ml/a", if_absent=None)
-        assert attempts.after(error(kind, 404)) is ABSENT
-        assert attempts.after(error(kind, 401)) is RELOAD
-        with pytest.raises(VolcanoApiError, match="get Job ml/a failed: HTTP 401 x: said the apiserver"):
-            attempts.after(error(kind, 401))  # once only
-        throttled = Attempts(Hook(), "list Jobs")
-        assert throttled.after(error(kind, 429, retry_after="3600")) == 30.0, "Retry-After, capped"
-        assert 0 <= throttled.after(error(kind, 503)) <= 1.0
-        with pytest.raises(VolcanoApiError, match="HTTP 503"):
-            throttled.after(error(kind, 503))  # retries spent
-        with pytest.raises(VolcanoApiError, match="HTTP 404"):
-            Attempts(Hook(), "delete Job ml/a", if_absent=REQUIRED).after(error(kind, 404))

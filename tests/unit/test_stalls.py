@@ -64,6 +64,6 @@ def test_heartbeats_and_stack_lines_count_as_output_but_are_not_copied_into_the_
     cursor, shown = LogCursor(), []
     lines = ["2026-11-24T10:00:01.000000001Z step 1", "2026-11-24T10:00:31.000000001Z [airflow-volcano] heartbeat",
              "2026-11-24T10:00:40.000000001Z [airflow-volcano] stacks 1: begin"]
-    emit_new_lines(lines, cursor, shown.append)
+    emit_new_lines(lines, cursor, lambda line, at: shown.append(line))
     assert shown == ["step 1"]
     assert cursor.last_line_at == datetime.datetime(2026, 11, 24, 10, 0, 40, tzinfo=datetime.UTC).timestamp()

@@ -98,7 +98,7 @@ def test_next_step_waits_long_on_a_running_job_and_short_while_pending():
 
 def test_next_step_times_out_past_job_timeout():
     step = next_step(job("Running", running=1), WaitLimits(job_timeout=30), elapsed=31, since_pod_check=0)
-    assert step.done is not None and "job_timeout of 30s" in step.done.timed_out
+    assert step.done is not None and "job_timeout of 30s" in step.done.message
 
 
 def _job(phase: str, running: int = 0, retries: int = 0) -> dict:
@@ -197,14 +197,22 @@ def test_failure_message_says_an_exit_code_was_not_retryable_and_when_the_budget
 
 
 def test_the_trigger_event_survives_its_dict_form_and_reads_an_older_one():
-    from airflow_volcano.events import JobEvent, WaitOutcome
+    from airflow_volcano.events import Verdict, WaitOutcome
+    from airflow_volcano.logs import LogCursor
 
-    event = JobEvent(WaitOutcome.TIMEOUT, message="job_timeout of 60s passed", job={"name": "train"},
-                     log_cursor={"lines_shown": 3})
-    payload = event.to_dict()
-    assert payload["status"] == "timeout" and JobEvent.from_dict(payload) == event
-    older = JobEvent.from_dict({"status": "finished", "phase": "Completed", "job": {"name": "train"}})
-    assert (older.status, older.describe(), older.log_cursor) == (WaitOutcome.FINISHED, "Completed", {})
+    ref = JobRef(name="train", namespace="ml")
+    event = WaitOutcome(Verdict.JOB_TIMEOUT, message="job_timeout of 60s passed", log_cursor=LogCursor(lines_shown=3))
+    payload = event.to_event(ref)
+    assert payload["verdict"] == "job_timeout" and WaitOutcome.from_event(payload) == (event, ref)
+    older, older_ref = WaitOutcome.from_event({"status": "finished", "phase": "Completed", "job": ref.to_dict()})
+    assert (older.verdict, older.describe(), older.log_cursor) == (Verdict.FINISHED, "Completed", LogCursor())
+    assert older_ref == ref
+    # An older release's other statuses read as the verdicts they meant.
+    assert [WaitOutcome.from_event({"status": status, "message": message, "job": ref.to_dict()})[0].verdict
+            for status, message in (("timeout", "the task's execution_timeout passed"), ("problem", "x"),
+                                    ("error", "Volcano Job ml/train was deleted"), ("error", "HTTP 403"),
+                                    ("stalled", "x"))] == [
+        Verdict.DEADLINE, Verdict.CANNOT_START, Verdict.DELETED, Verdict.WAIT_FAILED, Verdict.STALLED]
 
 
 def log_tail(*lines: tuple[str, str]) -> PodLogTail:

@@ -4,8 +4,19 @@ from __future__ import annotations
 
 import pytest
 
+from airflow_volcano.events import Verdict
 from airflow_volcano.job_ref import JobRef
-from airflow_volcano.wait_engine import CheckPods, DeletePods, Done, Reread, WaitEngine, WaitLimits, Watch
+from airflow_volcano.wait_engine import (
+    CheckPods,
+    DeletePods,
+    Done,
+    OutputClock,
+    PodRef,
+    Reread,
+    WaitEngine,
+    WaitLimits,
+    Watch,
+)
 
 from .test_status import job, pod
 
@@ -23,7 +34,7 @@ def test_a_running_job_is_watched_for_five_minutes_from_its_resource_version():
     assert wait.job_read(job("Running", running=3), now=1010) == Watch(resource_version="7", seconds=300)
     assert wait.job_changed(job("Running", running=3), now=1020) is None, "nothing to do: keep watching"
     done = wait.job_changed(job("Completed", succeeded=3), now=1030)
-    assert isinstance(done, Done) and done.result.state.phase == "Completed"
+    assert isinstance(done, Done) and done.outcome.phase == "Completed"
     assert len(reported) == 2 and "Running" in reported[0] and "Completed" in reported[1]
 
 
@@ -37,7 +48,8 @@ def test_a_pending_job_has_its_pods_and_scheduler_checked_and_an_image_pull_erro
     assert wait.watch_ended(now=1006) == CheckPods(scheduling=True), "a full-length watch: the next check is due"
     done = wait.pods_seen([pod("train-master-0", "master", "Pending", waiting="ImagePullBackOff")], None, [],
                           now=1006)
-    assert isinstance(done, Done) and "cannot start" in done.result.problem and "repo/img:1" in done.result.problem
+    assert isinstance(done, Done) and done.outcome.verdict is Verdict.CANNOT_START
+    assert "cannot start" in done.outcome.message and "repo/img:1" in done.outcome.message
 
 
 def test_a_dropped_watch_backs_off_with_jitter_growing_per_drop_and_resets_after_a_full_watch():
@@ -68,13 +80,14 @@ def test_deadlines_end_the_wait_and_shorten_the_watch(limits, deadline, expected
                                                                          limits.job_timeout else 50)
     assert wait.job_changed(job("Running", running=1), now=1030) is None
     done = wait.job_read(job("Running", running=1), now=1075)
-    assert isinstance(done, Done) and done.result.timed_out == expected
+    assert isinstance(done, Done) and done.outcome.message == expected
 
 
 def test_a_deleted_job_ends_the_wait_saying_so():
     wait, _ = engine()
     done = wait.job_read(None, now=1000)
-    assert isinstance(done, Done) and done.result.deleted == "Volcano Job ml/train was deleted"
+    assert isinstance(done, Done) and done.outcome.verdict is Verdict.DELETED
+    assert done.outcome.message == "Volcano Job ml/train was deleted"
 
 
 def test_the_scheduler_reason_is_reported_once_while_pending():
@@ -120,15 +133,15 @@ def test_pods_of_a_node_that_stopped_answering_are_reported_then_deleted_after_n
     assert isinstance(wait.pods_seen(pods, None, [], now=SINCE + 50), Watch) and len(reported) == 2
     assert isinstance(wait.pods_seen(pods, None, [], now=SINCE + 121), Watch), (
         "counted from when the wait first saw them lost (SINCE + 10): the apiserver's clock may be skewed")
-    assert wait.pods_seen(pods, None, [], now=SINCE + 130) == DeletePods(pods=("train-worker-0",))
+    assert wait.pods_seen(pods, None, [], now=SINCE + 130) == DeletePods(pods=(PodRef("train-worker-0", ""),))
     assert "has not come back within node_lost_timeout (120s): deleting its pod(s) train-worker-0" in reported[-1]
-    assert wait.pods_seen(pods, None, [], now=SINCE + 140) == DeletePods(pods=("train-worker-0",)), (
+    assert wait.pods_seen(pods, None, [], now=SINCE + 140) == DeletePods(pods=(PodRef("train-worker-0", ""),)), (
         "a delete that failed is retried at the next check")
     assert len([line for line in reported if "deleting" in line]) == 1, "and said once"
     done = wait.pods_deleted(now=SINCE + 142)
     assert isinstance(done, Watch)
     ended = wait.job_changed(job("Failed", failed=2), now=SINCE + 130)
-    assert isinstance(ended, Done) and ended.result.lost_nodes == ("gpu-7",)
+    assert isinstance(ended, Done) and ended.outcome.lost_nodes == ("gpu-7",)
 
 
 def test_a_node_back_before_the_timeout_is_said_and_nothing_is_deleted():
@@ -163,20 +176,20 @@ def running(version: str, **status: int) -> dict:
 def test_a_running_job_without_output_for_stall_timeout_has_its_stacks_collected_then_fails():
     from airflow_volcano.wait_engine import CollectStacks
 
-    output = {"at": None}
-    wait, reported = engine(WaitLimits(stall_timeout=60), last_output=lambda: output["at"])
+    output = OutputClock()
+    wait, reported = engine(WaitLimits(stall_timeout=60), output=output)
     assert wait.job_read(running("7"), now=1000) == Watch(resource_version="7", seconds=60), (
         "the watch ends when a stall would begin")
-    output["at"] = 1030.0  # a log line
+    output.seen(1030.0)  # a log line
     assert wait.watch_ended(now=1060) == Watch(resource_version="7", seconds=30), "output moved the stall on"
     assert wait.job_changed(running("8", succeeded=0), now=1080) is None, "a change of the Job is progress too"
     assert wait.watch_ended(now=1110) == Watch(resource_version="8", seconds=30)
     assert wait.watch_ended(now=1140) == CollectStacks(silent_for=60.0)
     done = wait.stacks_collected("where each process was: train-worker-0 (pid 7, RANK=1) in sleep", now=1175)
-    assert isinstance(done, Done)
-    assert done.result.stalled == ("stalled: no output for 1 minute; where each process was: train-worker-0 "
-                                   "(pid 7, RANK=1) in sleep")
-    assert done.result.stalls == 1 and not done.result.timed_out
+    assert isinstance(done, Done) and done.outcome.verdict is Verdict.STALLED
+    assert done.outcome.message == ("stalled: no output for 1 minute; where each process was: train-worker-0 "
+                                    "(pid 7, RANK=1) in sleep")
+    assert done.outcome.stalls == 1
 
 
 def test_stall_action_restart_asks_for_a_gang_restart_and_starts_the_clock_again():
@@ -185,7 +198,8 @@ def test_stall_action_restart_asks_for_a_gang_restart_and_starts_the_clock_again
     wait, reported = engine(WaitLimits(stall_timeout=120, stall_action="restart"))
     wait.job_read(running("7"), now=1000)
     assert wait.watch_ended(now=1120) == CollectStacks(silent_for=120.0)
-    assert wait.stacks_collected("", now=1130) == RestartJob()
+    running_pods = (PodRef("train-master-0", "u1"), PodRef("train-worker-0", "u2"))
+    assert wait.stacks_collected("", now=1130, running=running_pods) == RestartJob(pods=running_pods)
     assert "stalled: no output for 2 minutes; restarting the gang (stall_action='restart')" in reported[-1]
     assert wait.restart_requested(now=1131) == Watch(resource_version="7", seconds=120)
     restarting = job("Restarting", retryCount=1)
@@ -195,7 +209,7 @@ def test_stall_action_restart_asks_for_a_gang_restart_and_starts_the_clock_again
     assert wait.job_changed(running("9", retryCount=1), now=1500) is None
     assert wait.watch_ended(now=1560) == Watch(resource_version="9", seconds=60), "Running again: a new clock"
     done = wait.job_changed(job("Completed", succeeded=3), now=1500)
-    assert isinstance(done, Done) and done.result.stalls == 1 and done.result.stalled is None
+    assert isinstance(done, Done) and done.outcome.stalls == 1 and done.outcome.verdict is Verdict.FINISHED
 
 
 def test_without_stall_timeout_a_quiet_job_is_never_a_stall():
@@ -204,25 +218,26 @@ def test_without_stall_timeout_a_quiet_job_is_never_a_stall():
     assert wait.watch_ended(now=100000) == Watch(resource_version="7", seconds=300)
 
 
-@pytest.mark.parametrize("value", [0, 0.5, -1, "5", True, float("nan")])
+@pytest.mark.parametrize("value", [0, 0.5, -1, "5", True, float("nan"), 10, 29.9])
 def test_a_bad_stall_timeout_fails_naming_it(value):
+    """Seconds now: a value written for minutes (10) is refused, naming the unit, not waited 10 s."""
     from airflow_volcano.exceptions import JobSpecError
 
-    with pytest.raises(JobSpecError, match=r"stall_timeout must be a number of minutes >= 1"):
+    with pytest.raises(JobSpecError, match=r"stall_timeout must be a number of seconds >= 30 .*seconds, not minutes"):
         WaitLimits.checked(startup_timeout=None, job_timeout=None, poll_interval=5, stall_timeout=value)
 
 
-def test_stall_timeout_is_minutes_or_a_timedelta_and_stall_action_one_of_two():
+def test_stall_timeout_is_seconds_or_a_timedelta_and_stall_action_one_of_two():
     import datetime
 
     from airflow_volcano.exceptions import JobSpecError
 
-    limits = WaitLimits.checked(startup_timeout=None, job_timeout=None, poll_interval=5, stall_timeout=2)
+    limits = WaitLimits.checked(startup_timeout=None, job_timeout=None, poll_interval=5, stall_timeout=120)
     assert limits.stall_timeout == 120 and limits.stall_action == "fail"
     limits = WaitLimits.checked(startup_timeout=None, job_timeout=None, poll_interval=5,
                                 stall_timeout=datetime.timedelta(minutes=90), stall_action="restart")
     assert (limits.stall_timeout, limits.stall_action) == (5400, "restart")
     assert WaitLimits.from_dict(limits.to_dict()) == limits
     with pytest.raises(JobSpecError, match="stall_action must be one of .*'reboot'"):
-        WaitLimits.checked(startup_timeout=None, job_timeout=None, poll_interval=5, stall_timeout=1,
+        WaitLimits.checked(startup_timeout=None, job_timeout=None, poll_interval=5, stall_timeout=60,
                            stall_action="reboot")

@@ -1,0 +1,208 @@
+"""The end of a wait, the same for the operator (waiting in a worker, or resumed after deferring) and
+the sensor: the result, the failure explained (the pod that failed first, its exit code and last log
+lines), and the Job cleaned up as README "Cleanup guarantees" says. No Airflow operator state lives
+here: callers pass what they know."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from airflow_volcano.constants import CHECKED_LABEL, OnFinishAction
+from airflow_volcano.events import Verdict, WaitOutcome
+from airflow_volcano.exceptions import VolcanoJobError
+from airflow_volcano.logs import iter_lines
+from airflow_volcano.pod_logs import PodLogCopy, follow_until_exit
+from airflow_volcano.status import (
+    LOG_SCAN_LINES,
+    PodLogTail,
+    failed_pods,
+    failure_message,
+    job_state,
+    termination_result,
+    unstarted_pods,
+)
+
+if TYPE_CHECKING:
+    from airflow_volcano.hooks.volcano import VolcanoHook
+    from airflow_volcano.job_ref import JobRef
+
+# Airflow's task-time logger, as an operator's own `self.log` is: its lines are the task log's.
+log = structlog.get_logger(f"airflow.task.{__name__}")
+# How many troubled pods' events a failure report reads (one request each).
+EVENT_PODS = 5
+# How long a cleanup keeps retrying an apiserver it cannot reach before the task fails (and its next
+# try, if any, reattaches and cleans up).
+CLEANUP_RETRY_SECONDS = 120.0
+
+
+def explain_failure(hook: VolcanoHook, ref: JobRef, outcome: WaitOutcome) -> str:
+    """Final phase, the pod that failed first with its exit code, reason and last log lines, the
+    pods that failed after it, warnings."""
+    pods: list[dict] = []
+    events: list[dict] = []
+    try:
+        pods = hook.list_job_pods(ref.name, ref.namespace)
+        # Failed pods seen during the wait that Volcano has removed since (their last state).
+        listed = {pod["metadata"]["name"] for pod in pods}
+        pods += [view for name, view in outcome.failed_pods.items() if name not in listed]
+        podgroup = hook.get_podgroup(outcome.job) if outcome.job is not None else None
+        # The events of the Job, its PodGroup, the master and the pods that failed or never started.
+        troubled = [problem.pod for problem in failed_pods(pods, ref.main_task)] + unstarted_pods(pods)
+        names = {ref.name, ref.main_pod, *troubled[:EVENT_PODS]}
+        if podgroup is not None:
+            names.add(podgroup["metadata"]["name"])
+        events = hook.list_events(ref.namespace, names)
+    except Exception as error:  # noqa: BLE001 - explain with what we have
+        log.warning("Could not read pods/events of %s/%s: %s", ref.namespace, ref.name, error)
+    # The failed containers' logs (the earliest few: which failed first is read from them too),
+    # else the master's. More lines than shown: a cause (a DataLoader worker's bus error) may
+    # precede a long traceback.
+    problems = failed_pods(pods, ref.main_task)
+    wanted = [(problem.pod, problem.container) for problem in problems[:EVENT_PODS]] or [
+        (ref.main_pod, ref.main_pod_container)]
+    logs: dict[str, PodLogTail] = {}
+    for pod, container in wanted:
+        try:
+            chunks = hook.pod_log_chunks(pod, ref.namespace, container=container, tail_lines=LOG_SCAN_LINES)
+            logs[pod] = PodLogTail.from_raw(list(iter_lines(chunks))[-LOG_SCAN_LINES:])
+        except Exception:  # noqa: BLE001 - gone: its termination message (its log's tail) if it left one
+            pass
+    for problem in problems:
+        if problem.pod not in logs and problem.log_tail:
+            logs[problem.pod] = PodLogTail(lines=problem.log_tail, last_ns=None)
+    headline = None
+    if outcome.verdict is Verdict.JOB_TIMEOUT:
+        headline = f"Volcano Job {ref.namespace}/{ref.name} failed: {outcome.message}; the Job was deleted"
+    elif outcome.verdict is Verdict.STALLED:
+        headline = (f"Volcano Job {ref.namespace}/{ref.name} {outcome.message}; the Job was deleted (the stacks are "
+                    "in the task log above)")
+    elif outcome.verdict is Verdict.CANNOT_START:
+        headline = f"{outcome.message}; the Job was deleted"
+    state = job_state(outcome.job or {"metadata": {"name": ref.name, "namespace": ref.namespace}})
+    message = failure_message(state, pods=pods, events=events, main_task=ref.main_task, logs=logs,
+                              log_pod=ref.main_pod, headline=headline, lost_nodes=outcome.lost_nodes)
+    if outcome.stalls and outcome.verdict is not Verdict.STALLED:
+        message += (f"\nThe Job stalled {outcome.stalls} time(s) (no output for stall_timeout) and was restarted each "
+                    "time (stall_action='restart')")
+    return message
+
+
+def main_result(hook: VolcanoHook, ref: JobRef) -> Any:
+    """The master's termination message (JSON if it parses): how a training script hands metrics
+    or a model URI to the next task. Read before cleanup deletes the pod."""
+    try:
+        return termination_result(hook.get_pod(ref.main_pod, ref.namespace), ref.main_pod_container)
+    except Exception as error:  # noqa: BLE001 - a missing result must not hide a finished Job
+        log.warning("Could not read the termination message of master pod %s/%s: %s", ref.namespace,
+                    ref.main_pod, error)
+        return None
+
+
+def cleanup(hook: VolcanoHook, ref: JobRef, *, succeeded: bool, action: OnFinishAction) -> bool:
+    """Apply `on_finish_action`; returns whether the Job was deleted. A Job kept is labelled as
+    reported, so no later try takes it for its own; a Job to delete is not labelled first: if the
+    delete fails, the task fails, and its next try reattaches to the finished Job and deletes it
+    (never trains again, never leaves it behind)."""
+    delete = action is OnFinishAction.DELETE_JOB or (action is OnFinishAction.DELETE_SUCCEEDED_JOB and succeeded)
+    if not delete or not ref.owned:
+        if ref.owned:
+            log.info("Keeping Volcano Job %s/%s (on_finish_action=%s)", ref.namespace, ref.name, action.value)
+        mark_reported(hook, ref)
+        return False
+    delete_job_and_script(hook, ref)
+    return True
+
+
+def mark_reported(hook: VolcanoHook, ref: JobRef) -> None:
+    """Label a kept Job as reported by this try: a later try of the task must not pick it up again."""
+    if ref.owned:
+        hook.label_job(ref.name, ref.namespace, {CHECKED_LABEL: "true"})
+
+
+def delete_job_and_script(hook: VolcanoHook, ref: JobRef) -> None:
+    """Delete the Job (its pods, PodGroup, Service go with it), retrying an unreachable apiserver for
+    up to CLEANUP_RETRY_SECONDS: a Job nobody deletes trains on unwatched."""
+    hook.delete_job(ref.name, ref.namespace, retry_for=CLEANUP_RETRY_SECONDS)
+    # The ConfigMap is owned by the Job, but a cluster without the garbage collector (or a Job that
+    # was never created) would leave it behind: delete it explicitly.
+    if ref.script_configmap:
+        hook.delete_configmap(ref.script_configmap, ref.namespace)
+    log.info("Deleted Volcano Job %s/%s", ref.namespace, ref.name)
+
+
+def delete_if_still_running(hook: VolcanoHook, ref: JobRef) -> None:
+    """When no later try will reattach: delete the Job if it still runs (or waits to), so nothing trains
+    (and holds GPUs) unwatched; a finished Job is left to on_finish_action. Never raises: the task's own
+    error is the one to report."""
+    try:
+        job = hook.get_job(ref.name, ref.namespace)
+    except Exception:  # noqa: BLE001 - cannot tell whether it still runs: delete it rather than leave it running
+        job = {}
+    if job is None or (job and job_state(job).finished):
+        return  # gone, or finished: on_finish_action has had its say
+    log.info("No later try of this task will reattach: deleting Volcano Job %s/%s (%s), which would otherwise run "
+             "unwatched", ref.namespace, ref.name, job_state(job).phase if job else "unreadable")
+    try:
+        delete_job_and_script(hook, ref)
+    except Exception as error:  # noqa: BLE001 - see above
+        log.error("Could not delete Volcano Job %s/%s (%s): delete it by hand (kubectl -n %s delete vcjob %s)",
+                  ref.namespace, ref.name, error, ref.namespace, ref.name)
+
+
+def summary(ref: JobRef, outcome: WaitOutcome, result: Any) -> dict[str, Any]:
+    """The task's return value (XCom), in both modes and for the sensor."""
+    state = job_state(outcome.job or {})
+    return {
+        "job_name": ref.name,
+        "namespace": ref.namespace,
+        "phase": outcome.phase or state.phase,
+        "main_pod": ref.main_pod,
+        "master_pod": ref.main_pod,  # deprecated: main_pod (see CHANGELOG)
+        "retry_count": state.retry_count,
+        "log_lines": outcome.log_cursor.lines_shown,
+        "resumed_from": outcome.log_cursor.resumed_from,
+        "result": result,
+    }
+
+
+def finalize(
+    hook: VolcanoHook,
+    ref: JobRef,
+    outcome: WaitOutcome,
+    *,
+    on_finish_action: OnFinishAction,
+    push_xcom: Callable[[str, Any], None] | None = None,
+    main_log: PodLogCopy | None = None,
+) -> dict[str, Any]:
+    """Push the final phase, clean up, and return the summary, or raise with the failure's reason.
+    What becomes of the Job follows README "Cleanup guarantees": a wait that failed (DEADLINE,
+    WAIT_FAILED) raises and leaves the Job to the caller, which keeps it for a later try."""
+    if outcome.verdict is Verdict.DELETED:
+        raise VolcanoJobError(f"{outcome.message} while the task waited")
+    if outcome.verdict is Verdict.WAIT_FAILED:
+        raise VolcanoJobError(f"Waiting for Volcano Job {ref.namespace}/{ref.name} failed: {outcome.message}")
+    if outcome.verdict is Verdict.DEADLINE:
+        raise VolcanoJobError(f"Volcano Job {ref.namespace}/{ref.name}: {outcome.message} while the task was "
+                              "deferred")
+    if push_xcom is not None:
+        push_xcom("phase", outcome.phase)
+    if outcome.log_cursor.resumed_from:
+        log.info("The training resumed from checkpoint %s (Volcano restarts so far: %d)",
+                 outcome.log_cursor.resumed_from, job_state(outcome.job or {}).retry_count)
+    if outcome.succeeded:
+        done = summary(ref, outcome, main_result(hook, ref))
+        cleanup(hook, ref, succeeded=True, action=on_finish_action)
+        return done
+    message = explain_failure(hook, ref, outcome)
+    if outcome.ends_the_job and ref.owned:
+        # Past job_timeout, unable to start, or stalled: it must not run (and hold GPUs) later with
+        # nobody watching it. Its main pod's last lines (a checkpoint saved on SIGTERM) come first.
+        delete_job_and_script(hook, ref)
+        if main_log is not None:
+            follow_until_exit(hook, ref.namespace, main_log)
+    else:
+        cleanup(hook, ref, succeeded=False, action=on_finish_action)
+    raise VolcanoJobError(message)

@@ -1,0 +1,275 @@
+"""Every call the provider makes to the Kubernetes API, described once.
+
+A `Call` says what it is (the words of errors and retry warnings), which client API and method (the
+same names in `kubernetes` and `kubernetes_asyncio`: both are generated from the apiserver's OpenAPI
+document), its arguments, what a 404 means, and how the answer becomes the plain JSON value the
+provider reads. `VolcanoHook.run` and `AsyncVolcanoHook.run` carry a Call out through the one retry
+policy (`hooks.retry`); neither hook describes a call of its own, so the two cannot drift.
+
+A `Program` is a generator that yields Calls (and `Sleep`s) and receives each answer, or the error
+(as VolcanoApiError) thrown in where it yielded: what takes several calls (a PodGroup read by name,
+else searched for; a create that finds the object already there) is written once here and driven
+by either hook (`hook.drive(program)`). Pure: no client is imported, no clock is read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, TypeVar
+
+from airflow_volcano.constants import (
+    JOB_GROUP,
+    JOB_NAME_LABEL,
+    JOB_PLURAL,
+    JOB_VERSION,
+    PODGROUP_GROUP,
+    PODGROUP_PLURAL,
+    PODGROUP_VERSION,
+    TASK_LABEL,
+)
+from airflow_volcano.exceptions import VolcanoApiError
+from airflow_volcano.hooks.retry import REQUIRED
+
+T = TypeVar("T")
+# Turns a client's answer into the provider's value; `to_dict` is the client's own serializer
+# (models to the apiserver's JSON).
+Shape = Callable[[Any, Callable[[Any], Any]], Any]
+Api = Literal["core", "custom", "client"]
+
+
+def as_is(answer: Any, to_dict: Callable[[Any], Any]) -> Any:
+    return answer
+
+
+def as_dict(answer: Any, to_dict: Callable[[Any], Any]) -> Any:
+    return to_dict(answer)
+
+
+def items(answer: Any, to_dict: Callable[[Any], Any]) -> list[dict]:
+    """The objects of a list answer, as dicts (a model list's `.items`, or a custom object list's)."""
+    found = answer.get("items") if isinstance(answer, Mapping) else answer.items
+    return [to_dict(item) for item in found or []]
+
+
+def done(answer: Any, to_dict: Callable[[Any], Any]) -> bool:
+    """For a delete or a patch: it happened (a 404 answers the Call's `absent`, False)."""
+    return True
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """One API call. `api`: `core` (CoreV1Api), `custom` (CustomObjectsApi) or `client` (the ApiClient
+    itself, for a raw path). `absent`: the value a 404 answers (REQUIRED: a 404 is an error).
+    `raw`: the answer is the response's body as bytes (a bounded pod log read, a document), undecoded;
+    a log to copy whole is streamed instead (the hooks' `pod_log_chunks`), from the same description."""
+
+    what: str
+    api: Api
+    method: str
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    shape: Shape = as_is
+    absent: Any = REQUIRED
+    retry_for: float | None = None
+    raw: bool = False
+
+
+@dataclass(frozen=True)
+class Sleep:
+    seconds: float
+
+
+Step = Call[Any] | Sleep
+Program = Generator[Step, Any, T]
+
+
+# -- Jobs -----------------------------------------------------------------------------------------
+
+def _job_args(namespace: str, *rest: Any) -> tuple[Any, ...]:
+    return (JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL, *rest)
+
+
+def get_job(name: str, namespace: str) -> Call[dict | None]:
+    return Call(f"get Job {namespace}/{name}", "custom", "get_namespaced_custom_object",
+                _job_args(namespace, name), absent=None)
+
+
+def list_jobs(namespace: str, label_selector: str) -> Call[list[dict]]:
+    return Call(f"list Jobs in {namespace}", "custom", "list_namespaced_custom_object", _job_args(namespace),
+                {"label_selector": label_selector}, shape=items)
+
+
+def delete_job(name: str, namespace: str, *, retry_for: float | None = None) -> Call[bool]:
+    """Its pods, PodGroup, Service and the script's ConfigMap go with it (owner references)."""
+    return Call(f"delete Job {namespace}/{name}", "custom", "delete_namespaced_custom_object",
+                _job_args(namespace, name), {"propagation_policy": "Background"}, shape=done, absent=False,
+                retry_for=retry_for)
+
+
+def label_job(name: str, namespace: str, labels: dict[str, str]) -> Call[bool]:
+    return Call(f"label Job {namespace}/{name}", "custom", "patch_namespaced_custom_object",
+                _job_args(namespace, name, {"metadata": {"labels": labels}}), shape=done, absent=False)
+
+
+def _create_job(namespace: str, body: dict) -> Call[dict]:
+    return Call(f"create Job {namespace}/{body['metadata']['name']}", "custom", "create_namespaced_custom_object",
+                _job_args(namespace, body))
+
+
+def create_job(namespace: str, body: dict) -> Program[dict]:
+    """Create a Job. A 409 means a Job of that name exists: it is returned, and the caller decides (by
+    its labels) whether it is ours, e.g. after a create whose answer was lost."""
+    try:
+        created: dict = yield _create_job(namespace, body)
+        return created
+    except VolcanoApiError as error:
+        if error.status != 409:
+            raise
+        existing = yield get_job(body["metadata"]["name"], namespace)
+        if existing is None:
+            raise
+        return existing
+
+
+# -- pods -----------------------------------------------------------------------------------------
+
+def job_pod_selector(job_name: str, task: str | None = None) -> str:
+    return f"{JOB_NAME_LABEL}={job_name}" + (f",{TASK_LABEL}={task}" if task else "")
+
+
+def list_job_pods(job_name: str, namespace: str, task: str | None = None) -> Call[list[dict]]:
+    return Call(f"list pods of Job {namespace}/{job_name}", "core", "list_namespaced_pod", (namespace,),
+                {"label_selector": job_pod_selector(job_name, task)}, shape=items)
+
+
+def get_pod(name: str, namespace: str) -> Call[dict | None]:
+    return Call(f"get pod {namespace}/{name}", "core", "read_namespaced_pod", (name, namespace), shape=as_dict,
+                absent=None)
+
+
+def _delete_pod(name: str, namespace: str, uid: str, grace_seconds: int | None) -> Call[bool]:
+    options: dict[str, Any] = {"preconditions": {"uid": uid}}
+    if grace_seconds is not None:
+        options["gracePeriodSeconds"] = grace_seconds
+    return Call(f"delete pod {namespace}/{name}", "core", "delete_namespaced_pod", (name, namespace),
+                {"body": options}, shape=done, absent=False)
+
+
+def delete_pod(name: str, namespace: str, uid: str, *, grace_seconds: int | None = None) -> Program[bool]:
+    """Delete exactly this pod (a uid precondition: never a replacement that took its name since it
+    was seen). False if it is gone or was replaced."""
+    try:
+        deleted: bool = yield _delete_pod(name, namespace, uid, grace_seconds)
+        return deleted
+    except VolcanoApiError as error:
+        if error.status == 409:  # "Precondition failed: UID in precondition ..."
+            return False
+        raise
+
+
+def annotate_pod(name: str, namespace: str, annotations: dict[str, str]) -> Call[bool]:
+    return Call(f"annotate pod {namespace}/{name}", "core", "patch_namespaced_pod",
+                (name, namespace, {"metadata": {"annotations": annotations}}), shape=done, absent=False)
+
+
+def log_options(container: str | None, since_seconds: int | None, **options: Any) -> dict[str, Any]:
+    """The arguments of a pod log read: with timestamps (the cursor needs them) and undecoded (the
+    client's own decoding mangles non-UTF-8 logs); options left out when unset."""
+    wanted = {"container": container, "since_seconds": since_seconds, **options}
+    return {"timestamps": True, "_preload_content": False} | {key: value for key, value in wanted.items() if value}
+
+
+def read_pod_log(name: str, namespace: str, *, container: str | None, since_seconds: int | None = None,
+                 tail_lines: int | None = None, limit_bytes: int | None = None, follow: bool = False) -> Call[bytes]:
+    """The pod's log (with timestamps), undecoded: as bytes from `run` (bound it with `tail_lines` or
+    `limit_bytes`), or streamed (`pod_log_chunks`; followed with `follow`)."""
+    return Call(f"read log of pod {namespace}/{name}", "core", "read_namespaced_pod_log", (name, namespace),
+                log_options(container, since_seconds, tail_lines=tail_lines, limit_bytes=limit_bytes, follow=follow),
+                raw=True)
+
+
+# -- what explains a Job ----------------------------------------------------------------------------
+
+def event_selector(name: str) -> str:
+    """The field selector of the events about one object of the namespace."""
+    return f"involvedObject.name={name}"
+
+
+def list_events(namespace: str, names: set[str]) -> Program[list[dict]]:
+    """Events about the named objects (the Job, some of its pods, its PodGroup): one read each,
+    selected by the apiserver, never the namespace's every event."""
+    events: list[dict] = []
+    for name in sorted(names):
+        events += yield Call(f"list events of {namespace}/{name}", "core", "list_namespaced_event", (namespace,),
+                             {"field_selector": event_selector(name)}, shape=items)
+    return events
+
+
+def podgroup_name(job: dict) -> str:
+    """The name Volcano's job controller gives a Job's PodGroup."""
+    return f"{job['metadata']['name']}-{job['metadata'].get('uid', '')}"
+
+
+def owned_by(obj: dict, owner_uid: str | None) -> bool:
+    owners = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return owner_uid is not None and any(owner.get("uid") == owner_uid for owner in owners)
+
+
+def get_podgroup(job: dict) -> Program[dict | None]:
+    """The PodGroup Volcano made for this Job: one GET by its name (`<job>-<uid>`), else (a Volcano
+    naming it otherwise) the namespace's PodGroups searched for its owner reference."""
+    namespace, name, uid = job["metadata"]["namespace"], podgroup_name(job), job["metadata"].get("uid")
+    podgroup = yield Call(f"get PodGroup {namespace}/{name}", "custom", "get_namespaced_custom_object",
+                          (PODGROUP_GROUP, PODGROUP_VERSION, namespace, PODGROUP_PLURAL, name), absent=None)
+    if podgroup is not None and owned_by(podgroup, uid):
+        return podgroup
+    found = yield Call(f"list PodGroups in {namespace}", "custom", "list_namespaced_custom_object",
+                       (PODGROUP_GROUP, PODGROUP_VERSION, namespace, PODGROUP_PLURAL), shape=items)
+    return next((podgroup for podgroup in found if owned_by(podgroup, uid)), None)
+
+
+# -- the training script's ConfigMap ----------------------------------------------------------------
+
+def create_configmap(namespace: str, body: dict, *, replace_if: Callable[[dict], bool]) -> Program[dict]:
+    """Create the script ConfigMap. One of that name already there (a create whose answer was lost, an
+    earlier try) is replaced only if `replace_if` says it is ours; otherwise the 409 is raised:
+    someone else's ConfigMap is never overwritten."""
+    name = body["metadata"]["name"]
+    try:
+        created: dict = yield Call(f"create ConfigMap {namespace}/{name}", "core", "create_namespaced_config_map",
+                                   (namespace, body), shape=as_dict)
+        return created
+    except VolcanoApiError as error:
+        if error.status != 409:
+            raise
+        existing = yield Call(f"get ConfigMap {namespace}/{name}", "core", "read_namespaced_config_map",
+                              (name, namespace), shape=as_dict)
+        if not replace_if(existing):
+            raise
+        replaced: dict = yield Call(f"replace ConfigMap {namespace}/{name}", "core",
+                                    "replace_namespaced_config_map", (name, namespace, body), shape=as_dict)
+        return replaced
+
+
+def set_configmap_owner(name: str, namespace: str, job: dict) -> Call[bool]:
+    """Make the Job own the ConfigMap, so deleting the Job (or its TTL) removes it too."""
+    reference = {"apiVersion": f"{JOB_GROUP}/{JOB_VERSION}", "kind": "Job", "name": job["metadata"]["name"],
+                 "uid": job["metadata"]["uid"], "blockOwnerDeletion": False}
+    return Call(f"set owner of ConfigMap {namespace}/{name}", "core", "patch_namespaced_config_map",
+                (name, namespace, {"metadata": {"ownerReferences": [reference]}}), shape=done)
+
+
+def delete_configmap(name: str, namespace: str) -> Call[bool]:
+    return Call(f"delete ConfigMap {namespace}/{name}", "core", "delete_namespaced_config_map", (name, namespace),
+                shape=done, absent=False)
+
+
+# -- the cluster's Volcano release -------------------------------------------------------------------
+
+def read_openapi(path: str) -> Call[bytes | None]:
+    """A document of the apiserver's OpenAPI (every authenticated user may read it: system:discovery)."""
+    return Call(f"read {path}", "client", "call_api", (path, "GET"),
+                {"header_params": {"Accept": "application/json"}, "auth_settings": ["BearerToken"],
+                 "_preload_content": False, "_return_http_data_only": True, "_request_timeout": 30},
+                absent=None, raw=True)

@@ -1,0 +1,145 @@
+"""The one retry policy both hooks follow: which failures are worth another try, how long to wait,
+when to read the credentials again, and how an error that stays is reported.
+
+The sync and the async hook each run a `Call` through `Attempts`; the policy lives only here, so the
+two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import aiohttp
+from kubernetes.client.rest import ApiException
+from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
+from urllib3.exceptions import HTTPError as Urllib3HTTPError
+
+from airflow_volcano.exceptions import VolcanoApiError
+
+RETRIABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+# A restarting apiserver serves requests before its RBAC cache is warm and answers 401/403 for a
+# moment: right after losing the connection, those are retried too (never otherwise, so a missing
+# permission still fails at once).
+AUTH_WARMUP_SECONDS = 30.0
+# The longest Retry-After honoured: an apiserver (or a proxy) asking for an hour must not park a task.
+MAX_RETRY_AFTER_SECONDS = 30.0
+# What a 404 means when a Call does not say (`Call.absent`): an error.
+REQUIRED: Any = object()
+ABSENT, RELOAD = "absent", "reload"  # what Attempts.after may say besides a delay
+
+
+def api_error(error: BaseException) -> bool:
+    """Whether `error` is either client's ApiException (an answer from the apiserver, or status 0)."""
+    return isinstance(error, ApiException | AsyncApiException)
+
+
+def status_of(error: BaseException) -> int | None:
+    return int(getattr(error, "status", 0) or 0) if api_error(error) else None
+
+
+def not_found(error: BaseException) -> bool:
+    return status_of(error) == 404
+
+
+def refused_credentials(error: BaseException) -> bool:
+    """A 401: the credentials are no longer valid (an expired token), worth reading once more."""
+    return status_of(error) == 401
+
+
+def is_transient(error: BaseException) -> bool:
+    """Errors worth another try: throttling, server errors, dropped or refused connections."""
+    if api_error(error):
+        return status_of(error) in RETRIABLE_STATUS or status_of(error) == 0
+    return isinstance(error, Urllib3HTTPError | aiohttp.ClientError | ConnectionError | TimeoutError)
+
+
+def short(error: BaseException) -> str:
+    """An error in a few words for a log line: the HTTP status and reason of either client's
+    ApiException (never its headers or body), else the exception's type and text."""
+    if api_error(error):
+        return f"HTTP {status_of(error)} {getattr(error, 'reason', '') or ''}".rstrip()
+    return f"{type(error).__name__}: {str(error)[:200]}"
+
+
+def retry_after(error: BaseException) -> float | None:
+    headers = getattr(error, "headers", None) or {}
+    value = headers.get("Retry-After") if hasattr(headers, "get") else None
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return None if seconds is None or seconds != seconds else max(0.0, seconds)
+
+
+def retry_delay(error: BaseException, backoff: float) -> float:
+    """How long to wait before retrying after `error`: the back-off, or the server's Retry-After if
+    longer, capped at MAX_RETRY_AFTER_SECONDS. Both hooks wait (and log) exactly this."""
+    return max(backoff, min(retry_after(error) or 0.0, MAX_RETRY_AFTER_SECONDS))
+
+
+def backoff(attempt: int, base: float, cap: float, jitter: float) -> float:
+    """The provider's one back-off curve: `base` doubling per attempt up to `cap`, spread by `jitter`
+    in [0, 1) over the upper half (so many waiters do not retry in step, and none retries at once)."""
+    ceiling = min(cap, base * 2 ** min(attempt, 16))
+    return ceiling / 2 + jitter * ceiling / 2
+
+
+def backoff_delays(attempts: int, base: float = 0.5, cap: float = 10.0, until: float | None = None) -> Iterator[float]:
+    """The delays of one call's retries: `attempts` of them, and more until the monotonic time `until`
+    if one is given."""
+    attempt = 0
+    while attempt < attempts or (until is not None and time.monotonic() < until):
+        yield backoff(attempt, base, cap, random.random())
+        attempt += 1
+
+
+class Attempts:
+    """One API call's attempts. After each failure `after(error)` says: ABSENT (a 404 where the call
+    gives `absent`), RELOAD (a 401: read the credentials again, once), or how long to wait before the
+    next attempt (transient errors, `retries` times or for `retry_for` seconds, the delay logged as
+    waited); anything else is raised, an API error as VolcanoApiError (never with its headers)."""
+
+    def __init__(self, hook: Any, what: str, *, retry_for: float | None = None, if_absent: Any = REQUIRED) -> None:
+        self.hook, self.what, self.if_absent = hook, what, if_absent
+        self.delays = backoff_delays(getattr(hook, "retries", 6),
+                                     until=None if retry_for is None else time.monotonic() + retry_for)
+        self.reloaded = False
+
+    def after(self, error: Exception) -> float | str:
+        if self.if_absent is not REQUIRED and not_found(error):
+            return ABSENT
+        if refused_credentials(error) and not self.reloaded:
+            self.reloaded = True
+            return RELOAD
+        delay = next(self.delays, None) if self.hook.retriable(error) else None
+        if delay is None:
+            if api_error(error):
+                raise VolcanoApiError.from_api_exception(self.what, error) from None
+            raise error
+        delay = retry_delay(error, delay)
+        self.hook.log.warning("%s failed (%s); retrying in %.1fs", self.what, short(error), delay)
+        return delay
+
+
+class ConnectionLossAware:
+    """Which errors are worth retrying, for both hooks: the transient ones, and 401/403 in the
+    seconds after a connection was lost (a restarted apiserver warming its RBAC cache).
+
+    The loss is remembered for the whole process: in a triggerer, the shared watch is often the
+    only one to see the apiserver go away, and every trigger's next call may meet the cold cache."""
+
+    _connection_lost_at: float = float("-inf")
+
+    def note_connection_lost(self) -> None:
+        ConnectionLossAware._connection_lost_at = time.monotonic()
+
+    def retriable(self, error: BaseException) -> bool:
+        if is_transient(error):
+            if not api_error(error):
+                self.note_connection_lost()
+            return True
+        return (status_of(error) in (401, 403)
+                and time.monotonic() - self._connection_lost_at < AUTH_WARMUP_SECONDS)

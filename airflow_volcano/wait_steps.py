@@ -1,0 +1,123 @@
+"""What a driver does at the cluster for the wait engine's actions, written once: programs of API calls
+(`hooks.calls`) that the worker's hook runs blocking (`VolcanoHook.drive`) and the triggerer's on its
+event loop (`AsyncVolcanoHook.drive`). Pure: they yield calls and sleeps, read no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from airflow_volcano.exceptions import VolcanoApiError
+from airflow_volcano.hooks import calls
+from airflow_volcano.hooks.calls import Program, Sleep
+from airflow_volcano.job_ref import JobRef
+from airflow_volcano.logs import Emit, iter_lines
+from airflow_volcano.manifest import TENSORBOARD_TASK
+from airflow_volcano.stalls import (
+    STACKS_MAX_BYTES,
+    STACKS_POLL_SECONDS,
+    STACKS_REQUEST_ANNOTATION,
+    STACKS_WAIT_SECONDS,
+    StackCollection,
+    stall_notice,
+)
+from airflow_volcano.timestamps import parse_timestamp_ns
+from airflow_volcano.wait_engine import BLIND, PodRef, scheduling_subjects
+
+# A probe reads a pod's last line: this many bytes are plenty (a line longer is cut by the reader).
+PROBE_MAX_BYTES = 64 * 1024
+
+
+def scheduling_view(job: dict | None, pods: list[dict], scheduling: bool) -> Program[tuple[dict | None, list[dict]]]:
+    """For CheckPods: the PodGroup and the events that explain scheduling, when it asked for them."""
+    if not scheduling or job is None:
+        return None, []
+    podgroup = yield from calls.get_podgroup(job)
+    events = yield from calls.list_events(job["metadata"]["namespace"], scheduling_subjects(podgroup, pods))
+    return podgroup, events
+
+
+def delete_lost_pods(namespace: str, pods: Iterable[PodRef], warn: Emit) -> Program[None]:
+    """For DeletePods: each pod of a lost node, exactly as it was seen (uid), with no grace period (its
+    kubelet cannot confirm: a graceful delete would leave it Terminating for good). A failure is said;
+    the engine's next check tries again."""
+    for pod in pods:
+        try:
+            yield from calls.delete_pod(pod.name, namespace, pod.uid, grace_seconds=0)
+        except Exception as error:  # noqa: BLE001 - e.g. no permission to delete pods: the next check retries
+            warn(f"Could not delete pod {namespace}/{pod.name} on a lost node: {error}")
+
+
+def restart_gang(namespace: str, pods: Iterable[PodRef]) -> Program[str | None]:
+    """For RestartJob: delete the Job's running training pods, gracefully (a script may save a
+    checkpoint on SIGTERM); the Job's policies (PodEvicted -> RestartJob, or RestartTask) restart the
+    gang, counted in max_retry like any restart. Returns why it was refused if no pod could be deleted."""
+    refused: list[str] = []
+    deleted = False
+    for pod in pods:
+        try:
+            deleted |= yield from calls.delete_pod(pod.name, namespace, pod.uid)
+        except Exception as error:  # noqa: BLE001 - the engine fails the stall with the reason
+            refused.append(str(error))
+    return refused[0] if refused and not deleted else None
+
+
+def newest_line_stamp(data: bytes) -> int | None:
+    """The timestamp (nanoseconds, the node's clock) of the last line of a log read with timestamps."""
+    stamp = None
+    for line in iter_lines([data]):
+        stamp = parse_timestamp_ns(line.partition(" ")[0]) or stamp
+    return stamp
+
+
+def probe_output(namespace: str, pods: Iterable[tuple[str, str | None]]) -> Program[dict[str, Any]]:
+    """For ProbeOutput: each pod's newest line's timestamp; None if it has no log (not started, gone),
+    BLIND if the read failed (the apiserver cannot reach its kubelet, say)."""
+    newest: dict[str, Any] = {}
+    for pod, container in pods:
+        try:
+            data = yield calls.read_pod_log(pod, namespace, container=container, tail_lines=1,
+                                            limit_bytes=PROBE_MAX_BYTES)
+            newest[pod] = newest_line_stamp(data)
+        except VolcanoApiError as error:
+            # 404: gone; 400: its container has not started ("is waiting to start"): nothing to see.
+            newest[pod] = None if error.status in (400, 404) else BLIND
+        except Exception:  # noqa: BLE001 - no answer: the waiter cannot see it
+            newest[pod] = BLIND
+    return newest
+
+
+def collect_stacks(ref: JobRef, silent_for: float, report: Emit,
+                   request: str) -> Program[tuple[str, tuple[PodRef, ...]]]:
+    """For CollectStacks: ask every Running training pod for its Python stacks (the pod annotation its
+    forward-signals.sh watches), read them from the pods' logs (at most STACKS_MAX_BYTES a read), show
+    them; returns where each process was, briefly, and the pods asked (what a restart deletes)."""
+    report(stall_notice(ref.namespace, ref.name, silent_for))
+    collection = StackCollection.of((yield calls.list_job_pods(ref.name, ref.namespace)), request,
+                                    skip_tasks=[TENSORBOARD_TASK])
+    for pod, _container in collection.pods:
+        try:
+            if not (yield calls.annotate_pod(pod, ref.namespace, {STACKS_REQUEST_ANNOTATION: request})):
+                collection.unreachable[pod] = "the pod is gone"
+        except Exception as error:  # noqa: BLE001 - said in the report
+            collection.unreachable[pod] = f"could not annotate it ({error})"
+    polls = 0
+    while collection.waiting_for() and polls * STACKS_POLL_SECONDS < STACKS_WAIT_SECONDS:
+        yield Sleep(STACKS_POLL_SECONDS)
+        polls += 1
+        for pod, container in collection.waiting_for():
+            # Since the request (with slack for the reads themselves): the answer comes after it.
+            since = int(polls * STACKS_POLL_SECONDS) + 10
+            try:
+                data = yield calls.read_pod_log(pod, ref.namespace, container=container, since_seconds=since,
+                                                limit_bytes=STACKS_MAX_BYTES)
+            except Exception:  # noqa: BLE001 - a pod that cannot be read now may be read at the next poll
+                continue
+            collection.log_read(pod, [line.partition(" ")[2] for line in iter_lines([data])],
+                                capped=len(data) >= STACKS_MAX_BYTES)
+    for line in collection.report():
+        report(line)
+    running = tuple(PodRef(pod, collection.uids.get(pod, "")) for pod, _ in collection.pods
+                    if pod not in collection.unreachable)
+    return collection.where(), running

@@ -1,0 +1,156 @@
+"""Waiting for a Job in a worker: the blocking driver of the wait engine (`triggers/job.py` is the
+asyncio one). It watches its one Job, follows the followed pods' logs on threads, keeps the failed
+pods' last states, and carries out the engine's actions with the programs of `wait_steps`."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import structlog
+
+from airflow_volcano import wait_steps
+from airflow_volcano.events import WaitOutcome
+from airflow_volcano.logs import Emit, LogFollower
+from airflow_volcano.pod_logs import PodLogCopy, pod_log_stream, read_remaining_log
+from airflow_volcano.status import pod_problem, pod_view
+from airflow_volcano.wait_engine import (
+    RUNNING_WATCH_SECONDS,
+    Action,
+    CheckPods,
+    CollectStacks,
+    DeletePods,
+    Done,
+    FollowedLog,
+    OutputClock,
+    ProbeOutput,
+    Reread,
+    RestartJob,
+    WaitEngine,
+    WaitLimits,
+    Watch,
+)
+
+if TYPE_CHECKING:
+    from airflow_volcano.hooks.volcano import VolcanoHook
+    from airflow_volcano.job_ref import JobRef
+
+# Airflow's task-time logger, as an operator's own `self.log` is: its lines are the task log's.
+log = structlog.get_logger(f"airflow.task.{__name__}")
+
+
+class PodFailureRecorder(threading.Thread):
+    """Watches the Job's pods while the worker waits and keeps each pod's last failed state
+    (`status.pod_view`). Volcano removes the pods still running when it ends a Job, and the pod
+    that failed first may be one of them: its exit code and its log tail (the termination message,
+    FallbackToLogsOnError) are then known only from what was seen before it went."""
+
+    def __init__(self, hook: VolcanoHook, ref: JobRef) -> None:
+        super().__init__(name="volcano-pod-failures", daemon=True)
+        self.hook, self.ref = hook, ref
+        self.failed: dict[str, dict] = {}
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            try:
+                # One request per five minutes (each a fresh list of the Job's few pods, then changes).
+                for pod in self.hook.watch_job_pods(self.ref.name, self.ref.namespace,
+                                                    timeout_seconds=int(RUNNING_WATCH_SECONDS),
+                                                    stop=self._stop_event.is_set):
+                    view = pod_view(pod)
+                    if pod_problem(view) is not None:
+                        self.failed[view["metadata"]["name"]] = view
+            except Exception:  # noqa: BLE001 - a dropped watch: watch again (a missed failure is still listed)
+                pass
+            self._stop_event.wait(1.0)
+
+    def stop(self) -> dict[str, dict]:
+        """The failures seen; the thread ends at its watch's next event or timeout (a daemon)."""
+        self._stop_event.set()
+        return dict(self.failed)
+
+
+def wait_for_job(
+    hook: VolcanoHook,
+    ref: JobRef,
+    limits: WaitLimits,
+    *,
+    logs: Sequence[PodLogCopy] = (),
+    probed: Sequence[tuple[str, str | None]] = (),
+    report: Emit | None = None,
+    clock: Callable[[], float] = time.time,
+) -> WaitOutcome:
+    """Watch the Job until it finishes, a deadline passes, a pod shows it cannot start, or it stalls.
+
+    Follows each pod log of `logs` on a background thread while waiting (the main pod's first: its
+    cursor becomes the outcome's); `probed` are pods whose output counts for stall_timeout without
+    being copied. `report` (if given) is told each change of phase and the scheduler's reason.
+    """
+    output = OutputClock()
+    followers = []
+    for copy in logs:
+        output.expected(f"log:{copy.pod}", clock())  # blind until its first read
+        followers.append(LogFollower(pod_log_stream(hook, ref.namespace, copy), copy.cursor, copy.emit,
+                                     output=output, source=f"log:{copy.pod}"))
+    followed = (*(FollowedLog(copy.pod, copy.container, copy.cursor) for copy in logs),
+                *(FollowedLog(pod, container) for pod, container in probed))
+    for follower in followers:
+        follower.start()
+    failures = PodFailureRecorder(hook, ref)
+    failures.start()
+    try:
+        outcome = _drive(hook, ref, limits, clock, report or (lambda line: None), output, followed)
+    finally:
+        for follower in followers:
+            follower.stop()
+        failed = failures.stop()
+    outcome.failed_pods = failed | outcome.failed_pods
+    for copy in logs:
+        read_remaining_log(hook, ref.namespace, copy)
+    if logs:
+        outcome.log_cursor = logs[0].cursor
+    return outcome
+
+
+def _drive(hook: VolcanoHook, ref: JobRef, limits: WaitLimits, clock: Callable[[], float], report: Emit,
+           output: OutputClock, followed: tuple[FollowedLog, ...]) -> WaitOutcome:
+    """The engine's actions, carried out blocking."""
+    engine = WaitEngine(ref, limits, started_at=ref.created_at or clock(), report=report, output=output,
+                        followed=followed)
+    action: Action | None = engine.job_read(hook.get_job(ref.name, ref.namespace), clock())
+    while True:
+        match action:
+            case Done(outcome=outcome):
+                return outcome
+            case CheckPods(scheduling=scheduling):
+                pods = hook.list_job_pods(ref.name, ref.namespace)
+                podgroup, events = hook.drive(wait_steps.scheduling_view(engine.job, pods, scheduling))
+                action = engine.pods_seen(pods, podgroup, events, clock())
+            case Watch(resource_version=resource_version, seconds=seconds):
+                action = None
+                changes = hook.watch_job(ref.name, ref.namespace, resource_version=resource_version,
+                                         timeout_seconds=seconds)
+                try:
+                    for job in changes:
+                        if (action := engine.job_changed(job, clock())) is not None:
+                            break
+                finally:
+                    changes.close()  # ends the watch request now, not when garbage-collected
+                if action is None:
+                    action = engine.watch_ended(clock())
+            case Reread(after=after):
+                time.sleep(after)
+                action = engine.job_read(hook.get_job(ref.name, ref.namespace), clock())
+            case DeletePods(pods=pods):
+                hook.drive(wait_steps.delete_lost_pods(ref.namespace, pods, log.warning))
+                action = engine.pods_deleted(clock())
+            case ProbeOutput(pods=pods):
+                action = engine.output_probed(hook.drive(wait_steps.probe_output(ref.namespace, pods)), clock())
+            case CollectStacks(silent_for=silent_for):
+                where, running = hook.drive(wait_steps.collect_stacks(ref, silent_for, report, str(int(clock()))))
+                action = engine.stacks_collected(where, clock(), running)
+            case RestartJob(pods=pods):
+                action = engine.restart_requested(clock(), hook.drive(wait_steps.restart_gang(ref.namespace, pods)))

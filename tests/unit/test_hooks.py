@@ -1,0 +1,202 @@
+"""The hooks: every API call described once (hooks.calls), carried out by the sync and the async hook
+through the one retry policy (hooks.retry). Against fakes of the clients' transport (no cluster): the
+generated client methods of `kubernetes_asyncio` run for real, only `call_api` answers as scripted."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client as async_client
+from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
+
+from airflow_volcano.exceptions import VolcanoApiError
+from airflow_volcano.hooks import calls
+from airflow_volcano.hooks.retry import short
+
+
+@pytest.mark.parametrize(("header", "backoff", "expected"), [
+    ("3600", 0.5, 30.0), ("2", 0.5, 2.0), ("0", 1.5, 1.5), (None, 0.7, 0.7), ("soon", 0.4, 0.4), ("-5", 0.4, 0.4),
+])
+def test_retry_after_is_honoured_up_to_a_cap(header, backoff, expected):
+    from airflow_volcano.hooks.retry import retry_delay
+
+    class Throttled(Exception):
+        headers = {"Retry-After": header} if header is not None else {}
+
+    assert retry_delay(Throttled(), backoff) == expected
+
+
+def test_both_hooks_follow_one_attempts_policy():
+    """Attempts: what either hook does after a failed API call (absent, read credentials again, wait, raise)."""
+    import logging
+
+    from kubernetes.client.rest import ApiException
+    from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
+
+    from airflow_volcano.hooks.retry import ABSENT, RELOAD, REQUIRED, Attempts, ConnectionLossAware
+
+    class Hook(ConnectionLossAware):
+        retries = 2
+        log = logging.getLogger("test")
+
+    def error(kind: type, status: int, retry_after: str | None = None) -> Exception:
+        failure = kind(status=status, reason="x")
+        failure.headers = {"Retry-After": retry_after} if retry_after else {}
+        failure.body = '{"message": "said the apiserver"}'
+        return failure
+
+    for kind in (ApiException, AsyncApiException):
+        attempts = Attempts(Hook(), "get Job ml/a", if_absent=None)
+        assert attempts.after(error(kind, 404)) is ABSENT
+        assert attempts.after(error(kind, 401)) is RELOAD
+        with pytest.raises(VolcanoApiError, match="get Job ml/a failed: HTTP 401 x: said the apiserver"):
+            attempts.after(error(kind, 401))  # once only
+        throttled = Attempts(Hook(), "list Jobs")
+        assert throttled.after(error(kind, 429, retry_after="3600")) == 30.0, "Retry-After, capped"
+        assert 0 <= throttled.after(error(kind, 503)) <= 1.0
+        with pytest.raises(VolcanoApiError, match="HTTP 503"):
+            throttled.after(error(kind, 503))  # retries spent
+        with pytest.raises(VolcanoApiError, match="HTTP 404"):
+            Attempts(Hook(), "delete Job ml/a", if_absent=REQUIRED).after(error(kind, 404))
+
+
+class ScriptedTransport(async_client.ApiClient):
+    """kubernetes_asyncio's ApiClient whose `call_api` answers from a script: an exception to raise,
+    or a value to return, one per request; what was asked is kept."""
+
+    def __init__(self, *answers: Any) -> None:
+        super().__init__()
+        self.answers, self.asked = list(answers), []
+
+    async def call_api(self, resource_path: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        query = kwargs.get("query_params", args[1] if len(args) > 1 else None)
+        self.asked.append((method, resource_path, list(query or []), kwargs.get("body")))
+        answer = self.answers.pop(0)
+        if not self.answers:
+            await self.close()  # its session: nothing more will be asked
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+
+def async_hook(transport: ScriptedTransport) -> Any:
+    from airflow_volcano.hooks.volcano import AsyncVolcanoHook
+
+    hook = AsyncVolcanoHook("kubernetes_default", retries=3)
+    hook._shared = (None, transport)  # every call uses this client (as shared_client() does)
+    return hook
+
+
+def unavailable() -> AsyncApiException:
+    failure = AsyncApiException(status=503, reason="Service Unavailable")
+    failure.headers = {"Retry-After": "0", "Audit-Id": "secret-audit-id", "Authorization": "Bearer t0ken"}
+    failure.body = '{"message": "etcd is busy"}'
+    return failure
+
+
+def test_the_async_delete_retries_transient_errors_and_answers_a_404_as_gone(monkeypatch):
+    monkeypatch.setattr(asyncio, "sleep", _no_sleep)
+
+    async def scenario() -> tuple[bool, list, bool]:
+        transport = ScriptedTransport(unavailable(), unavailable(), {"status": "Success"})
+        deleted = await async_hook(transport).run(calls.delete_job("train", "ml"))
+        gone = AsyncApiException(status=404, reason="Not Found")
+        return deleted, transport.asked, await async_hook(ScriptedTransport(gone)).run(calls.delete_job("train", "ml"))
+
+    deleted, asked, again = asyncio.run(scenario())
+    assert deleted is True and [method for method, *_ in asked] == ["DELETE"] * 3
+    assert ("propagationPolicy", "Background") in asked[0][2]
+    assert again is False
+
+
+def test_the_async_log_read_goes_through_the_retry_policy(monkeypatch):
+    """It used to bypass it: one 503 from the apiserver lost a copy of the log."""
+    monkeypatch.setattr(asyncio, "sleep", _no_sleep)
+
+    class Response:
+        status, reason = 200, "OK"
+
+        def __init__(self, body: bytes) -> None:
+            self.body = body
+            self.content = self
+
+        async def iter_chunked(self, size: int) -> Any:
+            for start in range(0, len(self.body), size):
+                yield self.body[start:start + size]
+
+        def release(self) -> None:
+            pass
+
+    async def read() -> tuple[bytes, int]:
+        transport = ScriptedTransport(unavailable(), Response(b"2026-11-24T10:00:00Z hello\n"))
+        chunks = async_hook(transport).pod_log_chunks("train-master-0", "ml", container="master", since_seconds=None)
+        return b"".join([chunk async for chunk in chunks]), len(transport.asked)
+
+    assert asyncio.run(read()) == (b"2026-11-24T10:00:00Z hello\n", 2)
+
+
+def test_an_api_error_that_stays_names_the_call_and_never_the_headers(monkeypatch):
+    monkeypatch.setattr(asyncio, "sleep", _no_sleep)
+
+    async def scenario() -> None:
+        await async_hook(ScriptedTransport(*[unavailable() for _ in range(4)])).run(calls.get_job("train", "ml"))
+
+    with pytest.raises(VolcanoApiError) as raised:
+        asyncio.run(scenario())
+    assert str(raised.value) == "get Job ml/train failed: HTTP 503 Service Unavailable: etcd is busy"
+    assert short(unavailable()) == "HTTP 503 Service Unavailable", "the retry warning's words: no headers"
+    assert "t0ken" not in str(raised.value) and "secret-audit-id" not in str(raised.value)
+
+
+def test_a_program_of_calls_is_driven_the_same_by_both_hooks():
+    """create_job: a 409 means a Job of that name exists (an earlier create whose answer was lost):
+    it is read and returned. The same generator, driven blocking and on an event loop."""
+    from airflow_volcano.hooks.volcano import AsyncVolcanoHook, VolcanoHook
+
+    existing = {"metadata": {"name": "train", "labels": {"a": "b"}}}
+    conflict = VolcanoApiError("create Job ml/train", 409, "Conflict")
+
+    def script() -> Any:
+        answers = [conflict, existing]
+        asked: list[str] = []
+
+        def answer(call: calls.Call[Any]) -> Any:
+            asked.append(call.what)
+            value = answers.pop(0)
+            if isinstance(value, BaseException):
+                raise value
+            return value
+
+        return answer, asked
+
+    sync_answer, sync_asked = script()
+    sync_hook = object.__new__(VolcanoHook)
+    sync_hook.run = sync_answer  # type: ignore[method-assign]
+    assert sync_hook.drive(calls.create_job("ml", {"metadata": {"name": "train"}})) == existing
+
+    async_answer, async_asked = script()
+    hook = object.__new__(AsyncVolcanoHook)
+
+    async def run(call: calls.Call[Any]) -> Any:
+        return async_answer(call)
+
+    hook.run = run  # type: ignore[method-assign]
+    assert asyncio.run(hook.drive(calls.create_job("ml", {"metadata": {"name": "train"}}))) == existing
+    assert sync_asked == async_asked == ["create Job ml/train", "get Job ml/train"]
+
+
+def test_a_lost_pod_is_deleted_only_as_the_pod_it_was_seen_as():
+    """A uid precondition: a replacement of the same name (Volcano's, after a restart) is never deleted;
+    the apiserver answers 409 and the program says it was not deleted."""
+    program = calls.delete_pod("train-worker-0", "ml", "uid-1", grace_seconds=0)
+    call = next(program)
+    assert call.kwargs["body"] == {"preconditions": {"uid": "uid-1"}, "gracePeriodSeconds": 0}
+    with pytest.raises(StopIteration) as stopped:
+        program.throw(VolcanoApiError("delete pod ml/train-worker-0", 409, "Conflict", "Precondition failed"))
+    assert stopped.value.value is False
+
+
+async def _no_sleep(seconds: float) -> None:
+    return None
