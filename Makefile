@@ -70,8 +70,10 @@ shellcheck:
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends shellcheck; }
 	shellcheck $(SHELL_SCRIPTS)
 
+# ruff, shellcheck, and mypy over the provider (pyproject.toml [tool.mypy]).
 lint: venv shellcheck
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 unit: venv
 	$(BIN)/python -m pytest -q tests/unit

@@ -5,7 +5,7 @@ from __future__ import annotations
 try:
     from airflow.sdk import conf
 except ImportError:  # Airflow < 3.2
-    from airflow.configuration import conf
+    from airflow.configuration import conf  # type: ignore[assignment]
 
 try:
     from airflow.sdk.exceptions import AirflowFailException

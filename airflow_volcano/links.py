@@ -16,8 +16,8 @@ import structlog
 from airflow.sdk import BaseOperatorLink
 
 if TYPE_CHECKING:
-    from airflow.models.taskinstancekey import TaskInstanceKey
     from airflow.sdk import BaseOperator
+    from airflow.sdk.types import TaskInstanceKey
 
 # Airflow's task-time logger, as an operator's own `self.log` is: its lines are the task log's.
 log = structlog.get_logger(f"airflow.task.{__name__}")
@@ -37,9 +37,9 @@ class _VolcanoLink(BaseOperatorLink):
     def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
         # A running operator knows its links once it knows its Job (None before: a task that failed
         # before submitting has none, and asking XCom would log "XCom not found" for each link).
-        urls = getattr(operator, "_link_urls", _UNKNOWN)
+        urls: Any = getattr(operator, "_link_urls", _UNKNOWN)
         if urls is not _UNKNOWN:
-            return (urls or {}).get(self.xcom_key, "")  # type: ignore[no-any-return,union-attr]
+            return str((urls or {}).get(self.xcom_key, ""))
         from airflow.sdk.execution_time.xcom import XCom
 
         return XCom.get_value(ti_key=ti_key, key=self.xcom_key) or ""

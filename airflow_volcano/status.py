@@ -173,8 +173,7 @@ def pod_problem(pod: Mapping[str, Any]) -> PodProblem | None:
             )
     if phase == PodPhase.FAILED:
         # Evicted (or refused by the kubelet): no container says when; the Ready condition's change does.
-        ready = next((condition for condition in status.get("conditions") or []
-                      if condition.get("type") == "Ready"), {})
+        ready = _condition(status, "Ready") or {}
         return PodProblem(pod=name, task=_task_name(pod), phase=phase, reason=status.get("reason"),
                           message=status.get("message"), finished_at=parse_time(ready.get("lastTransitionTime")))
     return None

@@ -282,6 +282,7 @@ def next_step(job: dict, limits: WaitLimits, elapsed: float, since_pod_check: fl
     # so pods are looked at while some are pending; after that the watch alone suffices.
     wait = RUNNING_WATCH_SECONDS
     check_pods = False
+    interval: float | None
     if _has_pending(job):
         interval = pod_check_interval(limits, elapsed)
         check_pods = since_pod_check >= interval

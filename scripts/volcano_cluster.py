@@ -832,13 +832,33 @@ def healthy() -> bool:
         return False
 
 
+def api_answers() -> bool:
+    try:
+        return api_get("/readyz") == b"ok"
+    except Exception:  # noqa: BLE001
+        return False
+
+
 def up() -> Path:
     kubeconfig = STATE / "kubeconfig"
     running = running_versions()
     if healthy() and running == VERSIONS:
         log(f"already running ({VERSIONS.describe()})")
         return kubeconfig
-    if running is not None and running != VERSIONS and STATE.exists():
+    if running == VERSIONS and kubeconfig.exists() and api_answers():
+        # Degraded, not gone (a component stopped: a crash, or a test's fault): start what is missing,
+        # keeping the cluster's state (its objects, its certificates, other sessions' kubeconfigs).
+        for component in COMPONENTS:
+            if running_pid(component.name) is None:
+                restart(component.name)
+        deadline = time.monotonic() + 120  # a restarted kubelet's node turns Ready within seconds
+        while time.monotonic() < deadline:
+            if healthy():
+                return kubeconfig
+            time.sleep(1)
+        log("the repaired cluster is not healthy; starting it anew")
+        down(quiet=True)
+    elif running is not None and running != VERSIONS and STATE.exists():
         log(f"a cluster of {running.describe()} runs; stopping it for {VERSIONS.describe()}")
         down(quiet=True)
     elif STATE.exists():

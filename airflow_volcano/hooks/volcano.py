@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
 from functools import cached_property
 from typing import Any, ClassVar, TypeVar
 
@@ -90,7 +90,7 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
             finally:
                 answer.release_conn()
 
-        return self._attempts(call, once)  # type: ignore[no-any-return]
+        return self._attempts(call, once)
 
     def _send(self, call: Call[Any]) -> Any:
         return getattr(_api(client, self.api_client, call.api), call.method)(*call.args, **call.kwargs)
@@ -118,7 +118,7 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
             try:
                 step = program.throw(error) if error is not None else program.send(answer)
             except StopIteration as finished:
-                return finished.value  # type: ignore[no-any-return]
+                return finished.value
             answer, error = None, None
             if isinstance(step, Sleep):
                 time.sleep(step.seconds)
@@ -201,7 +201,7 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
     def list_job_pods(self, job_name: str, namespace: str, task: str | None = None) -> list[dict]:
         return self.run(calls.list_job_pods(job_name, namespace, task))
 
-    def get_pod(self, name: str, namespace: str) -> dict | None:  # type: ignore[override]
+    def get_pod(self, name: str, namespace: str) -> dict | None:
         return self.run(calls.get_pod(name, namespace))
 
     def list_events(self, namespace: str, names: set[str]) -> list[dict]:
@@ -252,7 +252,7 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
 
     def watch_job(
         self, name: str, namespace: str, *, resource_version: str | None, timeout_seconds: int
-    ) -> Iterator[dict]:
+    ) -> Generator[dict, None, None]:
         """Yield the Job each time it changes, from `resource_version`, for up to `timeout_seconds`
         on one request. Ends early on deletion, 410 Gone or a dropped or refused stream (the wait
         engine backs off and re-reads the Job); raises what retrying cannot fix. The triggers' shared
@@ -402,7 +402,7 @@ class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
                 finally:
                     response.release()
 
-        return await self._attempts(call.what, once, retry_for=call.retry_for,  # type: ignore[no-any-return]
+        return await self._attempts(call.what, once, retry_for=call.retry_for,
                                     absent=call.absent)
 
     async def drive(self, program: Program[T]) -> T:
@@ -413,7 +413,7 @@ class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
             try:
                 step = program.throw(error) if error is not None else program.send(answer)
             except StopIteration as finished:
-                return finished.value  # type: ignore[no-any-return]
+                return finished.value
             answer, error = None, None
             if isinstance(step, Sleep):
                 await asyncio.sleep(step.seconds)
@@ -462,7 +462,7 @@ class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
                     kwargs["label_selector"] = label_selector
                 response = await _checked(await function(*args, **kwargs))
                 try:
-                    return json.loads(await response.read())  # type: ignore[no-any-return]
+                    return json.loads(await response.read())
                 finally:
                     response.release()
 

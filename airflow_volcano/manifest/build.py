@@ -176,9 +176,9 @@ def main_task(job: dict, req: JobRequest) -> str:
         return req.main_task
     if req.kind is not JobKind.GENERIC:
         return role_names(job, req)[0]
-    names = [task.get("name") for task in job["spec"]["tasks"]]
+    names = [str(task.get("name")) for task in job["spec"]["tasks"]]
     master = plugin_arg(job, "master")
-    return master if master in names else names[0]
+    return master if master is not None and master in names else names[0]
 
 
 def pod_tasks(job: dict, req: JobRequest) -> list[dict]:
@@ -199,7 +199,7 @@ def _default_job(req: JobRequest) -> dict:
 
     tasks = [task(master, 1)]
     tasks[0]["policies"] = copy.deepcopy(DEFAULT_MASTER_POLICIES)
-    workers = req.worker_replicas if req.worker_replicas is not None else 1
+    workers = int(req.worker_replicas) if req.worker_replicas is not None else 1  # checked: an int
     if workers:
         tasks.append(task(worker, workers))
     # svc listed explicitly: MASTER_ADDR and the host files need it and only the webhook would add it otherwise.
@@ -252,10 +252,10 @@ def _apply_arguments(job: dict, req: JobRequest) -> None:
         for plugin in hostfile_launch.REQUIRED_PLUGINS:
             spec.setdefault("plugins", {}).setdefault(plugin, [])
     elif req.master_task_name or req.worker_task_name or req.port is not None or req.wait_for_master:
-        _rewrite_pytorch_plugin(spec, master, worker, req.port)
+        _rewrite_pytorch_plugin(spec, master, worker, None if req.port is None else int(req.port))
     master_task, worker_task = find_task(job, master), find_task(job, worker)
     if req.worker_replicas is not None:
-        worker_task = _set_worker_replicas(job, worker_task, worker, req.worker_replicas)
+        worker_task = _set_worker_replicas(job, worker_task, worker, int(req.worker_replicas))
     if req.master_policies is not None and master_task is not None:
         _set(master_task, "policies", req.master_policies)
     shared = resource_requirements("container_resources", req.container_resources)
@@ -263,23 +263,23 @@ def _apply_arguments(job: dict, req: JobRequest) -> None:
         for task in pod_tasks(job, req):
             _apply_pod_arguments(task, req, shared)
     else:
-        for task, role in ((master_task, "master_resources"), (worker_task, "worker_resources")):
-            if task is not None:
+        for role_task, role in ((master_task, "master_resources"), (worker_task, "worker_resources")):
+            if role_task is not None:
                 merged = merge_resources(shared, resource_requirements(role, getattr(req, role)))
                 requests_within_limits(f"container_resources with {role}", merged)
-                _apply_pod_arguments(task, req, merged)
+                _apply_pod_arguments(role_task, req, merged)
     if req.min_available is not None:
         spec["minAvailable"] = req.min_available
     elif req.job_template is None:
         spec["minAvailable"] = sum(task.get("replicas", 0) for task in spec.get("tasks") or [])
 
 
-def _rewrite_pytorch_plugin(spec: dict, master: str, worker: str, port: int | None) -> None:
+def _rewrite_pytorch_plugin(spec: dict, master: str, worker: str, given: int | None) -> None:
     """Replace --master/--worker/--port, keep any other flag (e.g. --wait-master-enabled)."""
     plugins = spec.setdefault("plugins", {})
     current = [str(arg) for arg in plugins.get("pytorch") or []]
-    if port is None:
-        port = next((arg.split("=", 1)[1] for arg in current if arg.startswith("--port=")), DEFAULT_PORT)
+    port = given if given is not None else next(
+        (arg.split("=", 1)[1] for arg in current if arg.startswith("--port=")), DEFAULT_PORT)
     others = [arg for arg in current if not arg.startswith(("--master=", "--worker=", "--port="))]
     plugins["pytorch"] = [f"--master={master}", f"--worker={worker}", f"--port={port}", *others]
 

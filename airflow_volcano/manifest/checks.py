@@ -102,7 +102,7 @@ def check_type(parameter: str, value: Any, kind: type, item: type | tuple[type, 
     if not isinstance(value, kind):
         raise JobSpecError(f"{parameter} must be a {kind.__name__}, got {value!r}")
     items = item if isinstance(item, tuple) else (item,) if item is not None else ()
-    if items and any(not isinstance(element, items) or isinstance(element, bool) for element in value):
+    if items and any(not isinstance(element, items) or isinstance(element, bool) for element in value):  # type: ignore[attr-defined]
         names = " or ".join(kind.__name__ for kind in items)
         raise JobSpecError(f"{parameter} must be a {kind.__name__} of {names}, got {value!r}")
 
@@ -162,7 +162,7 @@ def env_list(env: Any) -> list[dict]:
             raise JobSpecError(f"env: invalid environment variable {item!r} (names match [-._a-zA-Z][-._a-zA-Z0-9]*)")
         if "value" in item and not isinstance(item["value"], str | ExpandVars):
             raise JobSpecError(f"env: the value of {item['name']!r} must be a string, got {item['value']!r}")
-    names = [item["name"] for item in items]
+    names = [str(item["name"]) for item in items]
     if duplicates := sorted({name for name in names if names.count(name) > 1}):
         raise JobSpecError(f"env: each variable once; given more than once: {', '.join(map(repr, duplicates))}")
     return items

@@ -189,7 +189,8 @@ def _tensorboard(parameter: str, value: Any) -> Any:
 
 def _quantity(parameter: str, value: Any) -> str:
     text = str(value).strip() if isinstance(value, str | int) and not isinstance(value, bool) else ""
-    if not QUANTITY.match(text) or text.startswith("-") or float(QUANTITY_NUMBER.match(text)[0]) <= 0:
+    number = QUANTITY_NUMBER.match(text)
+    if not QUANTITY.match(text) or text.startswith("-") or number is None or float(number[0]) <= 0:
         raise JobSpecError(f"{parameter} must be a positive Kubernetes quantity such as '2Gi' or '512Mi' (None to "
                            f"turn it off), got {value!r}")
     return text
@@ -330,7 +331,7 @@ def normalize(req: JobRequest) -> JobRequest:
         changes["policies"] = exit_code_policies(DEFAULT_RETRYABLE_EXIT_CODES if req.retryable_exit_codes is None
                                                  else codes, req.restart_scope or "job")
     if req.kind is JobKind.HOSTFILE:
-        check_shell_env_names("env", req.env or [])
+        check_shell_env_names("env", req.env if isinstance(req.env, list) else [])
         changes["hostfile_launch"] = hostfile_options(req)
     else:
         changes.update(torchrun_options(req))

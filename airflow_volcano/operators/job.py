@@ -88,7 +88,7 @@ def templated_fields(operator: type) -> tuple[str, ...]:
     names: list[str] = []
     for cls in reversed(operator.__mro__):
         if "__init__" in vars(cls) and issubclass(cls, VolcanoJobOperator):
-            names += [name for name in inspect.signature(cls.__init__).parameters
+            names += [name for name in inspect.signature(vars(cls)["__init__"]).parameters
                       if name in wanted and name not in names]
     excluded = set(getattr(operator, "untemplated_fields", ()))
     extra = tuple(getattr(operator, "extra_template_fields", ()))
@@ -220,6 +220,22 @@ class VolcanoJobOperator(BaseOperator):
     job_kind: ClassVar[JobKind] = JobKind.GENERIC  # which Job the arguments build (see manifest.JobKind)
     untemplated_fields: ClassVar[tuple[str, ...]] = ()  # a subclass's arguments that are not its to template
     extra_template_fields: ClassVar[tuple[str, ...]] = ()  # a subclass's own template fields
+    # The arguments this class reads itself (keep_arguments sets every one; the Job request's others are
+    # read by name, _job_request).
+    training_script: str | None
+    job_template: str | dict | None
+    debug: bool
+    debug_timeout: float | datetime.timedelta
+    kubernetes_conn_id: str
+    get_logs: bool
+    log_tasks: list[str] | None
+    startup_timeout: float | datetime.timedelta | None
+    job_timeout: float | datetime.timedelta | None
+    node_lost_timeout: float | datetime.timedelta | None
+    stall_timeout: float | datetime.timedelta | None
+    stall_action: str
+    deferrable: bool
+    poll_interval: float | datetime.timedelta
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -561,8 +577,8 @@ class VolcanoJobOperator(BaseOperator):
         """The UI links' URLs (see airflow_volcano.links) for this Job."""
         templates = {link.template_option: hook.connection_extra(link.template_option)
                      or conf.get("volcano", link.template_option, fallback="") for link in LINKS}
-        values = {"namespace": ref.namespace, "name": ref.name, "uid": ref.uid or "", "pod": ref.main_pod,
-                  "container": ref.main_pod_container}
+        values: dict[str, Any] = {"namespace": ref.namespace, "name": ref.name, "uid": ref.uid or "",
+                                  "pod": ref.main_pod, "container": ref.main_pod_container}
         if (endpoint := tensorboard_endpoint(job)) is not None:
             values["tensorboard_pod"], values["tensorboard_port"] = endpoint
         return link_urls(templates, values)
@@ -681,7 +697,7 @@ def _request_arguments(operator: type) -> tuple[str, ...]:
     """The JobRequest fields an operator class takes as arguments (its and its bases' signatures)."""
     fields = set(arguments()) - {"debug", "training_script", "job_template"}  # (converted by _job_request)
     names = {name for cls in operator.__mro__ if "__init__" in vars(cls)
-             for name in inspect.signature(cls.__init__).parameters}
+             for name in inspect.signature(vars(cls)["__init__"]).parameters}
     return tuple(sorted(fields & names))
 
 

@@ -6,7 +6,7 @@ per-role resources and the master's policies. What the pods run is the subclass'
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from airflow_volcano.manifest import DEFAULT_MASTER, DEFAULT_WORKER, max_job_name_length
 from airflow_volcano.operators.job import VolcanoJobOperator
@@ -26,7 +26,7 @@ class MasterWorkerJobOperator(VolcanoJobOperator):
         succeeds when the master does, whatever workers still run).
     """
 
-    untemplated_fields = ("main_task",)  # the master, by definition
+    untemplated_fields: ClassVar[tuple[str, ...]] = ("main_task",)  # the master, by definition
 
     def __init__(
         self,

@@ -173,12 +173,12 @@ class VolcanoJobTrigger(BaseTrigger):
         # The first import of the Kubernetes clients takes seconds; in a thread, so the triggerer's
         # other triggers keep running meanwhile (its event loop would report itself blocked).
         hooks = await asyncio.to_thread(importlib.import_module, "airflow_volcano.hooks.volcano")
-        return hooks.AsyncVolcanoHook(self.kubernetes_conn_id)  # type: ignore[no-any-return]
+        return hooks.AsyncVolcanoHook(self.kubernetes_conn_id)
 
     async def _shared_hook(self, namespace: str) -> AsyncVolcanoHook:
         """The hook of this connection's shared watch: its calls share one client with the watch."""
         await asyncio.to_thread(importlib.import_module, "airflow_volcano.hooks.volcano")
-        return shared_job_watch(self.kubernetes_conn_id, namespace).hook  # type: ignore[no-any-return]
+        return shared_job_watch(self.kubernetes_conn_id, namespace).hook
 
     def _say(self, line: str) -> None:
         """A line of the trigger's own into the task log, the Job's secrets masked."""
@@ -314,14 +314,14 @@ class VolcanoJobTrigger(BaseTrigger):
                 if not isinstance(item, tuple):  # RESYNC, WATCH_BROKEN: the periodic copy goes on
                     continue
                 _kind, pod = item
-                copy = by_pod.get((pod.get("metadata") or {}).get("name", ""))
-                if copy is None:
+                leaving = by_pod.get((pod.get("metadata") or {}).get("name", ""))
+                if leaving is None:
                     continue
                 phase = (pod.get("status") or {}).get("phase")
                 if phase not in (None, "Pending") or _leaving(pod):
-                    copy.started = True
+                    leaving.started = True
                 if _leaving(pod):
-                    await self._copy_new_lines(hook, ref.namespace, copy, output)
+                    await self._copy_new_lines(hook, ref.namespace, leaving, output)
 
     async def _copy_new_lines(self, hook: AsyncVolcanoHook, namespace: str, copy: _LogCopy,
                               output: OutputClock) -> None:
@@ -392,11 +392,13 @@ class VolcanoJobTrigger(BaseTrigger):
         from asgiref.sync import sync_to_async
 
         ti = self.task_instance
+        assert ti is not None, "a trigger the triggerer runs knows its task instance"
         # The triggerer answers this through its supervisor; sync_to_async keeps the event loop free.
         states = await sync_to_async(RuntimeTaskInstance.get_task_states)(
             dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id], map_index=ti.map_index,
         )
-        return (states.get(ti.run_id) or {}).get(task_state_key(ti.task_id, ti.map_index))  # type: ignore[no-any-return]
+        state = (states.get(ti.run_id) or {}).get(task_state_key(ti.task_id, ti.map_index))
+        return None if state is None else str(getattr(state, "value", state))
 
     async def on_kill(self) -> None:
         """A user marked the deferred task failed/success or cleared it: stop the training."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import fcntl
 import json
 import secrets
 import subprocess
@@ -31,7 +32,11 @@ VOLCANO = ("batch.volcano.sh", "v1alpha1")
 
 @pytest.fixture(scope="session")
 def kubeconfig() -> Path:
-    result = subprocess.run([str(REPO / "scripts" / "volcano-cluster"), "up"], capture_output=True, text=True)
+    # One `up` at a time: the suite's concurrent workers (pytest-xdist) each start their session here,
+    # and a first start on a fresh machine builds and starts the cluster once for all of them.
+    with open("/tmp/airflow-volcano-cluster.up.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        result = subprocess.run([str(REPO / "scripts" / "volcano-cluster"), "up"], capture_output=True, text=True)
     if result.returncode != 0:
         pytest.fail(f"the local Volcano cluster did not start:\n{result.stdout}\n{result.stderr}", pytrace=False)
     return Path(result.stdout.strip().splitlines()[-1])

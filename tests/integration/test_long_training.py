@@ -196,6 +196,7 @@ def kubelet(action: str) -> None:
     subprocess.run([CLUSTER, action, "kubelet"], check=True, capture_output=True)
 
 
+@pytest.mark.disruptive
 def test_a_lost_node_is_named_and_its_pods_restart_once_it_is_back(
         cluster, operator_kubeconfig, run_task, real_node, containerd, tmp_path):
     """The kubelet stops in epoch 2; the node controller marks its pods not ready (~50 s); after
@@ -235,6 +236,7 @@ def test_a_lost_node_is_named_and_its_pods_restart_once_it_is_back(
     wait_until_gone(cluster, containerd, "lost")  # no container left behind
 
 
+@pytest.mark.disruptive
 def test_a_lost_node_with_the_retry_budget_spent_fails_the_task_naming_the_node(
         cluster, operator_kubeconfig, run_task, real_node, containerd, tmp_path):
     shared, volume = checkpoints(tmp_path)

@@ -36,6 +36,7 @@ def test_task_retries_through_injected_429_and_5xx(cluster, operator_kubeconfig,
     assert len([j for j in cluster.jobs() if j["metadata"]["name"].startswith("flaky")]) <= 1, "no duplicate Job"
 
 
+@pytest.mark.disruptive
 @pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferred"])
 def test_apiserver_restart_while_waiting(cluster, operator_kubeconfig, run_task, deferrable):
     name = f"restart{int(deferrable)}"
@@ -94,6 +95,7 @@ def test_kill_loop_leaves_exactly_one_job_and_no_orphans(cluster, operator_kubec
         and not [c for c in cluster.configmap_names() if c.endswith("-script")], timeout=60)
 
 
+@pytest.mark.disruptive
 def test_two_hundred_deferred_triggers_share_one_watch_through_an_apiserver_restart(cluster, operator_kubeconfig):
     """A triggerer's VolcanoJobTriggers of one connection and namespace share one watch of the Jobs:
     200 of them wait on 200 Jobs, one is cancelled (it leaves the watch to the others), the
