@@ -79,10 +79,11 @@ unit: venv
 	$(BIN)/python -m pytest -q tests/unit
 
 # Everything: lint, unit tests, the integration tests against the local Volcano cluster (built and
-# started on first use; see scripts/volcano-cluster), then the compatibility subset on the oldest
-# Volcano and Kubernetes.
+# started on first use; see scripts/volcano-cluster), most of them concurrently and the disruptive ones
+# alone (scripts/test-suite, which prints the 20 slowest tests), then the compatibility subset on the
+# oldest Volcano and Kubernetes.
 test: venv lint cluster-up
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+	scripts/test-suite
 	scripts/test-compat --oldest
 
 # The compatibility subset on every Volcano x Kubernetes combination the local cluster can build

@@ -347,7 +347,6 @@ class WaitEngine:
         self._alive: _Progress | None = None  # last output or change while Running (None: not Running)
         self._alive_version = ""  # the Job's resourceVersion at the last change
         self._probes = _Probes()
-        self._confirming = False  # the pending ProbeOutput checks a stall before it is acted on
         self.stalls = 0
 
     # -- observations ---------------------------------------------------------------------------
@@ -405,7 +404,8 @@ class WaitEngine:
     def output_probed(self, newest: Mapping[str, int | str | None], now: float) -> Action:
         """The answer to ProbeOutput: each pod's newest line's timestamp (the node's nanoseconds, only
         compared with the same pod's), None if it has no log yet, or BLIND (the read failed)."""
-        confirming, self._confirming = self._confirming, False
+        # A read of every followed pod just now: what a stall must be confirmed by before it is acted on.
+        confirming = {log.pod for log in self.followed} <= set(newest)
         new_output = False
         cursors = {log.pod: log.cursor for log in self.followed}
         for pod, stamp in newest.items():
@@ -527,7 +527,6 @@ class WaitEngine:
                 return CollectStacks(silent_for=self._silent_for(now))
             # Silent as far as the waiter saw: before acting, a fresh read of every followed log (a
             # stream may hang without failing, a copy may lag) must confirm it.
-            self._confirming = True
             return ProbeOutput(pods=tuple((log.pod, log.container) for log in self.followed))
         if step.check_pods:
             # The scheduler's view (PodGroup, events: two reads) once the Job has been Pending a while:

@@ -241,3 +241,143 @@ def test_stall_timeout_is_seconds_or_a_timedelta_and_stall_action_one_of_two():
     with pytest.raises(JobSpecError, match="stall_action must be one of .*'reboot'"):
         WaitLimits.checked(startup_timeout=None, job_timeout=None, poll_interval=5, stall_timeout=60,
                            stall_action="reboot")
+
+
+# -- stalls only on certainty -------------------------------------------------------------------------
+
+
+def test_time_the_waiter_cannot_see_a_log_is_not_silence():
+    """A log read failing (the apiserver cannot reach the kubelet) for longer than stall_timeout: no stall
+    meanwhile, and once it can read again the clock goes on from where it stopped, not from zero."""
+    from airflow_volcano.wait_engine import CollectStacks
+
+    output = OutputClock()
+    wait, _ = engine(WaitLimits(stall_timeout=60), output=output)
+    assert wait.job_read(running("7"), now=1000) == Watch(resource_version="7", seconds=60)
+    output.blind("log:train-master-0", 1040)  # 40 s of silence, then the reads fail
+    assert wait.watch_ended(now=1060) == Watch(resource_version="7", seconds=10), "blind: look again soon"
+    assert wait.watch_ended(now=1300) == Watch(resource_version="7", seconds=10), "still blind: never a stall"
+    output.sighted("log:train-master-0", 1400)  # 360 s blind: not counted
+    assert wait.watch_ended(now=1400) == Watch(resource_version="7", seconds=20), "40 s were silent, 20 s are left"
+    assert wait.watch_ended(now=1420) == CollectStacks(silent_for=60.0)
+
+
+def test_a_waiter_that_just_started_counts_no_silence_before_its_first_read():
+    """After a reattach or a triggerer's restart, the log is expected but not read yet: blind, not silent."""
+    output = OutputClock()
+    output.expected("log:train-master-0", 1000)
+    wait, _ = engine(WaitLimits(stall_timeout=60), output=output)
+    wait.job_read(running("7"), now=1000)
+    assert wait.watch_ended(now=1500) == Watch(resource_version="7", seconds=10)
+    output.sighted("log:train-master-0", 1500)
+    assert wait.watch_ended(now=1510) == Watch(resource_version="7", seconds=50), "the clock starts at the first read"
+
+
+def test_a_stall_is_confirmed_by_a_fresh_read_of_every_followed_log_before_it_is_acted_on():
+    """A followed stream may hang without failing, a copy may lag: before collecting stacks the engine
+    asks for each followed pod's newest line; output the copy had not reached yet is output."""
+    from airflow_volcano.logs import LogCursor
+    from airflow_volcano.wait_engine import BLIND, CollectStacks, FollowedLog, ProbeOutput
+
+    cursor = LogCursor(last_ns=1_000_000_000_000)
+    followed = (FollowedLog("train-master-0", "master", cursor),)
+    wait, _ = engine(WaitLimits(stall_timeout=60), output=OutputClock(), followed=followed)
+    wait.job_read(running("7"), now=1000)
+    assert wait.watch_ended(now=1060) == ProbeOutput(pods=(("train-master-0", "master"),))
+    newer = wait.output_probed({"train-master-0": 1_000_000_000_001}, now=1061)
+    assert newer == Watch(resource_version="7", seconds=60), "a line the copy had not shown yet: output, now"
+    assert wait.watch_ended(now=1121) == ProbeOutput(pods=(("train-master-0", "master"),))
+    assert isinstance(wait.output_probed({"train-master-0": BLIND}, now=1122), Watch), "a failed read: no stall"
+    assert wait.watch_ended(now=1132) == ProbeOutput(pods=(("train-master-0", "master"),)), "read again soon"
+    # Silent since 1061, the 11 s the read failed not counted.
+    assert wait.output_probed({"train-master-0": 1_000_000_000_000}, now=1133) == CollectStacks(silent_for=61.0)
+
+
+def test_pods_whose_output_counts_without_being_copied_are_probed_on_the_waiters_clock():
+    """A DeepSpeed rank's heartbeat shows only in its worker pod's log: its newest line is read every
+    quarter of stall_timeout; a newer one (the node's timestamps, compared with that pod's own) is
+    output at the time the waiter saw it."""
+    from airflow_volcano.wait_engine import CollectStacks, FollowedLog, ProbeOutput
+
+    worker = FollowedLog("train-worker-0", "worker")
+    wait, _ = engine(WaitLimits(stall_timeout=60), output=OutputClock(), followed=(worker,))
+    assert wait.job_read(running("7"), now=1000) == ProbeOutput(pods=(("train-worker-0", "worker"),))
+    assert wait.output_probed({"train-worker-0": 5}, now=1000) == Watch(resource_version="7", seconds=15)
+    assert wait.watch_ended(now=1015) == ProbeOutput(pods=(("train-worker-0", "worker"),))
+    assert wait.output_probed({"train-worker-0": 9}, now=1015) == Watch(resource_version="7", seconds=15)
+    for now in (1030, 1045, 1060):
+        assert wait.watch_ended(now=now) == ProbeOutput(pods=(("train-worker-0", "worker"),))
+        wait.output_probed({"train-worker-0": 9}, now=now)
+    assert wait.watch_ended(now=1075) == ProbeOutput(pods=(("train-worker-0", "worker"),))
+    assert wait.output_probed({"train-worker-0": 9}, now=1075) == CollectStacks(silent_for=60.0)
+
+
+def test_a_refused_restart_fails_the_stall_once_saying_why():
+    from airflow_volcano.wait_engine import CollectStacks, RestartJob
+
+    wait, _ = engine(WaitLimits(stall_timeout=60, stall_action="restart"))
+    wait.job_read(running("7"), now=1000)
+    assert wait.watch_ended(now=1060) == CollectStacks(silent_for=60.0)
+    pods = (PodRef("train-master-0", "u1"),)
+    assert wait.stacks_collected("", now=1070, running=pods) == RestartJob(pods=pods)
+    done = wait.restart_requested(now=1071, refused="delete pod ml/train-master-0 failed: HTTP 403 Forbidden")
+    assert isinstance(done, Done) and done.outcome.verdict is Verdict.STALLED
+    assert done.outcome.message == ("stalled: no output for 1 minute; stall_action='restart' could not restart it "
+                                    "(delete pod ml/train-master-0 failed: HTTP 403 Forbidden)")
+
+
+def test_repeated_stalls_are_capped():
+    from airflow_volcano.constants import MAX_STALL_RESTARTS
+    from airflow_volcano.wait_engine import CollectStacks, RestartJob
+
+    wait, _ = engine(WaitLimits(stall_timeout=60, stall_action="restart"))
+    now, pods = 1000.0, (PodRef("train-master-0", "u1"),)
+    wait.job_read(running("7"), now=now)
+    for _ in range(MAX_STALL_RESTARTS):
+        now += 60
+        assert wait.watch_ended(now=now) == CollectStacks(silent_for=60.0)
+        assert wait.stacks_collected("", now=now, running=pods) == RestartJob(pods=pods)
+        wait.restart_requested(now=now)
+    done = wait.watch_ended(now=now + 60)
+    assert done == CollectStacks(silent_for=60.0)
+    ended = wait.stacks_collected("where each process was: x", now=now + 61, running=pods)
+    assert isinstance(ended, Done) and ended.outcome.verdict is Verdict.STALLED
+    assert f"it stalled again after {MAX_STALL_RESTARTS} restarts" in ended.outcome.message
+
+
+# -- lost nodes: only what is certain -------------------------------------------------------------------
+
+
+def test_a_pod_waiting_for_a_readiness_gate_is_never_lost():
+    wait, reported = engine(WaitLimits(node_lost_timeout=10))
+    wait.job_read(job("Running", running=1), now=SINCE)
+    gated = lost("train-worker-0")
+    gated["spec"]["readinessGates"] = [{"conditionType": "example.com/ready"}]
+    gated["status"]["conditions"][0]["reason"] = "ReadinessGatesNotReady"
+    assert isinstance(wait.pods_seen([gated], None, [], now=SINCE + 600), Watch)
+    gated["status"]["conditions"][0].pop("reason")  # and without the kubelet's reason: the gate is unmet
+    assert isinstance(wait.pods_seen([gated], None, [], now=SINCE + 1200), Watch)
+    assert not any("answering" in line for line in reported)
+
+
+def test_only_the_jobs_own_pods_are_lost_and_each_is_deleted_as_the_pod_it_was():
+    wait, _ = engine(WaitLimits(node_lost_timeout=10))
+    wait.ref = JobRef(name="train", namespace="ml", uid="job-uid")
+    wait.job_read(job("Running", running=1), now=SINCE)
+    ours = lost("train-worker-0")
+    ours["metadata"].update(uid="pod-uid-1", ownerReferences=[{"uid": "job-uid"}])
+    other = lost("train-worker-1")
+    other["metadata"].update(uid="pod-uid-2", ownerReferences=[{"uid": "someone-else"}])
+    wait.pods_seen([ours, other], None, [], now=SINCE)
+    assert wait.pods_seen([ours, other], None, [], now=SINCE + 11) == DeletePods(
+        pods=(PodRef("train-worker-0", "pod-uid-1"),))
+
+
+def test_a_node_is_said_to_answer_again_only_for_pods_that_are_still_there():
+    wait, reported = engine(WaitLimits(node_lost_timeout=10))
+    wait.job_read(job("Running", running=1), now=SINCE)
+    wait.pods_seen([lost("train-worker-0")], None, [], now=SINCE)
+    wait.pods_seen([lost("train-worker-0")], None, [], now=SINCE + 11)
+    wait.pods_deleted(now=SINCE + 11)
+    wait.pods_seen([], None, [], now=SINCE + 30)  # deleted: gone, not back
+    assert not any("answers again" in line for line in reported), reported

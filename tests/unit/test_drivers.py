@@ -1,0 +1,225 @@
+"""The two drivers of the wait engine, against a scripted cluster (no apiserver): the worker's blocking
+loop (wait_worker) and the trigger's asyncio one carry out the same actions with the same programs
+(wait_steps), so the same scenario ends the same way in both."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import unittest.mock
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from airflow_volcano.events import Verdict
+from airflow_volcano.exceptions import VolcanoApiError
+from airflow_volcano.hooks import calls
+from airflow_volcano.hooks.calls import Program, Sleep
+from airflow_volcano.job_ref import JobRef
+from airflow_volcano.wait_engine import OutputClock, WaitLimits
+
+from .test_status import job
+
+REF = JobRef(name="train", namespace="ml", uid="job-uid", created_at=1000.0)
+
+
+def lost_pod(name: str, uid: str) -> dict:
+    """A Running pod of the Job, marked not ready by the node controller (its node stopped answering)."""
+    return {"metadata": {"name": name, "uid": uid, "resourceVersion": "5", "ownerReferences": [{"uid": "job-uid"}],
+                         "labels": {"volcano.sh/task-spec": "worker"}},
+            "spec": {"nodeName": "gpu-7", "containers": [{"name": "worker"}]},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "False",
+                                                           "lastTransitionTime": "2026-11-24T17:21:06Z"}],
+                       "containerStatuses": [{"name": "worker", "ready": True, "state": {"running": {}}}]}}
+
+
+class Cluster:
+    """What the scripted apiserver holds and answers, and every call it was asked (by its words)."""
+
+    def __init__(self, jobs: list[dict], pods: list[dict]) -> None:
+        self.jobs, self.pods, self.asked = list(jobs), pods, []
+        self.clock = 1000.0
+        self.refuse_deletes = False
+
+    def answer(self, call: calls.Call[Any]) -> Any:
+        self.asked.append(call.what)
+        if call.what.startswith("get Job"):
+            return self.jobs[0]
+        if call.what.startswith("list pods of Job"):
+            return self.pods
+        if call.what.startswith("delete pod"):
+            if self.refuse_deletes:
+                raise VolcanoApiError(call.what, 403, "Forbidden", "pods is forbidden")
+            return True
+        if call.what.startswith(("get PodGroup", "list PodGroups")):
+            return None if call.what.startswith("get") else []
+        if call.what.startswith("list events"):
+            return []
+        raise AssertionError(f"unexpected call: {call.what}")
+
+    def drive(self, program: Program[Any]) -> Any:
+        answer, error = None, None
+        while True:
+            try:
+                step = program.throw(error) if error is not None else program.send(answer)
+            except StopIteration as finished:
+                return finished.value
+            answer, error = None, None
+            if isinstance(step, Sleep):
+                self.clock += step.seconds
+                continue
+            try:
+                answer = self.answer(step)
+            except Exception as failure:  # noqa: BLE001
+                error = failure
+
+    def next_job(self) -> dict:
+        if len(self.jobs) > 1:
+            self.jobs.pop(0)
+        return self.jobs[0]
+
+
+class SyncHook:
+    """The worker's hook, scripted: each watch delivers the next state of the Job."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+
+    def get_job(self, name: str, namespace: str) -> dict:
+        return self.cluster.answer(calls.get_job(name, namespace))
+
+    def list_job_pods(self, name: str, namespace: str) -> list[dict]:
+        return self.cluster.answer(calls.list_job_pods(name, namespace))
+
+    def drive(self, program: Program[Any]) -> Any:
+        return self.cluster.drive(program)
+
+    def watch_job(self, name: str, namespace: str, **kwargs: Any) -> Iterator[dict]:
+        def changes() -> Iterator[dict]:
+            yield self.cluster.next_job()
+
+        return changes()
+
+
+class AsyncHook:
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+
+    async def run(self, call: calls.Call[Any]) -> Any:
+        return self.cluster.answer(call)
+
+    async def drive(self, program: Program[Any]) -> Any:
+        return self.cluster.drive(program)
+
+
+def worker_wait(cluster: Cluster, limits: WaitLimits) -> Any:
+    from airflow_volcano import wait_worker
+
+    clock = iter(range(1000, 100000, 10))
+    return wait_worker._drive(SyncHook(cluster), REF, limits, lambda: float(next(clock)), lambda line: None,
+                              OutputClock(), ())
+
+
+def trigger_wait(cluster: Cluster, limits: WaitLimits) -> Any:
+    from airflow_volcano.masking import JobSecrets
+    from airflow_volcano.triggers.job import VolcanoJobTrigger
+    from airflow_volcano.triggers.job_watch import Changes, JobPods
+
+    trigger = VolcanoJobTrigger(REF.to_dict(), "kubernetes_default", limits=limits.to_dict())
+    trigger._secrets = JobSecrets()
+    hook = AsyncHook(cluster)
+
+    async def scenario() -> Any:
+        changes = Changes()
+        for state in cluster.jobs[1:]:
+            changes.put(state)
+        pods = JobPods(Changes(), lambda: hook.run(calls.list_job_pods(REF.name, REF.namespace)))
+        return await trigger._drive(hook, REF, cluster.jobs[0], changes, pods, OutputClock(), [])
+
+    async def one_change(engine: Any, changes: Any, seconds: float) -> Any:
+        """Each watch delivers the next state of the Job, then ends (as SyncHook.watch_job)."""
+        if changes.ready() and (action := engine.job_changed(changes.get_nowait(), time.time())) is not None:
+            return action
+        return engine.watch_ended(time.time())
+
+    # The trigger's clock (time.time), ten seconds a look, as the worker's above.
+    clock = iter(range(1000, 100000, 10))
+    with unittest.mock.patch("airflow_volcano.triggers.job.time.time", lambda: float(next(clock))), \
+            unittest.mock.patch("airflow_volcano.triggers.job._follow", one_change):
+        return asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("wait", [worker_wait, trigger_wait], ids=["worker", "trigger"])
+def test_both_drivers_follow_a_job_to_its_end(wait):
+    cluster = Cluster([job("Running", running=3), job("Completed", succeeded=3)], [])
+    outcome = wait(cluster, WaitLimits(node_lost_timeout=None))
+    assert outcome.verdict is Verdict.FINISHED and outcome.phase == "Completed"
+
+
+@pytest.mark.parametrize("wait", [worker_wait, trigger_wait], ids=["worker", "trigger"])
+def test_both_drivers_delete_a_lost_nodes_pods_exactly_as_they_were_seen(wait, monkeypatch):
+    """node_lost_timeout passes: each driver runs the same program, a delete with the pod's uid as
+    precondition and no grace period."""
+    monkeypatch.setattr("airflow_volcano.status.parse_time", lambda value: None)
+    pods = [lost_pod("train-worker-0", "uid-0")]
+    cluster = Cluster([job("Running", running=1)] * 40 + [job("Failed", failed=1)], pods)
+    outcome = wait(cluster, WaitLimits(node_lost_timeout=10))
+    assert "delete pod ml/train-worker-0" in cluster.asked
+    assert outcome.verdict is Verdict.FINISHED and outcome.lost_nodes == ("gpu-7",)
+
+
+def test_the_programs_a_driver_runs_carry_the_uid_precondition():
+    from airflow_volcano import wait_steps
+    from airflow_volcano.wait_engine import PodRef
+
+    program = wait_steps.delete_lost_pods("ml", [PodRef("train-worker-0", "uid-0")], lambda line: None)
+    call = next(program)
+    assert call.what == "delete pod ml/train-worker-0"
+    assert call.kwargs["body"] == {"preconditions": {"uid": "uid-0"}, "gracePeriodSeconds": 0}
+
+
+def test_a_restart_nobody_may_do_is_refused_with_the_apiservers_words():
+    from airflow_volcano import wait_steps
+    from airflow_volcano.wait_engine import PodRef
+
+    cluster = Cluster([job("Running", running=1)], [])
+    cluster.refuse_deletes = True
+    refused = cluster.drive(wait_steps.restart_gang("ml", [PodRef("train-master-0", "u1")]))
+    assert refused == "delete pod ml/train-master-0 failed: HTTP 403 Forbidden: pods is forbidden" + (
+        ". The Airflow connection's identity lacks this permission: grant it (deploy/rbac.yaml lists every "
+        "permission the provider needs)")
+    cluster.refuse_deletes = False
+    assert cluster.drive(wait_steps.restart_gang("ml", [PodRef("train-master-0", "u1")])) is None
+
+
+def test_a_stack_read_is_capped_and_the_report_says_so():
+    """Each read of a pod's log for its stacks asks the apiserver for at most STACKS_MAX_BYTES; a read
+    that brings that much is said in the report (the stacks may lie past it)."""
+    from airflow_volcano import wait_steps
+    from airflow_volcano.stalls import STACKS_MAX_BYTES
+
+    running = {"metadata": {"name": "train-master-0", "uid": "u1", "labels": {}},
+               "spec": {"containers": [{"name": "master"}]}, "status": {"phase": "Running"}}
+    asked: list[Any] = []
+    reported: list[str] = []
+    program = wait_steps.collect_stacks(REF, 60.0, reported.append, "123")
+    answer: Any = None
+    while True:
+        try:
+            step = program.send(answer)
+        except StopIteration as finished:
+            where, pods = finished.value
+            break
+        asked.append(step)
+        if isinstance(step, Sleep):
+            answer = None
+        elif step.what.startswith("list pods"):
+            answer = [running]
+        elif step.what.startswith("annotate"):
+            answer = True
+        else:
+            assert step.kwargs["limit_bytes"] == STACKS_MAX_BYTES
+            answer = b"2026-11-24T10:00:00Z " + b"spam " * (STACKS_MAX_BYTES // 5)
+    assert any(f"passed {STACKS_MAX_BYTES // 1024} KiB, the most read for stacks" in line for line in reported)
+    assert pods and where == ""

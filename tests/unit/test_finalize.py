@@ -1,0 +1,113 @@
+"""finalize: the end of every wait (README "Cleanup guarantees"), against a scripted hook: what becomes of
+the Job for each verdict, what the task returns or raises."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from airflow_volcano.constants import OnFinishAction
+from airflow_volcano.events import Verdict, WaitOutcome
+from airflow_volcano.exceptions import VolcanoJobError
+from airflow_volcano.finalize import finalize
+from airflow_volcano.job_ref import JobRef
+from airflow_volcano.logs import LogCursor
+from airflow_volcano.pod_logs import PodLogCopy
+
+from .test_status import job
+
+REF = JobRef(name="train", namespace="ml", uid="u1", script_configmap="train-script")
+
+
+class Hook:
+    """A VolcanoHook whose cluster holds one Job and its master pod; every change is recorded."""
+
+    def __init__(self, pod_log: bytes = b"") -> None:
+        self.done: list[str] = []
+        self.pod_log = pod_log
+        self.master = {"metadata": {"name": "train-master-0"}, "spec": {"terminationGracePeriodSeconds": 1},
+                       "status": {"phase": "Succeeded", "containerStatuses": [{"name": "master", "state": {
+                           "terminated": {"exitCode": 0, "message": '{"eval_loss": 0.25}'}}}]}}
+
+    def delete_job(self, name: str, namespace: str, *, retry_for: float | None = None) -> bool:
+        self.done.append(f"delete Job {namespace}/{name}")
+        return True
+
+    def delete_configmap(self, name: str, namespace: str) -> bool:
+        self.done.append(f"delete ConfigMap {namespace}/{name}")
+        return True
+
+    def label_job(self, name: str, namespace: str, labels: dict[str, str]) -> bool:
+        self.done.append(f"label Job {namespace}/{name} {labels}")
+        return True
+
+    def get_pod(self, name: str, namespace: str) -> dict | None:
+        return self.master
+
+    def list_job_pods(self, name: str, namespace: str) -> list[dict]:
+        return []
+
+    def get_podgroup(self, job: dict) -> dict | None:
+        return None
+
+    def list_events(self, namespace: str, names: set[str]) -> list[dict]:
+        return []
+
+    def pod_log_chunks(self, name: str, namespace: str, **kwargs: Any) -> Any:
+        yield self.pod_log
+
+
+def ended(verdict: Verdict, phase: str = "Running", message: str | None = None) -> WaitOutcome:
+    return WaitOutcome(verdict, message=message, phase=phase, job=job(phase))
+
+
+def test_a_succeeded_job_returns_the_masters_result_and_is_deleted_by_default():
+    hook = Hook()
+    summary = finalize(hook, REF, ended(Verdict.FINISHED, "Completed"),
+                       on_finish_action=OnFinishAction.DELETE_SUCCEEDED_JOB)
+    assert summary["result"] == {"eval_loss": 0.25} and summary["main_pod"] == "train-master-0"
+    assert hook.done == ["delete Job ml/train", "delete ConfigMap ml/train-script"]
+
+
+def test_a_failed_job_is_kept_for_debugging_and_labelled_reported():
+    hook = Hook()
+    with pytest.raises(VolcanoJobError, match="ended in phase Failed"):
+        finalize(hook, REF, ended(Verdict.FINISHED, "Failed"), on_finish_action=OnFinishAction.DELETE_SUCCEEDED_JOB)
+    assert hook.done == ["label Job ml/train {'airflow-volcano.io/checked': 'true'}"]
+
+
+@pytest.mark.parametrize("verdict", [Verdict.JOB_TIMEOUT, Verdict.CANNOT_START, Verdict.STALLED])
+def test_job_timeout_a_job_that_cannot_start_and_a_stall_delete_it_whatever_on_finish_action_says(verdict):
+    hook = Hook(pod_log=b"2026-11-24T10:00:00Z saved checkpoint epoch-3.pt on SIGTERM\n")
+    shown: list[str] = []
+    main = PodLogCopy("train-master-0", "master", lambda line, at: shown.append(line), LogCursor())
+    with pytest.raises(VolcanoJobError, match="the Job was deleted"):
+        finalize(hook, REF, ended(verdict, message="x"), on_finish_action=OnFinishAction.KEEP_JOB, main_log=main)
+    assert hook.done == ["delete Job ml/train", "delete ConfigMap ml/train-script"]
+    assert shown == ["saved checkpoint epoch-3.pt on SIGTERM"], "the main pod's last lines, before the failure"
+
+
+@pytest.mark.parametrize(("verdict", "says"), [
+    (Verdict.DEADLINE, "the task's execution_timeout passed while the task was deferred"),
+    (Verdict.WAIT_FAILED, "Waiting for Volcano Job ml/train failed: x"),
+    (Verdict.DELETED, "x while the task waited"),
+])
+def test_a_wait_that_failed_leaves_the_job_to_the_caller(verdict, says):
+    """What becomes of the Job then depends on the task instance (a later try reattaches, else the
+    Job is deleted if it still runs): the operator settles it, not finalize."""
+    hook = Hook()
+    message = "the task's execution_timeout passed" if verdict is Verdict.DEADLINE else "x"
+    with pytest.raises(VolcanoJobError, match=says):
+        finalize(hook, REF, ended(verdict, message=message), on_finish_action=OnFinishAction.DELETE_JOB)
+    assert hook.done == []
+
+
+def test_a_job_the_task_does_not_own_is_never_deleted_nor_labelled():
+    """The sensor waits on anyone's Job."""
+    hook = Hook()
+    theirs = JobRef(name="train", namespace="ml", owned=False)
+    finalize(hook, theirs, ended(Verdict.FINISHED, "Completed"), on_finish_action=OnFinishAction.DELETE_JOB)
+    with pytest.raises(VolcanoJobError):
+        finalize(hook, theirs, ended(Verdict.CANNOT_START, message="x"), on_finish_action=OnFinishAction.KEEP_JOB)
+    assert hook.done == []

@@ -1,0 +1,131 @@
+"""Submitting a task's Job against a scripted hook: reattach to an earlier try's Job of the same request,
+never to a reported one, never to another request's (and then say what to do, and let the task's
+failure settle it), and reattach across an upgrade of the provider."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from airflow_volcano.constants import CHECKED_LABEL, REQUEST_HASH_ANNOTATION, IfJobExists
+from airflow_volcano.exceptions import VolcanoJobError
+from airflow_volcano.job_ref import JobRef
+from airflow_volcano.submission import submit_or_reattach
+
+from .test_arguments import built
+
+
+class Hook:
+    """The Jobs of the namespace; what was created and deleted."""
+
+    def __init__(self, *jobs: dict) -> None:
+        self.jobs = {job["metadata"]["name"]: job for job in jobs}
+        self.created: list[str] = []
+        self.deleted: list[str] = []
+
+    def list_jobs(self, namespace: str, label_selector: str) -> list[dict]:
+        wanted = dict(part.split("=") for part in label_selector.split(","))
+        return [job for job in self.jobs.values() if wanted.items() <= job["metadata"]["labels"].items()]
+
+    def get_job(self, name: str, namespace: str) -> dict | None:
+        return self.jobs.get(name)
+
+    def delete_job(self, name: str, namespace: str, **kwargs: Any) -> bool:
+        self.deleted.append(name)
+        return self.jobs.pop(name, None) is not None
+
+    def wait_job_deleted(self, name: str, namespace: str) -> None:
+        pass
+
+    def delete_configmap(self, name: str, namespace: str) -> bool:
+        return True
+
+    def create_configmap(self, namespace: str, body: dict, **kwargs: Any) -> dict:
+        return body
+
+    def set_configmap_owner(self, name: str, namespace: str, job: dict) -> None:
+        pass
+
+    def create_job(self, namespace: str, body: dict) -> dict:
+        created = copy.deepcopy(body)
+        created["metadata"].update(uid=f"uid-{len(self.created)}", namespace=namespace,
+                                   creationTimestamp="2026-11-25T10:00:00Z")
+        self.created.append(created["metadata"]["name"])
+        self.jobs[created["metadata"]["name"]] = created
+        return created
+
+
+def earlier_try(manifests: Any, **changes: Any) -> dict:
+    """The Job an earlier try submitted from these manifests, Running since."""
+    job = copy.deepcopy(manifests.job)
+    job["metadata"].update(name="retrain-train-0ld", namespace="ml", uid="old-uid",
+                           creationTimestamp="2026-11-25T09:00:00Z")
+    job["metadata"].setdefault("annotations", {})[REQUEST_HASH_ANNOTATION] = manifests.request_hash
+    job["status"] = {"state": {"phase": "Running"}}
+    for key, value in changes.items():
+        job["metadata"][key] = value
+    return job
+
+
+def test_a_retry_reattaches_to_the_running_job_of_its_own_request():
+    manifests = built(args=["--lr", "0.1"])
+    hook = Hook(earlier_try(manifests))
+    ref = submit_or_reattach(hook, manifests, "ml", if_job_exists=IfJobExists.REATTACH)
+    assert (ref.name, ref.uid, hook.created) == ("retrain-train-0ld", "old-uid", [])
+
+
+def test_a_job_already_reported_is_history_and_a_new_one_is_submitted():
+    manifests = built(args=["--lr", "0.1"])
+    old = earlier_try(manifests)
+    old["metadata"]["labels"] = {**old["metadata"]["labels"], CHECKED_LABEL: "true"}
+    hook = Hook(old)
+    ref = submit_or_reattach(hook, manifests, "ml", if_job_exists=IfJobExists.REATTACH)
+    assert hook.created == [ref.name] and ref.name != "retrain-train-0ld"
+
+
+def test_another_requests_job_is_refused_saying_what_to_do_and_handed_over_to_be_settled():
+    """The DAG changed between two tries: not reattached, and not left unwatched either: the task's
+    failure settles it (kept for a later try, deleted if none is left), so it is handed over first."""
+    hook = Hook(earlier_try(built(args=["--lr", "0.1"])))
+    found: list[JobRef] = []
+    with pytest.raises(VolcanoJobError, match="from other arguments, script or debug mode than this try's. Set "
+                                              "if_job_exists='replace' to replace it"):
+        submit_or_reattach(hook, built(args=["--lr", "0.2"]), "ml", if_job_exists=IfJobExists.REATTACH,
+                           on_found=found.append)
+    assert [ref.uid for ref in found] == ["old-uid"] and hook.created == [] and hook.deleted == []
+
+
+def test_a_job_of_an_earlier_release_is_reattached_as_its_request_cannot_be_compared():
+    """Its hash covered the built Job, the provider's own shell included: refusing it on an upgrade
+    would leave it training with nobody waiting."""
+    manifests = built(args=["--lr", "0.1"])
+    hook = Hook(earlier_try(manifests, annotations={REQUEST_HASH_ANNOTATION: "0123456789abcdef"}))
+    ref = submit_or_reattach(hook, manifests, "ml", if_job_exists=IfJobExists.REATTACH)
+    assert ref.uid == "old-uid" and hook.created == []
+
+
+def test_replace_deletes_the_earlier_job_and_submits_anew():
+    manifests = built(args=["--lr", "0.1"])
+    hook = Hook(earlier_try(built(args=["--lr", "0.9"])))
+    ref = submit_or_reattach(hook, manifests, "ml", if_job_exists=IfJobExists.REPLACE)
+    assert hook.deleted == ["retrain-train-0ld"] and hook.created == [ref.name]
+    assert hook.jobs[ref.name]["metadata"]["annotations"][REQUEST_HASH_ANNOTATION] == manifests.request_hash
+
+
+def test_the_state_store_names_the_job_before_the_labels_do():
+    class Store:
+        def __init__(self, value: dict) -> None:
+            self.value = value
+
+        def get(self, key: str) -> dict:
+            return self.value
+
+    manifests = built(args=["--lr", "0.1"])
+    old = earlier_try(manifests)
+    old["metadata"]["labels"] = {}  # labels that no longer name it (edited by hand, say)
+    hook = Hook(old)
+    ref = submit_or_reattach(hook, manifests, "ml", if_job_exists=IfJobExists.REATTACH,
+                             state_store=Store({"name": "retrain-train-0ld", "namespace": "ml", "uid": "old-uid"}))
+    assert ref.uid == "old-uid" and hook.created == []
