@@ -27,8 +27,9 @@ def get_provider_info() -> dict[str, Any]:
                         "airflow_volcano.links.TensorBoardLink"],
         "config": {
             "volcano": {
-                "description": "Links from a task in the Airflow UI to its Volcano Job, and the cluster's Volcano "
-                               "release. A connection's extras may set the same options; the connection wins.",
+                "description": "Links from a task in the Airflow UI to its Volcano Job, the folders scripts are "
+                               "read from, and the cluster's Volcano release. A connection's extras may set the "
+                               "same options (the connection wins; its allowed_file_dirs add to these).",
                 "options": {
                     "job_url_template": {
                         "description": "URL of a Job in a dashboard, filled with {namespace}, {name}, {uid}, "
@@ -49,6 +50,14 @@ def get_provider_info() -> dict[str, Any]:
                         "version_added": "0.2.0", "type": "string",
                         "example": "https://k8s.example.com/api/v1/namespaces/{namespace}/pods/"
                                    "{tensorboard_pod}:{tensorboard_port}/proxy/",
+                        "default": "",
+                    },
+                    "allowed_file_dirs": {
+                        "description": "More absolute folders (comma-separated) every task's training_script and "
+                                       "job_template may be read from, besides the DAG file's folder, its "
+                                       "template_searchpath and the task's own allowed_file_dirs (an include/ folder, "
+                                       "a volume of scripts). A DAG run's params still cannot leave them.",
+                        "version_added": "0.2.0", "type": "string", "example": "/opt/airflow/include",
                         "default": "",
                     },
                     "volcano_version": {

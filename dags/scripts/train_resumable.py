@@ -13,6 +13,12 @@ finishes the step under way, saves, and exits, within `termination_grace_period`
 collective rather than in one: the peers are being stopped too, and a collective with a missing peer
 fails with a gloo/NCCL error (exit code 1), which Volcano reads as a failure of its own.
 
+Checkpoints belong to the newest generation (README "Checkpoints and resuming"): a gang's generation is
+(AIRFLOW_TRY_NUMBER, VOLCANO_RESTART_COUNT), rank 0 claims CHECKPOINT_DIR for it at start, and a rank
+writes only while no newer generation has claimed it. So ranks on a node cut off from the cluster, which
+keep running while a restarted gang trains elsewhere, stop writing once it starts, instead of
+overwriting its checkpoints with older ones.
+
 Environment: EPOCHS (default 6), EPOCH_SECONDS (a pause per epoch, default 0: the model is tiny).
 To watch a resume happen, CRASH_AT_EPOCH=N makes rank CRASH_RANK (default 1) exit with
 CRASH_EXIT_CODE (default 137, as the OOM killer gives) after epoch N on the first attempt only
@@ -29,17 +35,41 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-import torch.distributed as dist
-
 EPOCHS = int(os.environ.get("EPOCHS", "6"))
 EPOCH_SECONDS = float(os.environ.get("EPOCH_SECONDS", "0"))
 RANK, WORLD_SIZE = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 RESTARTS = int(os.environ.get("VOLCANO_RESTART_COUNT") or 0)
 TRY_NUMBER = int(os.environ.get("AIRFLOW_TRY_NUMBER") or 1)
-CHECKPOINTS = Path(os.environ["CHECKPOINT_DIR"])
+CHECKPOINTS = Path(os.environ.get("CHECKPOINT_DIR") or ".")
+CLAIMS = ".airflow-volcano-generations"  # in CHECKPOINT_DIR: a file per generation that claimed it
 
 stop_requested = False
+
+
+def generation() -> tuple[int, int]:
+    """This gang's generation: the Airflow try that submitted the Job, Volcano's restarts of it."""
+    return TRY_NUMBER, RESTARTS
+
+
+def newest_generation() -> tuple[int, int] | None:
+    """The newest generation that claimed the directory. Claims are only ever added, so this only grows:
+    no two gangs can both believe they are the newest."""
+    claims = [tuple(int(part) for part in path.name.split("-")) for path in (CHECKPOINTS / CLAIMS).glob("*-*")
+              if re.fullmatch(r"\d+-\d+", path.name)]
+    return max(claims) if claims else None
+
+
+def claim_checkpoints() -> bool:
+    """Rank 0, at start: claim the directory for this generation; False if a newer one owns it already."""
+    (CHECKPOINTS / CLAIMS).mkdir(parents=True, exist_ok=True)
+    (CHECKPOINTS / CLAIMS / "{}-{}".format(*generation())).touch()
+    return may_write_checkpoints()
+
+
+def may_write_checkpoints() -> bool:
+    """Before every save: no newer generation has claimed the directory."""
+    newest = newest_generation()
+    return newest is None or newest <= generation()
 
 
 def on_sigterm(signum: int, frame: object) -> None:
@@ -53,7 +83,16 @@ def latest_checkpoint() -> Path | None:
     return max(found)[1] if found else None
 
 
-def save(epoch: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer, reason: str) -> Path:
+class Superseded(Exception):
+    """A newer generation owns the checkpoint directory: this one stops writing, and training."""
+
+
+def save(epoch: int, model: object, optimizer: object, reason: str) -> Path:
+    import torch
+
+    if not may_write_checkpoints():
+        raise Superseded(f"generation {generation()} (try, restarts) stops: generation {newest_generation()} owns "
+                         f"{CHECKPOINTS}")
     path = CHECKPOINTS / f"epoch-{epoch}.pt"
     partial = path.with_suffix(".partial")
     torch.save({"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict()}, partial)
@@ -63,6 +102,9 @@ def save(epoch: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer, r
 
 
 def main() -> int:
+    import torch
+    import torch.distributed as dist
+
     signal.signal(signal.SIGTERM, on_sigterm)
     if WORLD_SIZE > 1:
         os.environ.setdefault("USE_LIBUV", "0")
@@ -71,6 +113,10 @@ def main() -> int:
     model = torch.nn.Linear(16, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     first_epoch = 1
+    if RANK == 0 and not claim_checkpoints():
+        print(f"generation {generation()} (try, restarts) is older than {newest_generation()}, which owns "
+              f"{CHECKPOINTS}: not training", flush=True)
+        return 1
     checkpoint = latest_checkpoint()
     if checkpoint is not None:
         state = torch.load(checkpoint)
@@ -116,4 +162,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except Superseded as superseded:
+        print(superseded, flush=True)
+        sys.exit(1)

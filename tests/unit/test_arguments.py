@@ -357,3 +357,27 @@ def test_a_debug_pods_command_ends_by_itself_after_its_time_and_at_once_on_sigte
     start = time.monotonic()
     sleeping.send_signal(signal.SIGTERM)
     assert sleeping.wait(timeout=5) == 0 and time.monotonic() - start < 3
+
+
+def test_the_deployments_allowed_folders_serve_every_task_and_a_param_still_cannot_leave_them(tmp_path,
+                                                                                             monkeypatch):
+    """`[volcano] allowed_file_dirs` (or the connection's extra): a deployment that keeps scripts in an
+    include/ folder says so once, not on every task; a DAG run's params still cannot leave the folders."""
+    include = tmp_path / "include"
+
+    def operator() -> VolcanoPyTorchJobOperator:  # rendering replaces the template: one operator a render
+        task = dag_with(tmp_path / str(len(list(tmp_path.iterdir()))), training_script=str(include / "{{ params.s }}"))
+        (tmp_path / "secret.txt").write_text("token\n")
+        return task
+
+    include.mkdir()
+    (include / "train.py").write_text("print('from include')\n")
+    with pytest.raises(JobSpecError, match="is outside the folders"):
+        render(operator(), s="train.py")
+    monkeypatch.setenv("AIRFLOW__VOLCANO__ALLOWED_FILE_DIRS", f"{tmp_path / 'elsewhere'}, {include}")
+    assert render(operator(), s="train.py").configmap["data"] == {"train.py": "print('from include')\n"}
+    with pytest.raises(JobSpecError, match=r"training_script: '.*/include/../secret.txt' is outside the folders"):
+        render(operator(), s="../secret.txt")
+    monkeypatch.setenv("AIRFLOW__VOLCANO__ALLOWED_FILE_DIRS", "include")
+    with pytest.raises(JobSpecError, match=r"\[volcano\] allowed_file_dirs: 'include' is not an absolute folder path"):
+        render(operator(), s="train.py")
