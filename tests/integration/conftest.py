@@ -70,9 +70,12 @@ class Containerd:
         return subprocess.run(["ctr", f"--address={self.socket}", "--namespace=k8s.io", *args],
                               capture_output=True, text=True, check=True).stdout
 
-    def running_containers(self, namespace: str, pod: str | None = None) -> list[str]:
-        """Containers of pods in `namespace` (of one pod, if named) whose process is still running."""
+    def running_containers(self, namespace: str, pod: str | None = None, *, sandboxes: bool = True) -> list[str]:
+        """Containers of pods in `namespace` (of one pod, if named) whose process is still running, the
+        pods' sandboxes too (`sandboxes=False`: not them)."""
         filters = [f'labels."io.kubernetes.pod.namespace"=={namespace}']
+        if not sandboxes:
+            filters.append('labels."io.cri-containerd.kind"==container')
         if pod is not None:
             filters.append(f'labels."io.kubernetes.pod.name"=={pod}')
         ours = set(self.ctr("containers", "list", "--quiet", ",".join(filters)).split())

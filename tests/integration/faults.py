@@ -1,5 +1,6 @@
-"""An HTTP proxy in front of the test apiserver that answers some requests with 429 or 503, or
-refuses every delete of a Volcano Job for a while (an apiserver the cleanup cannot reach).
+"""An HTTP proxy in front of the test apiserver that answers some requests with 429 or 503, refuses
+every delete of a Volcano Job for a while (an apiserver the cleanup cannot reach), or fails every
+pod log read while asked to (an apiserver that cannot reach a kubelet).
 
 It forwards everything else (streaming, so watches and followed logs work) to the real
 kube-apiserver over TLS. Loopback only; it stops with the test.
@@ -31,6 +32,9 @@ class FaultyProxy:
         self.job_deletes_refused = 0
         self.injected = 0
         self.forwarded = 0
+        # While set, every pod log read fails with 503 and the log streams open are cut.
+        self.logs_fail = threading.Event()
+        self.log_reads_refused = 0
         self._counter = itertools.count(1)
         self._codes = itertools.cycle([429, 503, 500])
         self._loop = asyncio.new_event_loop()
@@ -75,6 +79,13 @@ class FaultyProxy:
         self.port = site._server.sockets[0].getsockname()[1]
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        log_read = request.path.endswith("/log")
+        if log_read and self.logs_fail.is_set():
+            self.log_reads_refused += 1
+            return web.Response(status=503, text=json.dumps({
+                "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 503,
+                "message": "injected by the test's faulty proxy: the kubelet cannot be reached"}),
+                content_type="application/json")
         if request.method == "DELETE" and "/batch.volcano.sh/" in request.path and self.job_deletes_fail_for:
             now = time.monotonic()
             if self.job_deletes_fail_until is None:
@@ -99,6 +110,23 @@ class FaultyProxy:
                 k: v for k, v in upstream.headers.items() if k.lower() not in HOP_HEADERS})
             await response.prepare(request)
             async for chunk in upstream.content.iter_any():
+                if log_read and self.logs_fail.is_set():
+                    break  # the connection to the kubelet is gone: so is the stream
                 await response.write(chunk)
             await response.write_eof()
             return response
+
+
+def through(proxy: FaultyProxy, operator_kubeconfig: Path, namespace: str, monkeypatch: object) -> None:
+    """Make Airflow's kubernetes_default reach the apiserver through `proxy`, as the operator's least
+    privileged identity (the harness's own admin client still talks to the apiserver directly)."""
+    config = json.loads(operator_kubeconfig.read_text())
+    config["clusters"][0]["cluster"] = {"server": proxy.url}
+    proxied = operator_kubeconfig.with_name("proxied-kubeconfig.json")
+    proxied.write_text(json.dumps(config))
+    connection = {"conn_type": "kubernetes", "extra": {"kube_config_path": str(proxied), "namespace": namespace}}
+    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(connection))  # type: ignore[attr-defined]
+
+
+def upstream_of(operator_kubeconfig: Path) -> str:
+    return json.loads(operator_kubeconfig.read_text())["clusters"][0]["cluster"]["server"]

@@ -29,12 +29,16 @@ def test_execution_timeout_with_no_try_left_deletes_the_job(cluster, operator_ku
     cluster.wait_for("the Job to be deleted", lambda: cluster.job("timeout0") is None, timeout=30)
 
 
+@pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferred"])
 def test_execution_timeout_with_a_try_left_keeps_the_job_for_the_retry_to_reattach(cluster, operator_kubeconfig,
-                                                                                    run_task):
+                                                                                    run_task, deferrable):
+    """The same whether the task waited in a worker or deferred (a deferred execution_timeout used to
+    delete the Job, and the retry trained again from the start)."""
     run = run_task(lambda: seed_operator(cluster.namespace, "timeout1", retries=1,
                                          retry_delay=datetime.timedelta(seconds=1),
                                          execution_timeout=datetime.timedelta(seconds=12),
-                                         annotations={SIM + "run-for": "20s"}, on_finish_action="keep_job"))
+                                         annotations={SIM + "run-for": "20s"}, on_finish_action="keep_job",
+                                         deferrable=deferrable))
 
     assert run.state == "success", run.log
     assert f"Keeping Volcano Job {cluster.namespace}/timeout1 for the next try of this task to reattach" in run.log

@@ -35,13 +35,14 @@ def write_dag(tmp_path: Path, dag_id: str, namespace: str, **operator_kwargs) ->
     return path
 
 
-def start_worker(dag_file: Path, dag_id: str, logical_date: str, log: Path, *, retry: bool = False
-                 ) -> subprocess.Popen:
+def start_worker(dag_file: Path, dag_id: str, logical_date: str, log: Path, *, retry: bool = False,
+                 env: dict[str, str] | None = None) -> subprocess.Popen:
     """A worker running the DAG's task; `retry` runs the next try of the same task instance."""
     out = log.open("ab")
     return subprocess.Popen([sys.executable, str(RUNNER), str(dag_file), dag_id, logical_date,
                              *(["--retry"] if retry else [])],
-                            stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                            stdout=out, stderr=subprocess.STDOUT,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})))
 
 
 def our_jobs(cluster) -> list[dict]:
@@ -87,6 +88,56 @@ def test_worker_dies_mid_job_and_the_retry_reattaches_without_a_duplicate(
     assert f"found by {found_by})" in text
     jobs = our_jobs(cluster)
     assert len(jobs) <= 1 and all(j["metadata"]["uid"] == job["metadata"]["uid"] for j in jobs), "no duplicate Job"
+
+
+# A later release of the provider, as a worker upgraded while a Job trains would run it: its
+# signal-forwarding shell differs by one line (what pods run, not what the user asked for).
+UPGRADE = """
+import sys
+import airflow_volcano.shell as shell
+
+_read = shell.read
+
+
+def read(name):
+    text = _read(name)
+    return text + "\\n# a line of a later release of airflow-volcano\\n" if name == "forward-signals.sh" else text
+
+
+shell.read = read
+print("this worker runs an upgraded airflow-volcano", file=sys.stderr)
+"""
+
+
+def test_a_retry_run_by_an_upgraded_provider_reattaches_to_the_job_an_earlier_release_submitted(
+        cluster, operator_kubeconfig, airflow_db, tmp_path):
+    """The worker is killed mid-wait; the provider is upgraded (its shell differs); the retry reattaches.
+    It used to refuse the Job as built "from other arguments" and fail every try, leaving it training
+    with nobody waiting."""
+    script = tmp_path / "train.py"
+    script.write_text("print('training')\n")
+    dag_id = "upgrade_mid_job"
+    dag_file = write_dag(tmp_path, dag_id, cluster.namespace, training_script=str(script), retries=1,
+                         annotations={SIM + "run-for": "25s"})
+    logical_date = datetime.datetime.now(datetime.UTC).isoformat()
+    log = tmp_path / "worker.log"
+    first = start_worker(dag_file, dag_id, logical_date, log)
+    job = cluster.wait_for("the Job to run", lambda: (jobs := our_jobs(cluster)) and
+                           (jobs[0].get("status") or {}).get("state", {}).get("phase") == "Running" and jobs[0],
+                           timeout=60)
+    first.kill()
+    first.wait(timeout=60)
+    upgraded = tmp_path / "upgraded"
+    upgraded.mkdir()
+    (upgraded / "sitecustomize.py").write_text(UPGRADE)
+
+    second = start_worker(dag_file, dag_id, logical_date, log, retry=True, env={"PYTHONPATH": str(upgraded)})
+    assert second.wait(timeout=120) == 0, log.read_text()[-5000:]
+    text = log.read_text()
+    assert "this worker runs an upgraded airflow-volcano" in text
+    assert f"Reattaching to Volcano Job {cluster.namespace}/{job['metadata']['name']}" in text
+    assert "from other arguments" not in text
+    assert all(j["metadata"]["uid"] == job["metadata"]["uid"] for j in our_jobs(cluster)), "no second Job"
 
 
 def test_user_killing_the_task_deletes_job_pods_and_configmap(cluster, operator_kubeconfig, airflow_db, tmp_path):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 import signal
 import subprocess
 import threading
@@ -95,14 +96,19 @@ def test_a_dataloader_moves_100_mib_batches_through_the_default_shm_and_without_
             "it; raise shm_size") in run.log, run.log
 
 
-@pytest.mark.parametrize("launcher", ["python", "torchrun", "deepspeed"])
+@pytest.mark.parametrize(("launcher", "deferrable"), [("python", False), ("torchrun", False), ("deepspeed", False),
+                                                     ("python", True)],
+                         ids=["python", "torchrun", "deepspeed", "python-deferred"])
 def test_job_timeout_sends_sigterm_the_script_saves_and_the_pods_go_within_the_grace_period(
-        cluster, operator_kubeconfig, run_task, real_node, containerd, tmp_path, launcher):
+        cluster, operator_kubeconfig, run_task, real_node, containerd, tmp_path, launcher, deferrable):
     """Whatever launches the ranks: python as the command, a torchrun agent, or DeepSpeed's runner on
-    the master starting the ranks over ssh in the workers' sshd sessions."""
+    the master starting the ranks over ssh in the workers' sshd sessions. What rank 0 prints as it saves
+    on SIGTERM reaches the task log before the failure, in both modes (it used to be lost: the task
+    failed at once after the delete)."""
     shared, volume = checkpoints(tmp_path)
     common = dict(task_id="train", name="sigterm", namespace=cluster.namespace, training_script=RESUMABLE,
-                  container_resources=SMALL, startup_timeout=120, poll_interval=1, deferrable=False, job_timeout=40,
+                  container_resources=SMALL, startup_timeout=120, poll_interval=1, deferrable=deferrable,
+                  job_timeout=40,
                   termination_grace_period=20, env={"EPOCHS": "1000", "EPOCH_SECONDS": "2"}, **volume, **real_node)
     if launcher == "deepspeed":
         run = run_task(lambda: VolcanoDeepSpeedJobOperator(worker_replicas=1, **common))
@@ -114,8 +120,43 @@ def test_job_timeout_sends_sigterm_the_script_saves_and_the_pods_go_within_the_g
     saved = latest(shared)
     assert saved.get("epoch", 0) >= 1 and saved.get("reason") == "SIGTERM", f"rank 0 saved on SIGTERM: {saved}"
     assert gone_after < 20 + 5, f"gone {gone_after:.1f}s after the Job was deleted: within the grace period"
+    if launcher != "deepspeed":  # (there rank 0 runs on a worker, whose launcher is being stopped too)
+        last_words = re.search(r"\[sigterm-master-0\] (SIGTERM: saved checkpoint|rank 0: SIGTERM, stopping)", run.log)
+        assert last_words, run.log
+        assert last_words.start() < run.log.index("job_timeout of 40s passed"), "before the failure"
     print(f"MEASURED job_timeout, {launcher}, script with a SIGTERM handler: pods gone {gone_after:.1f}s after "
           "the delete")
+
+
+INTERRUPTED = """
+    import time
+    print("waiting for a signal", flush=True)
+    try:
+        time.sleep(300)
+    except KeyboardInterrupt:
+        print("KeyboardInterrupt reached the script", flush=True)
+"""
+
+
+def test_sigint_reaches_the_script_as_it_would_without_the_signal_forwarding_shell(
+        cluster, operator_kubeconfig, run_task, real_node, containerd, tmp_path):
+    """SIGINT to the container (as `ctr tasks kill` delivers it to its PID 1, the provider's shell):
+    the script gets KeyboardInterrupt. It used to be ignored in the whole command tree (`"$@" &`)."""
+    def interrupt() -> None:
+        cluster.wait_for("the script to wait", lambda: "waiting for a signal" in cluster.pod_log("sigint-master-0"),
+                         timeout=120)
+        container = cluster.wait_for("its container", lambda: containerd.running_containers(
+            cluster.namespace, "sigint-master-0", sandboxes=False), timeout=30)[0]
+        containerd.kill(container, "SIGINT")
+
+    interrupter = threading.Thread(target=interrupt)
+    interrupter.start()
+    run = run_task(lambda: real_operator(real_node, cluster.namespace, "sigint", worker_replicas=0,
+                                         training_script=script(tmp_path, INTERRUPTED), job_timeout=200))
+    interrupter.join()
+
+    assert run.state == "success", run.log
+    assert "[sigint-master-0] KeyboardInterrupt reached the script" in run.log
 
 
 def test_a_script_without_a_sigterm_handler_is_gone_in_seconds_not_the_grace_period(

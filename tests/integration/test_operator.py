@@ -175,6 +175,17 @@ def test_webhook_rejects_what_our_validation_catches_first(cluster, operator_kub
     assert cluster.job("dup") is None and "dup-script" not in cluster.configmap_names()
 
 
+def test_a_task_that_fails_before_submitting_says_why_and_nothing_else(cluster, operator_kubeconfig, run_task):
+    """A bad argument: its error, and no "[error] XCom not found" for each of the UI links (they used to
+    be read from XCom when the task ended, before any Job, hence any link, existed)."""
+    run = run_task(lambda: seed_operator(cluster.namespace, "bad", worker_replicas=-1))
+
+    assert run.state == "failed"
+    assert "worker_replicas must be an integer >= 0, got -1" in run.log
+    assert "XCom not found" not in run.log, run.log
+    assert cluster.job("bad") is None
+
+
 def test_strings_ending_in_yaml_or_json_are_values_and_only_job_template_is_a_file(
         cluster, operator_kubeconfig, run_task, tmp_path):
     """apache/airflow#16922: every templated string ending in .yaml/.json used to be read as a

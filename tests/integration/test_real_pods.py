@@ -491,7 +491,7 @@ def test_a_worker_killed_by_sigkill_restarts_the_gang_within_max_retry(
         killed = 0
         while not done.is_set() and killed < kills:
             attempts = int((state / "attempts").read_text() or 0) if (state / "attempts").exists() else 0
-            running = containerd.running_containers(cluster.namespace, "kill9-worker-0")
+            running = containerd.running_containers(cluster.namespace, "kill9-worker-0", sandboxes=False)
             if attempts > killed and running:
                 containerd.kill(running[0])
                 killed = attempts

@@ -5,7 +5,9 @@ its heartbeat."""
 
 from __future__ import annotations
 
+import datetime
 import re
+import threading
 import time
 
 import pytest
@@ -122,3 +124,135 @@ def test_a_quiet_script_that_keeps_its_heartbeat_is_not_a_stall(cluster, operato
     assert "[quiet-master-0] done" in run.log
     assert "stall" not in run.log.lower().replace("stall_timeout", ""), run.log
     assert "heartbeat" not in run.log, "heartbeats count as output but are not shown"
+
+
+TQDM = """
+    import sys, time
+    # A progress bar as tqdm draws it: redrawn in place with a carriage return, never a newline, so the
+    # container runtime hands the kubelet no log line (a partial line only at 16 KiB).
+    for step in range(1, 91):
+        sys.stderr.write(f"\\rtraining: {step:3d}/90 |{'#' * (step // 9):<10}| {step / 90:4.0%}")
+        sys.stderr.flush()
+        time.sleep(1)
+    print("\\ndone", flush=True)
+"""
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["worker", "deferred"])
+def test_a_progress_bar_is_output_and_a_healthy_run_printing_only_one_is_not_a_stall(
+        cluster, operator_kubeconfig, run_task, real_node, tmp_path, deferrable):
+    """90 s of a carriage-return progress bar with stall_timeout of 30 s (it used to be declared stalled,
+    and deleted, after the first 30): every byte the training writes is output."""
+    run = run_task(lambda: real_operator(real_node, cluster.namespace, "bar", training_script=script(tmp_path, TQDM),
+                                         worker_replicas=0, stall_timeout=30, job_timeout=300,
+                                         deferrable=deferrable))
+
+    assert run.state == "success", run.log
+    assert "stall" not in run.log.lower().replace("stall_timeout", ""), run.log
+    assert "[bar-master-0] done" in run.log
+    assert "90/90" in run.log, "the bar's bytes reach the task log unchanged (escaped \\r, one line)"
+
+
+TICKS_THEN_HANG = """
+    import time
+    for tick in range(1, 13):  # 24 s of output, then a hang: nothing more, ever
+        print(f"tick {tick}", flush=True)
+        time.sleep(2)
+    time.sleep(3600)
+"""
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["worker", "deferred"])
+def test_time_the_logs_cannot_be_read_is_not_silence_and_a_real_hang_is_still_caught(
+        cluster, operator_kubeconfig, run_task, real_node, tmp_path, monkeypatch, kubeconfig, deferrable):
+    """Every pod log read fails for 45 s (longer than stall_timeout, 30 s) while the script is healthy:
+    no stall meanwhile (it used to delete the Job). The script then really hangs: caught, 30 s of
+    silence after the waiter could see again, with its stack."""
+    from .faults import FaultyProxy, through, upstream_of
+
+    with FaultyProxy(upstream_of(operator_kubeconfig), kubeconfig.parent / "pki" / "ca.crt", every=0) as proxy:
+        through(proxy, operator_kubeconfig, cluster.namespace, monkeypatch)
+        seen: dict[str, float] = {}
+
+        def outage() -> None:
+            cluster.wait_for("the first ticks", lambda: "tick 2" in cluster.pod_log("outage-master-0"), timeout=120)
+            proxy.logs_fail.set()
+            seen["from"] = time.time()
+            time.sleep(45)
+            proxy.logs_fail.clear()
+            seen["to"] = time.time()
+
+        faults = threading.Thread(target=outage)
+        faults.start()
+        run = run_task(lambda: real_operator(real_node, cluster.namespace, "outage",
+                                             training_script=script(tmp_path, TICKS_THEN_HANG), worker_replicas=0,
+                                             stall_timeout=30, job_timeout=300, deferrable=deferrable))
+        faults.join()
+
+    assert proxy.log_reads_refused > 0, "the log reads really failed"
+    assert run.state == "failed", run.log
+    assert f"Volcano Job {cluster.namespace}/outage stalled: no output for 30 seconds" in run.log
+    notice = next(line for line in run.log.splitlines() if "gave no output and no change for" in line)
+    noticed = datetime.datetime.fromisoformat(notice.split()[0].replace("Z", "+00:00")).timestamp()
+    assert noticed >= seen["to"] + 25, "no stall while the logs could not be read, nor right after"
+    assert "[outage-master-0] tick 12" in run.log, "what it printed during the outage is in the task log"
+    assert re.search(r"\[outage-master-0\] process \d+, no RANK|\[outage-master-0\] process \d+, RANK=0", run.log)
+
+
+def test_a_restart_the_identity_may_not_do_fails_the_stall_once_saying_why(cluster, operator_kubeconfig, run_task):
+    """stall_action='restart' with a Role that may not delete pods: the restart is refused, and the stall
+    ends the task with the apiserver's reason at once, instead of a dump of stacks every stall_timeout
+    while the hung Job keeps its GPUs (simulated pods: a master whose log never grows)."""
+    from kubernetes import client
+
+    from .jobs import SIM
+    from .test_operator import seed_operator
+
+    rbac = client.RbacAuthorizationV1Api(cluster.api)
+    role = rbac.read_namespaced_role("airflow-volcano", cluster.namespace)
+    for rule in role.rules:
+        if "pods" in rule.resources:
+            rule.verbs = [verb for verb in rule.verbs if verb != "delete"]
+    rbac.replace_namespaced_role("airflow-volcano", cluster.namespace, role)
+    cluster.write_log("stuck-master-0", ["loading", "step 1"])
+
+    run = run_task(lambda: seed_operator(cluster.namespace, "stuck", worker_replicas=0, stall_timeout=30,
+                                         stall_action="restart", job_timeout=240,
+                                         annotations={SIM + "outcome": "run-forever"}))
+
+    assert run.state == "failed", run.log
+    assert (f"Volcano Job {cluster.namespace}/stuck stalled: no output for 30 seconds; stall_action='restart' could "
+            f"not restart it (delete pod {cluster.namespace}/stuck-master-0 failed: HTTP 403 Forbidden") in run.log
+    assert run.log.count("(stall_timeout): asking its pods for their Python stacks") == 1, "one stall, not a loop"
+    cluster.wait_for("the stalled Job to be deleted", lambda: cluster.job("stuck") is None, timeout=60)
+
+
+DEEPSPEED_QUIET = """
+    import os, pathlib, time
+    import deepspeed, torch.distributed as dist
+    deepspeed.init_distributed(dist_backend="gloo")
+    print(f"rank {dist.get_rank()} loads quietly", flush=True)
+    for _ in range(8):  # 80 s without a line, touching the heartbeat every 10 s
+        time.sleep(10)
+        pathlib.Path(os.environ["HEARTBEAT_FILE"]).touch()
+    dist.barrier()
+    print(f"rank {dist.get_rank()} done", flush=True)
+"""
+
+
+def test_a_quiet_deepspeed_rank_that_keeps_its_heartbeat_is_not_a_stall(cluster, operator_kubeconfig, run_task,
+                                                                         real_node, tmp_path):
+    """The ranks of a DeepSpeed launch run on the workers, in ssh sessions: their heartbeat shows in
+    their worker pod's log, which the wait now reads too (it used to follow the master's alone)."""
+    from airflow_volcano.operators.deepspeed import VolcanoDeepSpeedJobOperator
+
+    from .test_real_pods import SMALL
+
+    run = run_task(lambda: VolcanoDeepSpeedJobOperator(
+        task_id="train", name="dsquiet", namespace=cluster.namespace, worker_replicas=1,
+        training_script=script(tmp_path, DEEPSPEED_QUIET), container_resources=SMALL, startup_timeout=120,
+        job_timeout=300, poll_interval=1, stall_timeout=30, deferrable=False, **real_node))
+
+    assert run.state == "success", run.log
+    assert "rank 0 done" in run.log
+    assert "stall" not in run.log.lower().replace("stall_timeout", ""), run.log

@@ -1,0 +1,44 @@
+"""Repeated trials of the restart race on the real node (tests/integration/test_restart_race.py): a rank
+killed (137) while its peers wait in a collective must restart the gang every time, and a rank that
+fails first with a bug (exit 1) must end the Job every time. Prints how many of how many, for the
+Volcano release the local cluster runs (scripts/volcano-cluster up --volcano V picks one).
+
+    .venv/bin/python benchmarks/restart_race.py --trials 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--trials", type=int, default=20)
+    args = parser.parse_args()
+    state = Path("/tmp/airflow-volcano-cluster/versions.json")
+    versions = json.loads(state.read_text()) if state.exists() else {}
+    report = REPO / ".artifacts" / "restart_race.xml"
+    report.parent.mkdir(exist_ok=True)
+    subprocess.call([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
+                     "tests/integration/test_restart_race.py"], cwd=REPO,
+                    env={**os.environ, "RACE_TRIALS": str(args.trials), "RACE_BUG_TRIALS": str(args.trials)})
+    results: dict[str, list[bool]] = {}
+    for case in ElementTree.parse(report).iter("testcase"):
+        name = case.get("name", "").split("[")[0]
+        passed = case.find("failure") is None and case.find("error") is None
+        results.setdefault(name, []).append(passed)
+    print(f"Volcano {versions.get('volcano', '?')}, Kubernetes {versions.get('kubernetes', '?')}:")
+    for name, outcomes in results.items():
+        print(f"  {sum(outcomes)} of {len(outcomes)} as they should: {name}")
+
+
+if __name__ == "__main__":
+    main()
