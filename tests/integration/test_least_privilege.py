@@ -79,6 +79,7 @@ def test_someone_elses_pod_is_neither_deleted_nor_annotated(cluster, operator_ku
     # stall_action="restart": the graceful delete is refused, and the reason is what the stall reports.
     reason = hook.drive(restart_gang(namespace, [PodRef(name, uid)]))
     assert reason is not None and not_ours in reason, reason
+    assert "lacks this permission" not in reason, "RBAC allowed it: no permission is missing"
     with pytest.raises(VolcanoApiError) as stacks:  # stall_timeout's request for the stacks
         hook.run(calls.annotate_pod(name, namespace, {STACKS_REQUEST_ANNOTATION: "1"}))
     refused(cluster, stacks.value, "may change only its own pods", not_ours)
