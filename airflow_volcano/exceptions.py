@@ -32,11 +32,21 @@ class VolcanoApiError(RuntimeError):
             pass
         return cls(what, int(getattr(error, "status", 0) or 0), str(getattr(error, "reason", "") or ""), message)
 
+    def denied_by_admission(self) -> bool:
+        """A refusal by an admission policy (deploy/admission-policy.yaml) or webhook, after RBAC allowed
+        the request: "... is forbidden: ValidatingAdmissionPolicy 'p' with binding 'b' denied request: ..."
+        or "admission webhook "w" denied the request: ..."."""
+        message = self.message or ""
+        return ("ValidatingAdmissionPolicy" in message and "denied request" in message) or (
+            "admission webhook" in message and "denied the request" in message)
+
     def describe(self) -> str:
         text = f"{self.what} failed: HTTP {self.status} {self.reason}".rstrip()
         if self.message:
             text += f": {self.message}"
-        if self.status == 403:
+        if self.status == 403 and self.denied_by_admission():
+            pass  # the policy's or webhook's own message says why; no permission is missing
+        elif self.status == 403:
             text += (". The Airflow connection's identity lacks this permission: grant it "
                      "(deploy/rbac.yaml lists every permission the provider needs)")
         elif self.status == 401:

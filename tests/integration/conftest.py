@@ -2,8 +2,9 @@
 
 The cluster is started once per session (or reused). Each test gets its own namespace, and the
 operator under test authenticates as a ServiceAccount bound to deploy/rbac.yaml's Role, the least
-privilege the README documents; the harness itself uses the admin kubeconfig to set up and inspect.
-A cluster that cannot start fails the run: it is never skipped.
+privilege the README documents, under deploy/admission-policy.yaml (applied once per session); the
+harness itself uses the admin kubeconfig to set up and inspect. A cluster that cannot start fails the
+run: it is never skipped.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from kubernetes.client.rest import ApiException
 
 REPO = Path(__file__).resolve().parents[2]
 VOLCANO = ("batch.volcano.sh", "v1alpha1")
+ADMISSION_POLICY = REPO / "deploy" / "admission-policy.yaml"
 
 
 @pytest.fixture(scope="session")
@@ -99,6 +101,74 @@ def containerd(kubeconfig: Path) -> Containerd:
 @pytest.fixture(scope="session")
 def admin(kubeconfig: Path) -> client.ApiClient:
     return config.new_client_from_config(str(kubeconfig))
+
+
+def service_account_token(core: client.CoreV1Api, namespace: str, name: str = "airflow-volcano") -> str:
+    """A token of the ServiceAccount (a TokenRequest, as a pod's projected token is made)."""
+    return core.create_namespaced_service_account_token(
+        name, namespace,
+        client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)),
+    ).status.token
+
+
+def token_client(admin: client.ApiClient, token: str) -> client.ApiClient:
+    """A client of the admin's apiserver that authenticates with `token` only."""
+    configuration = client.Configuration()
+    configuration.host = admin.configuration.host
+    configuration.ssl_ca_cert = admin.configuration.ssl_ca_cert
+    configuration.api_key = {"authorization": f"Bearer {token}"}
+    return client.ApiClient(configuration)
+
+
+def apply_admission_policy(admin: client.ApiClient) -> None:
+    """deploy/admission-policy.yaml, server-side applied as `kubectl apply --server-side` would."""
+    api = client.AdmissionregistrationV1Api(admin)
+    apply = {"ValidatingAdmissionPolicy": api.patch_validating_admission_policy,
+             "ValidatingAdmissionPolicyBinding": api.patch_validating_admission_policy_binding}
+    for doc in yaml.safe_load_all(ADMISSION_POLICY.read_text()):
+        apply[doc["kind"]](doc["metadata"]["name"], doc, field_manager="airflow-volcano-tests", force=True,
+                           _content_type="application/apply-patch+yaml")
+
+
+def wait_admission_policy_enforced(admin: client.ApiClient, timeout: float = 60) -> None:
+    """Until the apiserver enforces the policy (it loads policies and bindings from its informers a
+    moment after they are written): probe with a dry-run delete, as the ServiceAccount, of a ConfigMap
+    that is not the provider's, in a namespace of its own, until it is refused."""
+    core = client.CoreV1Api(admin)
+    namespace = f"policy-probe-{secrets.token_hex(4)}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    try:
+        utils.create_from_yaml(admin, str(REPO / "deploy" / "rbac.yaml"), namespace=namespace)
+        core.create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="probe")))
+        operator = client.CoreV1Api(token_client(admin, service_account_token(core, namespace)))
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                operator.delete_namespaced_config_map("probe", namespace, dry_run="All")
+                answer = "the dry-run delete was allowed"
+            except ApiException as error:
+                # 403 from RBAC too while the RoleBinding is new to the authorizer's cache: read the reason.
+                if error.status == 403 and "ValidatingAdmissionPolicy" in (error.body or ""):
+                    return
+                if error.status != 403:
+                    raise
+                answer = f"HTTP 403: {error.body}"
+            if time.monotonic() > deadline:
+                pytest.fail(f"{ADMISSION_POLICY.name} was applied but not enforced after {timeout:.0f}s "
+                            f"(last answer to the probe: {answer})", pytrace=False)
+            time.sleep(0.2)
+    finally:
+        core.delete_namespace(namespace)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def admission_policy(admin: client.ApiClient) -> None:
+    """deploy/admission-policy.yaml, applied once (as admin) before any integration test and enforced,
+    so every test's operator, sensor and triggerer act under it: the provider's own requests must pass
+    it. It stays applied after the session (cluster-scoped, and other sessions may be running under it;
+    applying again is a no-op)."""
+    apply_admission_policy(admin)
+    wait_admission_policy_enforced(admin)
 
 
 @dataclass
@@ -200,10 +270,7 @@ def operator_kubeconfig(cluster: Cluster, kubeconfig: Path, tmp_path: Path, monk
     """A kubeconfig for the least-privilege ServiceAccount, set as Airflow's kubernetes_default."""
     admin_config = yaml.safe_load(kubeconfig.read_text())
     server = admin_config["clusters"][0]["cluster"]
-    token = cluster.core.create_namespaced_service_account_token(
-        "airflow-volcano", cluster.namespace,
-        client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)),
-    ).status.token
+    token = service_account_token(cluster.core, cluster.namespace)
     path = tmp_path / "operator-kubeconfig.json"
     path.write_text(json.dumps({
         "apiVersion": "v1", "kind": "Config", "current-context": "sa",

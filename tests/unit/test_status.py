@@ -139,6 +139,7 @@ def test_progress_gives_the_schedulers_reason_while_pending_once_per_reason():
 
 
 def test_api_errors_read_as_sentences_without_headers():
+    import json
     from types import SimpleNamespace
 
     from airflow_volcano.exceptions import VolcanoApiError
@@ -149,6 +150,15 @@ def test_api_errors_read_as_sentences_without_headers():
     text = str(VolcanoApiError.from_api_exception("list Jobs in ml", forbidden))
     assert text.startswith('list Jobs in ml failed: HTTP 403 Forbidden: jobs.batch.volcano.sh is forbidden: User "u"')
     assert "deploy/rbac.yaml" in text and "Audit-Id" not in text
+    # An admission policy's refusal: RBAC allowed it, so no permission is missing; its message says why.
+    refused = SimpleNamespace(status=403, reason="Forbidden", body=json.dumps({"message": (
+        "pods \"theirs\" is forbidden: ValidatingAdmissionPolicy 'airflow-volcano-own-objects' with binding "
+        "'airflow-volcano-own-objects' denied request: system:serviceaccount:ml:airflow-volcano may delete only "
+        "its own pods, Volcano Jobs and ConfigMaps (labelled app.kubernetes.io/managed-by=airflow-volcano): "
+        "Pod ml/theirs is not labelled so")}))
+    text = str(VolcanoApiError.from_api_exception("delete pod ml/theirs", refused))
+    assert text.startswith("delete pod ml/theirs failed: HTTP 403 Forbidden: pods \"theirs\" is forbidden: "
+                           "ValidatingAdmissionPolicy") and text.endswith("Pod ml/theirs is not labelled so")
     unreadable = SimpleNamespace(status=500, reason="Internal Server Error", body=b"<html>oops</html>")
     assert str(VolcanoApiError.from_api_exception("get Job ml/x", unreadable)) == (
         "get Job ml/x failed: HTTP 500 Internal Server Error")
