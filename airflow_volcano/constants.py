@@ -12,8 +12,6 @@ from enum import StrEnum
 
 JOB_GROUP, JOB_VERSION, JOB_PLURAL = "batch.volcano.sh", "v1alpha1", "jobs"
 JOB_API_VERSION = f"{JOB_GROUP}/{JOB_VERSION}"
-# Volcano's Command: an action (RestartJob) the Job controller applies to the Job it targets.
-COMMAND_GROUP, COMMAND_VERSION, COMMAND_PLURAL = "bus.volcano.sh", "v1alpha1", "commands"
 PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL = "scheduling.volcano.sh", "v1beta1", "podgroups"
 
 # Labels Volcano puts on the pods of a Job.
