@@ -118,7 +118,7 @@ def build_manifests(req: JobRequest, *, run_labels: dict[str, str], default_name
         apply_debug(job, keep={role_names(job, req)[1]} if req.kind is JobKind.HOSTFILE else set(),
                      seconds=math.ceil(float(req.debug_timeout) + DEBUG_POD_MARGIN_SECONDS))
     if req.full_job_spec is None:
-        apply_pod_runtime(pod_tasks(job, req), req, checkpoint_subdir=checkpoint_subdir)
+        apply_pod_runtime(job, pod_tasks(job, req), req, checkpoint_subdir=checkpoint_subdir)
     validate_job(job, origin=origin)
     main = main_task(job, req)
     names = [task.get("name") for task in job["spec"]["tasks"]]

@@ -68,13 +68,13 @@ def task(job: dict, name: str) -> dict:
     return next(t for t in job["spec"]["tasks"] if t["name"] == name)
 
 
-RUNTIME_ENV = {"VOLCANO_RESTART_COUNT", "AIRFLOW_TRY_NUMBER", "CHECKPOINT_DIR"}
+RUNTIME_ENV = {"VOLCANO_RESTART_COUNT", "AIRFLOW_TRY_NUMBER", "CHECKPOINT_DIR", "AIRFLOW_VOLCANO_HOLD_EXIT"}
 
 
 def without_pod_runtime(job: dict) -> dict:
     """A copy of the Job without what every training pod gets around its command (pod_runtime: the
     signal-forwarding shell and the log tail in a failed container's status, /dev/shm, the restart
-    counters), which has tests of its own."""
+    counters, the exit hold), which has tests of its own."""
     job = copy.deepcopy(job)
     for each in job["spec"]["tasks"]:
         pod = each["template"]["spec"]
