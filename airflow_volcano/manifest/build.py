@@ -341,8 +341,10 @@ def _apply_script(job: dict, req: JobRequest, labels: dict[str, str]) -> dict:
             mounts.append({"name": SCRIPT_VOLUME, "mountPath": SCRIPT_MOUNT_PATH, "readOnly": True})
         if req.command is None:
             container["command"] = _script_command(job, req, script, task_name, worker_name)
-        if req.kind is JobKind.HOSTFILE and task_name == worker_name:
-            container.pop("args", None)  # the script's arguments reach the ranks through the master's launcher
+        if req.kind is JobKind.HOSTFILE and task_name != worker_name:
+            # The ranks run on the workers, which keep the arguments (saved for them at start): the
+            # master's launcher never carries them, so no launcher's command line or log shows them.
+            container.pop("args", None)
         env = container.setdefault("env", [])
         if not any(item.get("name") == "PYTHONUNBUFFERED" for item in env):
             env.append({"name": "PYTHONUNBUFFERED", "value": "1"})  # so the log streams as it is written
