@@ -43,6 +43,7 @@ stop_number=
 signals=0
 started=
 child=  # the command's pid until it is reaped
+launched=  # set once $child was
 forwarded=
 stop_flag=
 # shellcheck disable=SC2317  # run by the traps below
@@ -55,9 +56,10 @@ on_signal() {
 }
 # shellcheck disable=SC2317
 forward() {
-    forwarded=1
     # The exec helper ignores SIGINT/SIGQUIT until it has restored them: it reads this once it has.
     if [ -n "$stop_flag" ]; then echo "$stopping" > "$stop_flag"; fi 2>/dev/null
+    [ -n "$launched" ] || return 0  # being started: sent once it is (below)
+    forwarded=1
     if [ "$$" -eq 1 ]; then
         kill -s "$stopping" -- -1 2>/dev/null  # every process of the container but PID 1 (this shell)
     elif [ -n "$child" ]; then
@@ -104,11 +106,11 @@ except OSError:
     env = os.environ
 try:
     with open(flag) as stop:
-        stopped = stop.read().strip()
+        stopped = getattr(signal, "SIG" + stop.read().strip(), None)
 except OSError:
-    stopped = ""
+    stopped = None
 if stopped:
-    os.kill(os.getpid(), getattr(signal, "SIG" + stopped))
+    os.kill(os.getpid(), stopped)
 try:
     os.execvpe(argv[0], argv, env)
 except OSError:
@@ -272,6 +274,7 @@ else
     "$@" &
 fi
 child=$!
+launched=1
 if [ -n "$stopping" ] && [ -z "$forwarded" ]; then
     forward  # the signal came as the command started
 fi
@@ -328,6 +331,6 @@ if [ "$status" -ne 0 ] && [ -z "$stopping" ] && [ -n "$hold" ] && holds $hold; t
     sleep "$seconds" &
     holder=$!
     [ -n "$stopping" ] || wait "$holder"  # a signal ends the hold at once
-    kill "$holder" 2>/dev/null
+    if [ -n "$stopping" ]; then kill "$holder" 2>/dev/null; fi
 fi
 exit "$status"
