@@ -50,19 +50,14 @@ def _touch(path: str) -> None:
         pass
 
 
-def relay(out_fifo: str, err_fifo: str, heartbeat: str) -> None:
-    for name in ("SIGTERM", "SIGINT", "SIGQUIT", "SIGHUP"):
-        signal.signal(getattr(signal, name), signal.SIG_IGN)
+def relay(streams: dict, heartbeat: str) -> None:
+    """Copy each FIFO (fd -> the fd it goes to; removed once it ends) until both end, or SIGUSR1."""
     flush = []
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_read, False)
     os.set_blocking(wake_write, False)
     signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGUSR1, lambda *_: flush.append(True))
-    # Opened in the order the shell's redirections open them (stdout, then stderr): each open waits
-    # for its writer.
-    streams = {os.open(out_fifo, os.O_RDONLY): 1}
-    streams[os.open(err_fifo, os.O_RDONLY)] = 2
     poller = select.poll()
     for fd in (*streams, wake_read):
         poller.register(fd, select.POLLIN)
@@ -100,5 +95,27 @@ def relay(out_fifo: str, err_fifo: str, heartbeat: str) -> None:
             _write_all(out, data, broken)
 
 
+def drop(streams: dict) -> None:
+    """Read the FIFOs to their end, dropping the bytes: the command must keep a reader."""
+    while streams:
+        for fd in select.select(list(streams), [], [])[0]:
+            if not os.read(fd, CHUNK):
+                os.close(fd)
+                del streams[fd]
+
+
+def main(out_fifo: str, err_fifo: str, heartbeat: str) -> None:
+    for name in ("SIGTERM", "SIGINT", "SIGQUIT", "SIGHUP"):
+        signal.signal(getattr(signal, name), signal.SIG_IGN)
+    # Opened in the order the shell's redirections open them (stdout, then stderr): each open waits
+    # for its writer.
+    streams = {os.open(out_fifo, os.O_RDONLY): 1}
+    streams[os.open(err_fifo, os.O_RDONLY)] = 2
+    try:
+        relay(streams, heartbeat)
+    except Exception:  # noqa: BLE001 - a bug here must not end the command (SIGPIPE on a FIFO without reader)
+        drop(streams)
+
+
 if __name__ == "__main__":
-    relay(sys.argv[1], sys.argv[2], os.environ.get("HEARTBEAT_FILE", ""))
+    main(sys.argv[1], sys.argv[2], os.environ.get("HEARTBEAT_FILE", ""))
