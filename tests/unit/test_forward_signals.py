@@ -151,6 +151,45 @@ def test_the_exec_helper_keeps_the_environment_and_sh_s_exit_codes(tmp_path, she
     assert as_sh.returncode == 5, "a script without #! runs with sh, as sh itself would run it"
 
 
+# The command starts a second process (a rank, say) and both wait for SIGINT.
+TWO_WAIT_FOR_SIGINT = """\
+import os, subprocess, sys, time
+if sys.argv[1] == "rank":
+    try:
+        time.sleep(30)
+    except KeyboardInterrupt:
+        open(sys.argv[2], "w").write("rank interrupted")
+    sys.exit(0)
+rank = subprocess.Popen([sys.executable, __file__, "rank", sys.argv[2]])
+open(sys.argv[3], "w").write("ready")
+try:
+    time.sleep(30)
+except KeyboardInterrupt:
+    rank.wait()
+    sys.exit(7)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root (unshare)")
+@pytest.mark.parametrize("shell", SHELLS, ids=SHELL_IDS)
+def test_as_pid_1_a_sigint_reaches_every_process_of_the_container_as_sigint(tmp_path, shell):
+    rank, ready = tmp_path / "rank", tmp_path / "ready"
+    process = subprocess.Popen(
+        ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", *shell, "-c", read("forward-signals.sh"),
+         "airflow-volcano-run", PYTHON, script(tmp_path, "two.py", TWO_WAIT_FOR_SIGINT), "main", str(rank), str(ready)],
+        env=forwarder_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wait_for_file(ready, process)
+    time.sleep(0.3)  # (the rank is sleeping too)
+    deadline = time.monotonic() + ENOUGH
+    while not (children := Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    os.kill(int(children[0]), signal.SIGINT)  # the shell, PID 1 in its namespace
+    _, err = process.communicate(timeout=ENOUGH)
+    assert process.returncode == 7, err
+    assert rank.read_text() == "rank interrupted"
+
+
 def _pid_one(shell: list[str], tmp_path: Path, inject: int | None) -> tuple[int, str]:
     """The shell as PID 1 of a new pid namespace (as in a container), stall_timeout's watcher running,
     the command exiting 3 after 0.5 s; with `inject`, strace delivers SIGTERM to the shell at its
@@ -355,12 +394,14 @@ time.sleep(600)
 """
 
 
-def test_a_stacks_request_kills_no_process_that_cannot_answer_and_a_live_one_prints_its_stack(tmp_path):
+@pytest.mark.parametrize("shell", [shell for shell in SHELLS if shell[0] != "bash"],
+                         ids=[name for name in SHELL_IDS if name != "bash"])
+def test_a_stacks_request_kills_no_process_that_cannot_answer_and_a_live_one_prints_its_stack(tmp_path, shell):
     env = relay_env(tmp_path, RANK="2", LOCAL_RANK="0")
     execd_pid = tmp_path / "execd"
     train = script(tmp_path, "train.py", STACKS_SCRIPT)
     stranger = subprocess.Popen(["sleep", "600"])  # a pid a stale stacks file names
-    process = start(DASH, [PYTHON, train, "main", str(execd_pid), "--token=hunter2"], env)
+    process = start(shell, [PYTHON, train, "main", str(execd_pid), "--token=hunter2"], env)
     stacks_dir = tmp_path / "airflow-volcano"
     try:
         execd = int(wait_for_file(execd_pid, process))
