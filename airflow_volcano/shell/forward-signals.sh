@@ -85,13 +85,14 @@ unset AIRFLOW_VOLCANO_WORLD_SIZE AIRFLOW_VOLCANO_HOLD_EXIT AIRFLOW_VOLCANO_OUTPU
 if [ -n "${CHECKPOINT_DIR:-}" ]; then
     mkdir -p "$CHECKPOINT_DIR" || echo "airflow-volcano: cannot create CHECKPOINT_DIR $CHECKPOINT_DIR" >&2
 fi
-# A `python` may be Python 2, which has no -I.
+# One that runs (a `python` may be Python 2, which has no -I; a python3 may be a broken link).
 python=
-if command -v python3 >/dev/null 2>&1; then
-    python=python3
-elif command -v python >/dev/null 2>&1 && python -I -S -c '' >/dev/null 2>&1; then
-    python=python
-fi
+for candidate in python3 python; do
+    if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -I -S -c '' >/dev/null 2>&1; then
+        python=$candidate
+        break
+    fi
+done
 # Resets SIGINT and SIGQUIT, then execs the command with the environment this process started with
 # (Python's locale coercion may have set LC_CTYPE); sh runs what cannot be exec'd, with its message.
 # shellcheck disable=SC2016  # "$@" is for that sh

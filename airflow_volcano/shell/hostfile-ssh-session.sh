@@ -18,11 +18,12 @@ if [ -z "${SSH_ORIGINAL_COMMAND:-}" ]; then
 fi
 dir=${AIRFLOW_VOLCANO_STACKS_DIR:-}
 python=
-if command -v python3 >/dev/null 2>&1; then
-    python=python3
-elif command -v python >/dev/null 2>&1 && python -I -S -c '' >/dev/null 2>&1; then
-    python=python
-fi
+for candidate in python3 python; do
+    if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -I -S -c '' >/dev/null 2>&1; then
+        python=$candidate
+        break
+    fi
+done
 if [ -z "$dir" ] || [ ! -f "$dir/output_relay.py" ] || [ -z "$python" ] ||
     ! { rm -f "$dir/session-$$.out" "$dir/session-$$.err" && mkfifo "$dir/session-$$.out" "$dir/session-$$.err"; }
 then

@@ -116,15 +116,20 @@ def test_a_signal_before_the_command_starts_means_it_never_starts(tmp_path, shel
     assert not started.exists()
 
 
-def test_without_python_the_command_runs_as_before_and_a_missing_one_says_so(tmp_path):
+@pytest.mark.parametrize("broken", [None, "python3", "python"])
+def test_without_a_working_python_the_command_runs_as_before(tmp_path, broken):
+    """No Python, a python3 that does not run, a `python` that is Python 2 (no -I): no exec helper."""
     bare = tmp_path / "bare"
     bare.mkdir()
     for tool in ("sh", "mkdir", "sleep", "cat"):
         (bare / tool).symlink_to(shutil.which(tool))
+    if broken:
+        (bare / broken).write_text('#!/bin/sh\necho "Unknown option: -I" >&2\nexit 2\n')
+        (bare / broken).chmod(0o755)
     env = {"PATH": str(bare), "TMPDIR": str(tmp_path)}
     ran = subprocess.run([*DASH, "-c", read("forward-signals.sh"), "airflow-volcano-run", "sh", "-c", "exit 4"],
                          env=env, capture_output=True, timeout=ENOUGH)
-    assert ran.returncode == 4
+    assert ran.returncode == 4, ran.stderr
 
 
 @pytest.mark.parametrize("shell", SHELLS, ids=SHELL_IDS)
