@@ -203,12 +203,13 @@ def _pid_one(shell: list[str], tmp_path: Path, inject: int | None) -> tuple[int,
     podinfo.mkdir(exist_ok=True)
     (podinfo / "annotations").write_text("")
     go = tmp_path / f"go-{inject}"
+    os.mkfifo(go)
     env = forwarder_env(tmp_path, AIRFLOW_VOLCANO_PODINFO=str(podinfo), AIRFLOW_VOLCANO_SITECUSTOMIZE="",
                         FORWARDER=read("forward-signals.sh"), GO=str(go), SHELL_WORDS=" ".join(shell))
-    # Spins (no fork, so no wait4 of its own) until strace is attached, then becomes the shell.
+    # Blocks (no fork, so no wait4 of its own) opening a FIFO until strace is attached, then becomes the shell.
     outer = subprocess.Popen(
-        ["unshare", "--pid", "--fork", "--mount-proc", "sh", "-c",
-         'while [ ! -e "$GO" ]; do :; done; exec $SHELL_WORDS -c "$FORWARDER" airflow-volcano-run '
+        ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", "sh", "-c",
+         ': < "$GO"; exec $SHELL_WORDS -c "$FORWARDER" airflow-volcano-run '
          f'{PYTHON} -c "import time, sys; time.sleep(0.5); sys.exit(3)"'],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + ENOUGH
@@ -221,9 +222,24 @@ def _pid_one(shell: list[str], tmp_path: Path, inject: int | None) -> tuple[int,
                               stderr=subprocess.PIPE)
     while "Process" not in tracer.stderr.readline().decode():  # "Process N attached"
         pass
-    go.touch()
-    outer.communicate(timeout=ENOUGH)
-    tracer.wait(timeout=ENOUGH)
+    with open(go, "w"):
+        pass
+    try:
+        outer.communicate(timeout=ENOUGH)
+    except subprocess.TimeoutExpired:  # say what each process of the namespace was doing
+        states = {}
+        for status in Path("/proc").glob("[0-9]*/status"):
+            try:
+                text = status.read_text()
+            except OSError:
+                continue
+            if f"\nPPid:\t{children[0]}\n" in text or status.parent.name == children[0]:
+                states[status.parent.name] = [line for line in text.splitlines()
+                                              if line.startswith(("Name", "State", "NSpid", "TracerPid", "SigPnd"))]
+        outer.kill()
+        raise AssertionError(f"inject={inject}: the shell did not end: {states}; {trace.read_text()}") from None
+    finally:
+        tracer.wait(timeout=ENOUGH)
     return outer.returncode, trace.read_text()
 
 
