@@ -60,14 +60,17 @@ cluster-up:
 cluster-down:
 	scripts/volcano-cluster down
 
-# The shell the pods of a DeepSpeed/MPI launch run. shellcheck is a Debian package: installed here when
-# missing, as scripts/volcano-cluster installs its host tools (sudo when not root).
+# The shell the pods run. shellcheck, and busybox and strace for the unit tests that run that shell
+# under busybox sh and inject signals (tests/unit/test_forward_signals.py), are Debian packages:
+# installed here when missing, as scripts/volcano-cluster installs its host tools (sudo when not root).
 SHELL_SCRIPTS := $(wildcard airflow_volcano/shell/*.sh)
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+HOST_TOOLS := shellcheck busybox strace
 shellcheck:
-	@command -v shellcheck >/dev/null || { echo "installing Debian package shellcheck"; \
+	@missing=$$(for tool in $(HOST_TOOLS); do command -v $$tool >/dev/null || echo $$tool; done); \
+	if [ -n "$$missing" ]; then echo "installing Debian packages" $$missing; \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
-		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends shellcheck; }
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; fi
 	shellcheck $(SHELL_SCRIPTS)
 
 # ruff, shellcheck, and mypy over the provider (pyproject.toml [tool.mypy]).
@@ -75,7 +78,7 @@ lint: venv shellcheck
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-unit: venv
+unit: venv shellcheck
 	$(BIN)/python -m pytest -q tests/unit
 
 # Everything: lint, unit tests, the integration tests against the local Volcano cluster (built and

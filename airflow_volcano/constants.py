@@ -32,6 +32,10 @@ IDENTITY_KEYS = (MANAGED_BY_LABEL, *(f"{LABEL_PREFIX}{key}" for key in ("dag-id"
 DEBUG_ANNOTATION = f"{LABEL_PREFIX}debug-command"
 # What built a Job (its spec and script, hashed): a later try reattaches only to a Job of its own request.
 REQUEST_HASH_ANNOTATION = f"{LABEL_PREFIX}request-hash"
+# How long a training container holds back a failure the Job's policies end it on, so that a peer's
+# retryable failure (an OOM kill, a preemption: the gang's other ranks then fail with a lost
+# connection) reaches Volcano first and restarts the gang (shell/forward-signals.sh).
+HOLD_NONRETRYABLE_EXIT_SECONDS = 10
 # Where the training script's ConfigMap is mounted in the pods.
 SCRIPT_MOUNT_PATH = "/opt/airflow-volcano/script"
 

@@ -11,12 +11,13 @@ argument, never written into a script.
   the DNS names. An ssh session starts with sshd's environment, not the pod's (the image's ENV,
   `env=`, Volcano's variables): each worker saves its environment at start and every session
   restores it, so the ranks see what the pod sees without the launcher passing values on its
-  command line (DeepSpeed's runner prints that command, with any value it exports).
+  command line (DeepSpeed's runner prints that command, with any value it exports). The script's
+  arguments are the workers' own container args, saved at start too: no launcher carries them.
 - The master (airflow-volcano-launch.sh) writes the hostfile (`<host> slots=<n>` per worker;
   DeepSpeed and OpenMPI read the same syntax; `slot=`, seen in examples, is ignored by DeepSpeed), waits
-  until every worker accepts an ssh login, then runs the launcher through airflow-volcano-argv.py,
-  which carries the script's arguments to every rank's sys.argv exactly (DeepSpeed's runner would
-  otherwise hand them to a shell on each worker). The master only launches: it is not in the
+  until every worker accepts an ssh login, then runs the launcher with airflow-volcano-argv.py as
+  each rank's program, which runs the script with the arguments its worker saved (DeepSpeed's
+  runner would otherwise hand them to a shell on each worker, and log them). The master only launches: it is not in the
   hostfile, and rank 0 is the first worker's first slot, and the master copies its termination
   message (what a script returns to Airflow as XCom) when the launcher succeeds.
 """
@@ -42,6 +43,7 @@ ARGV_SHIM = "airflow-volcano-argv.py"
 PACKAGE_FILES = {LAUNCH_SCRIPT: "hostfile-launch.sh", SSHD_SCRIPT: "hostfile-sshd.sh",
                  SESSION_SCRIPT: "hostfile-ssh-session.sh", ARGV_SHIM: "hostfile_argv.py"}
 POD_ENV_FILE = "/run/airflow-volcano-pod-env"
+POD_ARGS_FILE = "/run/airflow-volcano-pod-args"  # the script's arguments, saved by each worker's sshd script
 HOSTFILE = "/tmp/airflow-volcano-hostfile"
 SSH_CLIENT_CONFIG = "/etc/ssh/ssh_config.d/airflow-volcano.conf"
 TERMINATION_LOG = "/dev/termination-log"  # the container's terminationMessagePath (Kubernetes' default)
@@ -54,7 +56,7 @@ MANAGED_OPTIONS = {
                "-host"},
 }
 # DeepSpeed runner flags that bypass airflow-volcano-argv.py: the ranks would not run training_script
-# as a Python file (--module, --no_python), or the autotuner would read the encoded arguments.
+# as a Python file (--module, --no_python), or the autotuner would run the script without its arguments.
 UNSUPPORTED_OPTIONS = {"deepspeed": {"--module", "--no_python", "--autotuning"}, "mpirun": set()}
 # DeepSpeed runner flags whose value it writes, unquoted, into the command line each worker's shell runs.
 REMOTE_VALUE_OPTIONS = {"deepspeed": {"--venv_script", "--enable_each_rank_log"}, "mpirun": set()}
@@ -107,5 +109,5 @@ def master_env(options: HostfileLaunch, worker_task: str, mount_path: str) -> di
 
 def worker_env(mount_path: str) -> dict[str, str]:
     """The environment variables a worker's sshd script reads (see its header)."""
-    return {"AIRFLOW_VOLCANO_POD_ENV_FILE": POD_ENV_FILE,
+    return {"AIRFLOW_VOLCANO_POD_ENV_FILE": POD_ENV_FILE, "AIRFLOW_VOLCANO_POD_ARGS_FILE": POD_ARGS_FILE,
             "AIRFLOW_VOLCANO_SSH_SESSION_SCRIPT": f"{mount_path}/{SESSION_SCRIPT}"}

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from airflow_volcano.kubelet import process_string
-from airflow_volcano.manifest.pod_runtime import SITECUSTOMIZE_ENV, SITECUSTOMIZE_SHOWN, shown_command
+from airflow_volcano.manifest.pod_runtime import SHOWN_ENV_VALUES, shown_command
 
 REDACTED = "***"
 
@@ -82,7 +82,7 @@ class JobSecrets:
 def shown(document: dict) -> dict:
     """A copy of a manifest to show (UI, dry_run): secret env values as `***`, and in every string
     the values the masker knows to be secret masked (its own walk of a dict stops a few levels deep,
-    and a Job's env is deeper); the signal-forwarding shell named rather than inlined."""
+    and a Job's env is deeper); the signal-forwarding shell and the files in its env named, not inlined."""
     from airflow.sdk._shared.secrets_masker import redact
 
     def masked(value: Any) -> Any:
@@ -100,8 +100,8 @@ def shown(document: dict) -> dict:
             if isinstance(container, dict) and isinstance(container.get("command"), list):
                 container["command"] = shown_command(container["command"])
             for item in (container.get("env") or []) if isinstance(container, dict) else []:
-                if isinstance(item, dict) and item.get("name") == SITECUSTOMIZE_ENV:
-                    item["value"] = SITECUSTOMIZE_SHOWN
+                if isinstance(item, dict) and item.get("name") in SHOWN_ENV_VALUES:
+                    item["value"] = SHOWN_ENV_VALUES[item["name"]]
     return safe
 
 

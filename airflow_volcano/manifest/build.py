@@ -124,7 +124,7 @@ def build_manifests(req: JobRequest, *, run_labels: dict[str, str], default_name
         apply_debug(job, keep={role_names(job, req)[1]} if req.kind is JobKind.HOSTFILE else set(),
                      seconds=math.ceil(float(req.debug_timeout) + DEBUG_POD_MARGIN_SECONDS))
     if req.full_job_spec is None:
-        apply_pod_runtime(pod_tasks(job, req), req, checkpoint_subdir=checkpoint_subdir)
+        apply_pod_runtime(job, pod_tasks(job, req), req, checkpoint_subdir=checkpoint_subdir)
     validate_job(job, origin=origin, parameters={lands.key: name for name, lands in landings("job")})
     main = main_task(job, req)
     names = [task.get("name") for task in job["spec"]["tasks"]]
@@ -359,8 +359,10 @@ def _apply_script(job: dict, req: JobRequest, labels: dict[str, str]) -> dict:
             mounts.append({"name": SCRIPT_VOLUME, "mountPath": SCRIPT_MOUNT_PATH, "readOnly": True})
         if req.command is None:
             container["command"] = _script_command(job, req, script, task_name, worker_name)
-        if req.kind is JobKind.HOSTFILE and task_name == worker_name:
-            container.pop("args", None)  # the script's arguments reach the ranks through the master's launcher
+        if req.kind is JobKind.HOSTFILE and task_name != worker_name:
+            # The ranks run on the workers, which keep the arguments (saved for them at start): the
+            # master's launcher never carries them, so no launcher's command line or log shows them.
+            container.pop("args", None)
         env = container.setdefault("env", [])
         if not any(item.get("name") == "PYTHONUNBUFFERED" for item in env):
             env.append({"name": "PYTHONUNBUFFERED", "value": "1"})  # so the log streams as it is written

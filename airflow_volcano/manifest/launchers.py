@@ -142,7 +142,7 @@ def hostfile_options(req: JobRequest) -> HostfileLaunch:
                                "rendezvous); use worker_replicas/slots_per_worker/port instead")
         if managed_flag(option, hostfile_launch.UNSUPPORTED_OPTIONS[launcher], abbreviations=True):
             raise JobSpecError(f"launcher_options: {option!r} cannot be used: the ranks run training_script as a "
-                               f"Python file through {hostfile_launch.ARGV_SHIM}, which carries its arguments encoded")
+                               f"Python file through {hostfile_launch.ARGV_SHIM}, which gives it its arguments")
     _check_remote_values(launcher, list(options))
     return HostfileLaunch(
         launcher=launcher, options=tuple(options),

@@ -1,15 +1,17 @@
-"""What every training pod gets around its command, for long training on real clusters: SIGTERM passed
+"""What every training pod gets around its command, for long training on real clusters: signals passed
 on to the training process (shell/forward-signals.sh as PID 1), a memory-backed /dev/shm, the
-checkpoint directory of the task instance, and the counters that tell a script it is resuming."""
+checkpoint directory of the task instance, the counters that tell a script it is resuming, and the
+hold of a non-retryable failure that lets a peer's retryable one decide (AIRFLOW_VOLCANO_HOLD_EXIT)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from airflow_volcano import shell
-from airflow_volcano.constants import DEBUG_ANNOTATION, TRY_NUMBER_LABEL
+from airflow_volcano.constants import DEBUG_ANNOTATION, HOLD_NONRETRYABLE_EXIT_SECONDS, TRY_NUMBER_LABEL
 from airflow_volcano.exceptions import JobSpecError
 from airflow_volcano.kubelet import container_string
+from airflow_volcano.manifest.policies import held_exit_codes
 from airflow_volcano.manifest.request import DEFAULT_SHM_SIZE, JobRequest
 
 SIGNAL_FORWARDER = "airflow-volcano-run"  # $0 of the forwarding shell, as `ps` shows it
@@ -29,6 +31,15 @@ PODINFO_PATH = "/var/run/airflow-volcano"
 PODINFO_ENV = "AIRFLOW_VOLCANO_PODINFO"
 SITECUSTOMIZE_ENV = "AIRFLOW_VOLCANO_SITECUSTOMIZE"
 SITECUSTOMIZE_SHOWN = "<airflow_volcano/shell/stack_dumps.py>"
+# With stall_timeout too: the relay forward-signals.sh runs the command's output through, which makes
+# bytes without a newline (a progress bar) count as output.
+OUTPUT_RELAY_ENV = "AIRFLOW_VOLCANO_OUTPUT_RELAY"
+OUTPUT_RELAY_SHOWN = "<airflow_volcano/shell/output_relay.py>"
+# Env values shown to a user by the file's name (the UI, dry_run), not inlined.
+SHOWN_ENV_VALUES = {SITECUSTOMIZE_ENV: SITECUSTOMIZE_SHOWN, OUTPUT_RELAY_ENV: OUTPUT_RELAY_SHOWN}
+# "<seconds> <code>...": forward-signals.sh holds back a non-zero exit not among the codes (see
+# HOLD_NONRETRYABLE_EXIT_SECONDS), set when the Job's policies restart on something and end it on the rest.
+HOLD_EXIT_ENV = "AIRFLOW_VOLCANO_HOLD_EXIT"
 
 
 def signal_forwarding_command(command: list[str]) -> list[str]:
@@ -56,10 +67,10 @@ def without_signal_forwarding(command: list[str]) -> list[str]:
     return command[4:] if forwarded(command) else command
 
 
-def apply_pod_runtime(tasks: list[dict], req: JobRequest, *, checkpoint_subdir: str) -> None:
-    """Give the first container of each task's pods what long training needs (see the module docstring).
-    A debug pod keeps its sleeping command; a container without a command (the image's entrypoint,
-    which the Job does not show) runs it as PID 1, unwrapped."""
+def apply_pod_runtime(job: dict, tasks: list[dict], req: JobRequest, *, checkpoint_subdir: str) -> None:
+    """Give the first container of each of the Job's `tasks`' pods what long training needs (see the
+    module docstring). A debug pod keeps its sleeping command; a container without a command (the
+    image's entrypoint, which the Job does not show) runs it as PID 1, unwrapped."""
     checkpoint = f"{req.checkpoint_dir}/{checkpoint_subdir}" if req.checkpoint_dir else None
     for task in tasks:
         template = task.setdefault("template", {})
@@ -69,7 +80,8 @@ def apply_pod_runtime(tasks: list[dict], req: JobRequest, *, checkpoint_subdir: 
             continue
         container = containers[0]
         debugging = DEBUG_ANNOTATION in ((template.get("metadata") or {}).get("annotations") or {})
-        if container.get("command") and not debugging:
+        wrapped = bool(container.get("command")) and not debugging
+        if wrapped:
             container["command"] = signal_forwarding_command(container["command"])
             # A failed container's last log lines in its status: they survive Volcano removing the
             # pod, which it does to the pods still running when it ends a Job (the first to fail, too).
@@ -81,7 +93,11 @@ def apply_pod_runtime(tasks: list[dict], req: JobRequest, *, checkpoint_subdir: 
         if req.checkpoint_dir is not None:
             shared_volume(pod, container, req.checkpoint_dir, "checkpoint_dir", f"task {task.get('name')!r}")
         _set_env(container, checkpoint)
-        if req.stall_timeout is not None and container.get("command") and not debugging:
+        held = held_exit_codes(task, job) if wrapped else None
+        if held is not None:
+            _replace_env(container, {"name": HOLD_EXIT_ENV,
+                                     "value": " ".join(map(str, [HOLD_NONRETRYABLE_EXIT_SECONDS, *held]))})
+        if req.stall_timeout is not None and wrapped:
             _add_stack_dumps(pod, container)
 
 
@@ -93,6 +109,7 @@ def _add_stack_dumps(pod: dict, container: dict) -> None:
     container.setdefault("env", []).extend([
         {"name": PODINFO_ENV, "value": PODINFO_PATH},
         {"name": SITECUSTOMIZE_ENV, "value": container_string(shell.read("stack_dumps.py"))},
+        {"name": OUTPUT_RELAY_ENV, "value": container_string(shell.read("output_relay.py"))},
     ])
 
 
@@ -120,6 +137,12 @@ def _set_env(container: dict, checkpoint: str | None) -> None:
     names = {item["name"] for item in ours}
     env = container.setdefault("env", [])
     env[:] = [item for item in env if item.get("name") not in names] + ours
+
+
+def _replace_env(container: dict, item: dict) -> None:
+    """Set an env entry of ours, in place of the container's own of that name (ours win)."""
+    env = container.setdefault("env", [])
+    env[:] = [entry for entry in env if entry.get("name") != item["name"]] + [item]
 
 
 def shared_volume(pod: dict, container: dict, path: str, parameter: str, where: str) -> tuple[dict, dict]:

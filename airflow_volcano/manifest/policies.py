@@ -44,6 +44,36 @@ def retryable_exit_codes(job: Mapping[str, Any]) -> list[int] | None:
                   if policy.get("exitCode") is not None and str(policy.get("action", "")).startswith("Restart"))
 
 
+def _events(policy: Mapping[str, Any]) -> list[Any]:
+    return [policy.get("event"), *(policy.get("events") or [])]
+
+
+def held_exit_codes(task: Mapping[str, Any], job: Mapping[str, Any]) -> list[int] | None:
+    """Whether a non-retryable exit of this task's pods should wait for a peer's retryable one: the
+    exit codes that restart (Volcano reads the task's policies first, then the Job's, and takes the
+    first that matches), when the policies both restart on something (an exit code, or an eviction)
+    and end the Job on any other failure; None when they do not."""
+    policies = [policy for policy in [*(task.get("policies") or []), *((job.get("spec") or {}).get("policies") or [])]
+                if isinstance(policy, Mapping)]
+    codes: list[int] = []
+    seen: set[Any] = set()
+    evicted = failed = None
+    for policy in policies:
+        action = str(policy.get("action", ""))
+        code = policy.get("exitCode")
+        if isinstance(code, int) and failed is None and code not in seen:  # after PodFailed's: never reached
+            seen.add(code)
+            if action.startswith("Restart"):
+                codes.append(code)
+        events = _events(policy)
+        if evicted is None and ("PodEvicted" in events or "*" in events):
+            evicted = action
+        if failed is None and ("PodFailed" in events or "*" in events):
+            failed = action
+    restarts = bool(codes) or (evicted or "").startswith("Restart")
+    return sorted(codes) if restarts and failed in ("TerminateJob", "AbortJob") else None
+
+
 def validate_policies(parameter: str, policies: Any) -> None:
     """Volcano's webhook rules: event(s) xor exitCode, known names, no duplicates, `*` alone."""
     if policies is None:

@@ -23,7 +23,8 @@ class VolcanoDeepSpeedJobOperator(MasterWorkerJobOperator):
     DeepSpeed; for `mpirun` OpenMPI). The master writes a hostfile of the workers
     (`<pod>.<job> slots=<slots_per_worker>`), waits until every worker accepts an ssh login, then
     runs `deepspeed --hostfile ...` or `mpirun --hostfile ...`, which start the script on every rank
-    with exactly the `args` given (they travel encoded, so no shell on a worker reads them); all
+    with exactly the `args` given (each worker pod keeps them and its ranks read them there: no
+    launcher's command line, shell or log carries them); all
     ranks' output comes back through it into the master's log, and so into the task log. The master
     only launches: rank 0 is on the first worker. Ranks see their pod's environment (image, `env`,
     Volcano's) in the ssh sessions. The Job succeeds when the launcher does. Give the

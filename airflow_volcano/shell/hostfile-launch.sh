@@ -5,11 +5,12 @@
 # launches: it is not in the hostfile, so rank 0 is the first worker's first slot, and rank 0's
 # termination message (the task's XCom) is copied to the master's when the launcher succeeds.
 #
-# Usage: sh airflow-volcano-launch.sh [--launcher-options N OPTION...] SCRIPT [ARG...]
+# Usage: sh airflow-volcano-launch.sh [--launcher-options N OPTION...] SCRIPT
 #   The N OPTIONs go to the launcher before the script, one word each, as given (N counts them, so
-#   any word can be an option). SCRIPT runs on every rank with exactly these ARGs in sys.argv. This
-#   script reads none of them: it hands them unchanged to `airflow-volcano-argv.py --launch`, which
-#   runs the launcher with each ARG encoded as one shell-inert token (see that file).
+#   any word can be an option). This script reads none of them: it hands them unchanged to
+#   `airflow-volcano-argv.py --launch`, which runs the launcher. SCRIPT runs on every rank with the
+#   arguments its worker pod saved (the workers' container args; see that file), which no launcher
+#   carries.
 #
 # Environment (the operator sets it on the container; nothing here is built into the script):
 #   AIRFLOW_VOLCANO_LAUNCHER           deepspeed or mpirun
@@ -38,7 +39,7 @@ termination_log=${AIRFLOW_VOLCANO_TERMINATION_LOG:?}
 shim=${AIRFLOW_VOLCANO_ARGV_SHIM:?}
 : "${AIRFLOW_VOLCANO_PORT:?}"  # read by airflow-volcano-argv.py
 
-[ "$#" -ge 1 ] || fail "usage: sh airflow-volcano-launch.sh [--launcher-options N OPTION...] SCRIPT [ARG...]"
+[ "$#" -ge 1 ] || fail "usage: sh airflow-volcano-launch.sh [--launcher-options N OPTION...] SCRIPT"
 case $launcher in
     deepspeed | mpirun) ;;
     *) fail "AIRFLOW_VOLCANO_LAUNCHER must be deepspeed or mpirun, got '$launcher'" ;;

@@ -2,10 +2,13 @@
 # airflow-volcano-sshd.sh: a worker of a hostfile launch runs only sshd; the master's launcher starts
 # its ranks over ssh with the key pair Volcano's ssh plugin gave every pod of the Job.
 #
-# Usage: sh airflow-volcano-sshd.sh
+# Usage: sh airflow-volcano-sshd.sh [ARG...]
+#   The training script's arguments (the container's args): saved for the ranks, which read them
+#   there (airflow-volcano-argv.py), so that no launcher's command line (or log) carries them.
 #
 # Environment (the operator sets it on the container):
 #   AIRFLOW_VOLCANO_POD_ENV_FILE        where this pod's environment is saved for the ssh sessions
+#   AIRFLOW_VOLCANO_POD_ARGS_FILE       where the script's arguments are saved, each ended by a NUL
 #   AIRFLOW_VOLCANO_SSH_SESSION_SCRIPT  airflow-volcano-ssh-session.sh, sshd's ForceCommand
 #
 # An ssh session starts with sshd's environment, not the pod's (the image's ENV, env=, Volcano's
@@ -22,6 +25,7 @@ fail() {
 }
 
 env_file=${AIRFLOW_VOLCANO_POD_ENV_FILE:?}
+args_file=${AIRFLOW_VOLCANO_POD_ARGS_FILE:?}
 session=${AIRFLOW_VOLCANO_SSH_SESSION_SCRIPT:?}
 # sshd runs ForceCommand as a command line (with the login shell's -c): its words must be inert.
 for path in "$env_file" "$session"; do
@@ -35,6 +39,8 @@ if [ ! -x "$sshd" ]; then
     fail "the image has no sshd (on PATH or /usr/sbin/sshd); a worker of a hostfile launch runs OpenSSH's server"
 fi
 (umask 077 && export -p > "$env_file")
+# Readable by this pod's root only, as the environment (an argument may be a secret).
+(umask 077 && if [ "$#" -gt 0 ]; then printf '%s\0' "$@"; fi > "$args_file")
 mkdir -p /run/sshd
 ssh-keygen -A >/dev/null
 echo "airflow-volcano: sshd listening on $(hostname) (port 22)"

@@ -1,21 +1,23 @@
-"""airflow-volcano-argv.py: a training script's arguments, carried exactly through a hostfile launcher.
+"""airflow-volcano-argv.py: a training script's arguments, carried exactly to every rank of a hostfile launch.
 
 Shipped unchanged in the script's ConfigMap beside airflow-volcano-launch.sh. DeepSpeed's runner hands
 the script and its arguments to pdsh, which joins them into one command line that every worker's ssh
-session runs with `sh -c`: there `$(...)`, a backtick, a quote or a newline in an argument is shell,
-and an empty argument is lost. So the arguments never travel as themselves:
+session runs with `sh -c` (there `$(...)`, a backtick, a quote or a newline in an argument is shell,
+and an empty argument is lost), and logs that command line into the master's log (an argument may be
+a secret). So the arguments never travel through a launcher:
 
-- On the master, airflow-volcano-launch.sh runs `python3 <this file> --launch <its own arguments>`,
-  `[--launcher-options N OPTION...] SCRIPT [ARG...]`. Each ARG becomes one token, "x" and the
-  URL-safe base64 of its bytes without padding (letters, digits, "-" and "_": nothing a shell acts
-  on, never empty), and the launcher runs this file as the program of every rank:
-      deepspeed --force_multi --hostfile=H --master_addr=A --master_port=P OPTION... <this file> SCRIPT TOKEN...
+- Every worker pod has the script's arguments as its own container args; its airflow-volcano-sshd.sh
+  saves them at start, each ended by a NUL, to $AIRFLOW_VOLCANO_POD_ARGS_FILE (mode 600, readable in
+  the pod only), and the ssh sessions restore the pod's environment, that variable included.
+- On the master, airflow-volcano-launch.sh runs `python3 <this file> --launch [--launcher-options N
+  OPTION...] SCRIPT`, and the launcher runs this file as the program of every rank:
+      deepspeed --force_multi --hostfile=H --master_addr=A --master_port=P OPTION... <this file> SCRIPT
       mpirun --allow-run-as-root --hostfile H -np R -x MASTER_ADDR=A -x MASTER_PORT=P OPTION... \
-          <python> <this file> SCRIPT TOKEN...
+          <python> <this file> SCRIPT
   The launcher, its port and the hostfile come from AIRFLOW_VOLCANO_LAUNCHER, AIRFLOW_VOLCANO_PORT
   and AIRFLOW_VOLCANO_HOSTFILE (A is the hostfile's first host, R the sum of its slots).
-- On every rank (`<this file> [OPTION...] SCRIPT TOKEN...`, the OPTIONs being what the launcher
-  inserts, such as deepspeed's `--local_rank=N`), the tokens are decoded and SCRIPT runs as
+- On every rank (`<this file> [OPTION...] SCRIPT`, the OPTIONs being what the launcher inserts, such
+  as deepspeed's `--local_rank=N`), the arguments are read from the worker's file and SCRIPT runs as
   `__main__` with sys.argv = [SCRIPT, OPTION..., ARG...], as `python SCRIPT OPTION... ARG...` would.
 
 DeepSpeed's runner also writes `export NAME=value;` into that command line for its environment's
@@ -29,14 +31,12 @@ Standard library only, Python >= 3.8: it runs in the training image.
 
 from __future__ import annotations
 
-import base64
 import os
 import re
 import runpy
 import sys
 
-MARK = "x"
-TOKEN = re.compile(r"x[A-Za-z0-9_-]*\Z")
+ARGS_FILE_ENV = "AIRFLOW_VOLCANO_POD_ARGS_FILE"
 # What a shell takes literally in an unquoted word (DeepSpeed's own test for quoting an export, in ASCII).
 INERT = re.compile(r"[A-Za-z0-9_@%+=:,./-]*\Z")
 OPTIONS_FLAG = "--launcher-options"
@@ -53,23 +53,17 @@ class LaunchError(Exception):
     """Arguments or an environment this file cannot carry exactly; the message says which."""
 
 
-def encode(argument: str) -> str:
-    """One argument as a token no shell acts on: "x" + URL-safe base64 of its bytes, unpadded."""
-    return MARK + base64.urlsafe_b64encode(os.fsencode(argument)).decode("ascii").rstrip("=")
-
-
-def decode(token: str) -> str:
-    """The argument `encode` made `token` from."""
-    body = token[len(MARK):]
-    if TOKEN.match(token) and len(body) % 4 != 1:  # one character over a multiple of 4 is no base64
-        argument = os.fsdecode(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
-        if encode(argument) == token:  # one token per argument: no other spelling decodes
-            return argument
-    raise LaunchError(f"not an argument encoded by airflow-volcano-launch.sh: {token!r}")
+def read_arguments(path: str) -> list[str]:
+    """The script's arguments as a worker's airflow-volcano-sshd.sh saved them (each ended by a NUL)."""
+    with open(path, "rb") as saved:
+        words = saved.read().split(b"\0")
+    if words[-1]:
+        raise LaunchError(f"{path}: not a file of NUL-ended arguments")
+    return [os.fsdecode(word) for word in words[:-1]]
 
 
 def split_launch_arguments(argv: list[str]) -> tuple[list[str], str, list[str]]:
-    """airflow-volcano-launch.sh's arguments: (launcher options, script, script arguments)."""
+    """airflow-volcano-launch.sh's arguments: (launcher options, script, anything after the script)."""
     options: list[str] = []
     if argv and argv[0] == OPTIONS_FLAG:
         if len(argv) < 2 or not COUNT.match(argv[1]) or len(argv) < 2 + int(argv[1]):
@@ -77,7 +71,7 @@ def split_launch_arguments(argv: list[str]) -> tuple[list[str], str, list[str]]:
         count = int(argv[1])
         options, argv = argv[2:2 + count], argv[2 + count:]
     if not argv:
-        raise LaunchError(f"usage: airflow-volcano-launch.sh [{OPTIONS_FLAG} N OPTION...] SCRIPT [ARG...]")
+        raise LaunchError(f"usage: airflow-volcano-launch.sh [{OPTIONS_FLAG} N OPTION...] SCRIPT")
     return options, argv[0], argv[1:]
 
 
@@ -109,8 +103,12 @@ def runner_environment(environ: dict[str, str], cwd: str) -> dict[str, str]:
 
 
 def launch(argv: list[str], environ: dict[str, str]) -> None:
-    """Master: run the launcher with every script argument encoded and this file as each rank's program."""
+    """Master: run the launcher with this file as each rank's program, which takes the script's
+    arguments from its worker."""
     options, script, arguments = split_launch_arguments(argv)
+    if arguments:
+        raise LaunchError(f"{len(arguments)} argument(s) after the script: the ranks take the script's arguments from "
+                          "their worker pods (args=), which saved them; the launch takes none")
     launcher = environ["AIRFLOW_VOLCANO_LAUNCHER"]
     port, hostfile = environ["AIRFLOW_VOLCANO_PORT"], environ["AIRFLOW_VOLCANO_HOSTFILE"]
     this = os.path.abspath(__file__)
@@ -119,7 +117,7 @@ def launch(argv: list[str], environ: dict[str, str]) -> None:
             raise LaunchError(f"{path!r}: the launcher passes this path to the ranks as it is; give an absolute path "
                               "of letters, digits and _@%+=:,./-")
     first_host, ranks = read_hostfile(hostfile)
-    program = [this, script, *map(encode, arguments)]
+    program = [this, script]
     if launcher == "deepspeed":
         command = ["deepspeed", "--force_multi", f"--hostfile={hostfile}", f"--master_addr={first_host}",
                    f"--master_port={port}", *options, *program]
@@ -130,19 +128,23 @@ def launch(argv: list[str], environ: dict[str, str]) -> None:
         env = dict(environ)
     else:
         raise LaunchError(f"AIRFLOW_VOLCANO_LAUNCHER must be deepspeed or mpirun, got {launcher!r}")
-    print(f"airflow-volcano: {launcher} runs {script} with {len(arguments)} argument(s), each carried as one token "
-          f"(x + base64) that {os.path.basename(this)} decodes on every rank", flush=True)
+    print(f"airflow-volcano: {launcher} runs {script} on every rank through {os.path.basename(this)}, with the "
+          "arguments its worker pod saved", flush=True)
     os.execvpe(command[0], command, env)
 
 
-def run_rank(argv: list[str]) -> None:
-    """A rank: decode the arguments, then run the script as `python SCRIPT ...` would."""
+def run_rank(argv: list[str], environ: dict[str, str]) -> None:
+    """A rank: run the script as `python SCRIPT ...` would, with its worker's saved arguments."""
     inserted: list[str] = []
     while argv and argv[0].startswith("-"):  # the launcher's own, e.g. deepspeed's --local_rank=N
         inserted.append(argv.pop(0))
-    if not argv:
-        raise LaunchError("no script to run")
-    script, arguments = argv[0], [decode(token) for token in argv[1:]]
+    if len(argv) != 1:
+        raise LaunchError("expected the launcher's options, then the script alone (its arguments come from the "
+                          f"worker's {ARGS_FILE_ENV}), got {len(argv)} word(s) from the script on")
+    if not environ.get(ARGS_FILE_ENV):
+        raise LaunchError(f"{ARGS_FILE_ENV} is not set: run by a hostfile launch, on a worker whose "
+                          "airflow-volcano-sshd.sh saved the script's arguments")
+    script, arguments = argv[0], read_arguments(environ[ARGS_FILE_ENV])
     sys.argv = [script, *inserted, *arguments]
     sys.path[0] = os.path.dirname(os.path.abspath(script))
     runpy.run_path(script, run_name="__main__")
@@ -153,8 +155,8 @@ def main(argv: list[str]) -> None:
         if argv[:1] == ["--launch"]:
             launch(argv[1:], dict(os.environ))
         else:
-            run_rank(list(argv))
-    except LaunchError as error:
+            run_rank(list(argv), dict(os.environ))
+    except (LaunchError, OSError) as error:
         sys.exit(f"airflow-volcano: {error}")
 
 

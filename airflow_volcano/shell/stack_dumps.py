@@ -21,22 +21,63 @@ import sys
 STACKS_SIGNAL = 42
 
 
+def describe(argv: list) -> str:
+    """A Python command line without its arguments, whose values may be secrets: the program, the
+    script or module, and how many arguments follow (`python /opt/train.py (+3 arguments)`)."""
+    if not argv:
+        return "?"
+    shown, index = [argv[0]], 1
+    while index < len(argv):
+        word = argv[index]
+        index += 1
+        if word == "--check-hash-based-pycs":  # the one long option with a value
+            index += 1
+        elif word == "--":
+            shown += argv[index:index + 1]
+            index += 1
+            break
+        elif word == "-" or not word.startswith("-"):
+            shown.append(word)  # the script (`-`: stdin)
+            break
+        elif not word.startswith("--"):
+            letters = word[1:]
+            for position, letter in enumerate(letters):
+                if letter not in "cmWX":  # -c CODE, -m MODULE, -W ARG, -X OPT take a value
+                    continue
+                attached = letters[position + 1:]
+                if not attached:
+                    index += 1
+                if letter == "m":
+                    shown += ["-m", attached or (argv[index - 1] if index <= len(argv) else "")]
+                elif letter == "c":
+                    shown.append("-c")
+                break
+            if shown[-1] == "-c" or len(shown) > 1 and shown[-2] == "-m":
+                break
+    count = max(0, len(argv) - index)
+    return " ".join(shown) + (f" (+{count} argument{'' if count == 1 else 's'})" if count else "")
+
+
 def _register(directory: str) -> None:
     import faulthandler
 
     pid = os.getpid()
     try:
         with open("/proc/self/cmdline", "rb") as cmdline:
-            command = " ".join(cmdline.read().replace(b"\0", b" ").decode("utf-8", "replace").split())  # one line
+            argv = [word.decode("utf-8", "replace") for word in cmdline.read().split(b"\0")[:-1]]
     except OSError:
-        command = " ".join(sys.argv)
+        argv = [sys.executable]
+    command = " ".join(describe(argv).split())  # one line
     ranks = " ".join(f"{name}={os.environ[name]}" for name in ("RANK", "LOCAL_RANK") if name in os.environ)
     with open(os.path.join(directory, f"about-{pid}"), "w") as about:
         about.write(f"{ranks or 'no RANK'}: {command[:300]}\n")
-    # Appended to (O_APPEND): forward-signals.sh empties the file after printing it.
-    stacks = open(os.path.join(directory, f"stacks-{pid}"), "a")  # noqa: SIM115 - the handler writes to it
+    # The handler first, then the file under the name forward-signals.sh looks for: it signals only
+    # registered processes. Appended to (O_APPEND): forward-signals.sh empties it after printing it.
+    temporary = os.path.join(directory, f"new-stacks-{pid}")
+    stacks = open(temporary, "a")  # noqa: SIM115 - the handler writes to it
     faulthandler.register(STACKS_SIGNAL, file=stacks, all_threads=True)
     sys.__dict__["_airflow_volcano_stacks"] = stacks  # kept open as long as the process lives
+    os.rename(temporary, os.path.join(directory, f"stacks-{pid}"))
 
 
 def _import_the_images_own() -> None:

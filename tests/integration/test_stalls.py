@@ -256,3 +256,53 @@ def test_a_quiet_deepspeed_rank_that_keeps_its_heartbeat_is_not_a_stall(cluster,
     assert run.state == "success", run.log
     assert "rank 0 done" in run.log
     assert "stall" not in run.log.lower().replace("stall_timeout", ""), run.log
+
+
+# A rank that only redraws a progress bar (`\r`, never a newline) for 50 s: pdsh and the runtime pass
+# on no line of it. Its bytes go through its worker's output relay (the ssh session's), which touches
+# that worker's heartbeat file, and the worker's shell prints a heartbeat line every 10 s.
+PROGRESS_ONLY = """
+    import os, sys, time
+    begun = time.monotonic()
+    while time.monotonic() - begun < 50:
+        sys.stderr.write(f"\\r{time.monotonic() - begun:5.1f} s {'#' * int(time.monotonic() - begun)}")
+        sys.stderr.flush()
+        time.sleep(0.5)
+    print(f"rank {os.environ.get('RANK')} done", flush=True)
+"""
+
+
+def test_a_deepspeed_ranks_progress_bar_makes_heartbeats_on_its_worker(cluster, operator_kubeconfig, run_task,
+                                                                       real_node, tmp_path):
+    """The worker pod's own log (its sshd's container), read while it runs, gets a heartbeat line every
+    10 s while its rank writes nothing but `\\r`-redrawn progress. (sshd's own login messages, at the
+    start, make one or two: the rank's 50 s of progress make at least four.)"""
+    import threading
+
+    from airflow_volcano.operators.deepspeed import VolcanoDeepSpeedJobOperator
+
+    seen: dict[str, str] = {}
+    done = threading.Event()
+
+    def read_the_workers_log() -> None:
+        while not done.wait(2):
+            try:
+                seen["log"] = cluster.pod_log("prog-worker-0")
+            except Exception as error:  # noqa: BLE001 - not started yet, or gone
+                seen["error"] = repr(error)
+
+    reader = threading.Thread(target=read_the_workers_log, daemon=True)
+    reader.start()
+    try:
+        run = run_task(lambda: VolcanoDeepSpeedJobOperator(
+            task_id="train", name="prog", namespace=cluster.namespace, worker_replicas=1,
+            training_script=script(tmp_path, PROGRESS_ONLY), stall_timeout=600, container_resources={
+                "requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
+            startup_timeout=120, job_timeout=300, poll_interval=1, deferrable=False, **real_node))
+    finally:
+        done.set()
+        reader.join(timeout=30)
+
+    assert run.state == "success", run.log
+    assert "rank 0 done" in run.log, run.log
+    assert seen.get("log", "").count("[airflow-volcano] heartbeat") >= 4, seen

@@ -1,8 +1,8 @@
 """The DeepSpeed/mpirun launch (VolcanoDeepSpeedJobOperator): the pods' scripts are the package's files,
 every value reaches them from their container's environment, and the script's arguments reach every
-rank exactly. The scripts really run here, with `sh`, on stand-ins for ssh, sshd and the launchers
-(the DeepSpeed one builds the command line each worker's shell runs as DeepSpeed 0.19.8's runner
-does); tests/integration/test_real_launch_args.py runs the real ones."""
+rank exactly, through no launcher. The scripts really run here, with `sh`, on stand-ins for ssh, sshd
+and the launchers (the DeepSpeed one builds the command line each worker's ssh session runs as DeepSpeed
+0.19.8's runner does); tests/integration/test_real_launch_args.py runs the real ones."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from airflow_volcano.constants import SCRIPT_MOUNT_PATH
@@ -28,7 +28,8 @@ from airflow_volcano.hostfile_launch import (
 )
 from airflow_volcano.kubelet import process_string
 from airflow_volcano.manifest import TrainingScript
-from airflow_volcano.shell.hostfile_argv import LaunchError, decode, encode
+from airflow_volcano.shell import read
+from airflow_volcano.shell.hostfile_argv import read_arguments
 
 from .test_manifest import build, container, error_of
 
@@ -89,10 +90,12 @@ def test_the_master_and_the_workers_take_every_setting_from_their_environment():
     assert [process_string(word) for word in master["command"]] == [
         "/bin/sh", f"{SCRIPT_MOUNT_PATH}/{LAUNCH_SCRIPT}", "--launcher-options", "2", "--bind_cores_to_rank",
         "--comment=$(id) `id`", f"{SCRIPT_MOUNT_PATH}/train.py"]
-    assert master["args"] == ["--steps", "5"]
-    assert workers["command"] == ["/bin/sh", f"{SCRIPT_MOUNT_PATH}/{SSHD_SCRIPT}"] and "args" not in workers
+    # The arguments stay with the workers, whose ranks read them there: no launcher carries them.
+    assert "args" not in master and workers["args"] == ["--steps", "5"]
+    assert workers["command"] == ["/bin/sh", f"{SCRIPT_MOUNT_PATH}/{SSHD_SCRIPT}"]
     assert env_of(workers).items() >= {
         "AIRFLOW_VOLCANO_POD_ENV_FILE": "/run/airflow-volcano-pod-env",
+        "AIRFLOW_VOLCANO_POD_ARGS_FILE": "/run/airflow-volcano-pod-args",
         "AIRFLOW_VOLCANO_SSH_SESSION_SCRIPT": f"{SCRIPT_MOUNT_PATH}/{SESSION_SCRIPT}"}.items()
     assert env_of(master)["PYTHONUNBUFFERED"] == env_of(workers)["PYTHONUNBUFFERED"] == "1"
 
@@ -117,27 +120,31 @@ def test_inert_deepspeed_flag_values_and_mpirun_options_pass():
         assert [process_string(word) for word in container(job, "master")["command"][4:-1]] == options
 
 
-# -- the argument encoding ----------------------------------------------------------------------------------
+# -- the saved arguments ------------------------------------------------------------------------------------
 
 
-@given(st.text())
-def test_every_argument_becomes_one_shell_inert_word_that_decodes_to_it(argument):
-    token = encode(argument)
-    assert token.startswith("x") and set(token[1:]) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                                                           "0123456789-_")
-    assert decode(token) == argument
+def save_arguments(tmp_path: Path, arguments: list[str]) -> Path:
+    """The worker's sshd script, run as its container runs it (sshd and the host tools stand-ins), with
+    `arguments` as the container's args: returns the file it saved them to."""
+    stubs = tmp_path / "sshd-bin"
+    stubs.mkdir(exist_ok=True)
+    for tool in ("sshd", "ssh-keygen", "mkdir"):
+        executable(stubs / tool, "#!/bin/sh\n")
+    saved = tmp_path / "pod-args"
+    env = {"PATH": f"{stubs}:/usr/bin:/bin", "AIRFLOW_VOLCANO_POD_ENV_FILE": str(tmp_path / "pod-env"),
+           "AIRFLOW_VOLCANO_POD_ARGS_FILE": str(saved), "AIRFLOW_VOLCANO_SSH_SESSION_SCRIPT": "/opt/s.sh"}
+    ran = subprocess.run(["/bin/sh", str(SHELL_DIR / PACKAGE_FILES[SSHD_SCRIPT]), *arguments], capture_output=True,
+                         env=env, timeout=30)
+    assert ran.returncode == 0, ran.stderr
+    return saved
 
 
-@given(st.binary())
-def test_any_bytes_of_an_argv_word_survive(raw):
-    argument = os.fsdecode(raw)  # how Python hands the launch script's words to airflow-volcano-argv.py
-    assert os.fsencode(decode(encode(argument))) == raw
-
-
-@pytest.mark.parametrize("token", ["", "y", "xA", "x!", "x=", "xAA==", "xAB", "x a", "--local_rank=0"])
-def test_decoding_refuses_what_the_encoding_never_makes(token):
-    with pytest.raises(LaunchError, match="not an argument encoded by airflow-volcano-launch.sh"):
-        decode(token)
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.text(alphabet=st.characters(blacklist_characters="\0", blacklist_categories=("Cs",)))))
+def test_any_arguments_saved_by_the_workers_sshd_script_read_back_exactly(tmp_path_factory, arguments):
+    saved = save_arguments(tmp_path_factory.mktemp("args"), arguments)
+    assert read_arguments(str(saved)) == arguments
+    assert stat.S_IMODE(saved.stat().st_mode) == 0o600, "the pod's root only: an argument may be a secret"
 
 
 def test_a_rank_runs_the_script_as_main_with_the_launchers_own_options_first(tmp_path):
@@ -145,14 +152,18 @@ def test_a_rank_runs_the_script_as_main_with_the_launchers_own_options_first(tmp
     script.write_text(TRAIN + "sys.exit(int(os.environ.get('EXIT_WITH', '0')))\n")
     out = tmp_path / "argv.jsonl"
     shim = str(SHELL_DIR / "hostfile_argv.py")
-    words = ["--local_rank=3", str(script), *map(encode, HOSTILE)]
-    ran = subprocess.run([sys.executable, shim, *words], env={**os.environ, "ARGV_OUT": str(out), "EXIT_WITH": "7"},
-                         capture_output=True, text=True, cwd=tmp_path)
+    env = {**os.environ, "ARGV_OUT": str(out), "EXIT_WITH": "7",
+           "AIRFLOW_VOLCANO_POD_ARGS_FILE": str(save_arguments(tmp_path, HOSTILE))}
+    ran = subprocess.run([sys.executable, shim, "--local_rank=3", str(script)], env=env, capture_output=True, text=True,
+                         cwd=tmp_path)
     assert ran.returncode == 7, ran.stderr
     assert json.loads(out.read_text()) == {"argv": [str(script), "--local_rank=3", *HOSTILE], "name": "__main__",
                                            "path0": str(tmp_path)}
-    bad = subprocess.run([sys.executable, shim, str(script), "$(id)"], capture_output=True, text=True)
-    assert bad.returncode == 1 and "not an argument encoded by airflow-volcano-launch.sh: '$(id)'" in bad.stderr
+    extra = subprocess.run([sys.executable, shim, str(script), "--lr"], env=env, capture_output=True, text=True)
+    assert extra.returncode == 1 and "then the script alone" in extra.stderr
+    unset = subprocess.run([sys.executable, shim, str(script)], capture_output=True, text=True,
+                           env={**env, "AIRFLOW_VOLCANO_POD_ARGS_FILE": ""})
+    assert unset.returncode == 1 and "AIRFLOW_VOLCANO_POD_ARGS_FILE is not set" in unset.stderr
 
 
 # -- the launch script, run with sh --------------------------------------------------------------------------
@@ -163,7 +174,7 @@ def test_a_rank_runs_the_script_as_main_with_the_launchers_own_options_first(tmp
 # when a value has a character outside [\w@%+=:,./-]), `cd <cwd>;`, the python command of
 # deepspeed.launcher.launch (here the rank's own command, with the --local_rank=N it adds), and the user
 # arguments, double-quoted when they hold a space (PDSHRunner.parse_user_args), joined by spaces into one
-# command line that the worker's ssh session runs with `sh -c`.
+# command line that the worker's ssh session (airflow-volcano-ssh-session.sh, as sshd runs it) runs.
 DEEPSPEED_STUB = """\
 import json, os, re, subprocess, sys
 argv = sys.argv[1:]
@@ -186,18 +197,22 @@ user_args = ['"{}"'.format(arg.replace('"', '\\\\"')) if " " in arg else arg for
 for worker in range(2):
     line = " ".join([exports, f"cd {os.path.abspath('.')};", sys.executable, "-u", user_script,
                      f"--local_rank={worker}", *user_args])
-    if subprocess.call(["sh", "-c", line]):
+    session = {"SSH_ORIGINAL_COMMAND": line, "PATH": "/usr/bin:/bin"}  # sshd's environment, not the runner's
+    if subprocess.call(["/bin/sh", os.environ["STUB_SESSION"], os.environ["STUB_POD_ENV"]], env=session):
         sys.exit(1)
 """
-# OpenMPI's mpirun: its own options, then the program, which its daemons start on every slot (no shell).
+# OpenMPI's mpirun: its own options, then the program, which its daemons (started in a worker's ssh
+# session) start on every slot, with the session's environment and the -x variables (no shell).
 MPIRUN_STUB = """\
-import json, os, subprocess, sys
+import json, os, shlex, subprocess, sys
 argv = sys.argv[1:]
 with open(os.environ["STUB_RECORD"], "w") as record:
     json.dump({"argv": argv, "env": dict(os.environ)}, record)
 program = next(i for i, word in enumerate(argv) if word.endswith("airflow-volcano-argv.py")) - 1
 for rank in range(int(argv[argv.index("-np") + 1])):
-    if subprocess.call(argv[program:], env=dict(os.environ, OMPI_COMM_WORLD_RANK=str(rank))):
+    session = {"SSH_ORIGINAL_COMMAND": f"OMPI_COMM_WORLD_RANK={rank} exec " + shlex.join(argv[program:]),
+               "PATH": "/usr/bin:/bin"}
+    if subprocess.call(["/bin/sh", os.environ["STUB_SESSION"], os.environ["STUB_POD_ENV"]], env=session):
         sys.exit(1)
 """
 SSH_STUB = """\
@@ -218,8 +233,9 @@ def run_launch(tmp_path: Path, manifests, extra_env: dict[str, str] | None = Non
                hosts: str = "j-worker-0.j\nj-worker-1.j", cwd: Path | None = None,
                ) -> tuple[subprocess.CompletedProcess, Path]:
     """Run the master's command, from the ConfigMap's files, as its container would (its env and
-    command+args as the kubelet gives them), with system paths moved under tmp_path. The svc
-    plugin's hosts file (no newline at its end, as Volcano writes it) keeps its name."""
+    command+args as the kubelet gives them), with system paths moved under tmp_path, after a worker's
+    sshd script saved its pod's environment and arguments (its own env and args) for the ranks'
+    sessions. The svc plugin's hosts file (no newline at its end, as Volcano writes it) keeps its name."""
     mount, stubs = tmp_path / "script", tmp_path / "bin"
     for directory in (mount, stubs, tmp_path / "work"):
         directory.mkdir(exist_ok=True)
@@ -229,6 +245,21 @@ def run_launch(tmp_path: Path, manifests, extra_env: dict[str, str] | None = Non
     executable(stubs / "mpirun", f"#!{sys.executable}\n{MPIRUN_STUB}")
     executable(stubs / "ssh", SSH_STUB)
     (stubs / "python3").symlink_to(sys.executable)
+    worker = next(container(manifests.job, each["name"]) for each in manifests.job["spec"]["tasks"]
+                  if each["name"] != "master")
+    sshd_stubs = tmp_path / "sshd-bin"
+    sshd_stubs.mkdir(exist_ok=True)
+    for tool in ("sshd", "ssh-keygen", "mkdir"):
+        executable(sshd_stubs / tool, "#!/bin/sh\n")
+    pod_env, pod_args = tmp_path / "pod-env", tmp_path / "pod-args"
+    saved = subprocess.run(
+        [process_string(word).replace(SCRIPT_MOUNT_PATH, str(mount)) for word in [*worker["command"],
+                                                                                 *(worker.get("args") or [])]],
+        env={**env_of(worker), "PATH": f"{sshd_stubs}:{stubs}:/usr/bin:/bin", "HOME": str(tmp_path),
+             "LANG": "C.UTF-8", "ARGV_OUT": str(tmp_path / "argv.jsonl"), "AIRFLOW_VOLCANO_POD_ENV_FILE": str(pod_env),
+             "AIRFLOW_VOLCANO_POD_ARGS_FILE": str(pod_args), **(extra_env or {})},
+        capture_output=True, text=True, timeout=30)
+    assert saved.returncode == 0, saved.stderr
     master = container(manifests.job, "master")
     hosts_file = tmp_path / Path(env_of(master)["AIRFLOW_VOLCANO_WORKER_HOSTS_FILE"]).name
     hosts_file.write_text(hosts)
@@ -239,8 +270,8 @@ def run_launch(tmp_path: Path, manifests, extra_env: dict[str, str] | None = Non
            "AIRFLOW_VOLCANO_SSH_CLIENT_CONFIG": str(tmp_path / "ssh" / "ssh_config.d" / "airflow-volcano.conf"),
            "AIRFLOW_VOLCANO_TERMINATION_LOG": str(tmp_path / "termination-log"),
            "AIRFLOW_VOLCANO_ARGV_SHIM": str(mount / ARGV_SHIM),
-           "STUB_RECORD": str(tmp_path / "launcher.json"), "ARGV_OUT": str(tmp_path / "argv.jsonl"),
-           **(extra_env or {})}
+           "STUB_RECORD": str(tmp_path / "launcher.json"), "STUB_SESSION": str(mount / SESSION_SCRIPT),
+           "STUB_POD_ENV": str(pod_env), **(extra_env or {})}
     words = [process_string(word).replace(SCRIPT_MOUNT_PATH, str(mount))
              for word in [*master["command"], *(master.get("args") or [])]]
     ran = subprocess.run(words, env=env, capture_output=True, text=True, cwd=cwd or tmp_path / "work", timeout=60)
@@ -270,12 +301,15 @@ def test_every_rank_gets_the_arguments_exactly_and_no_shell_runs_them(tmp_path, 
         else [[script, *hostile]] * 4
     assert [(rank["argv"], rank["name"]) for rank in ranks(tmp_path)] == [(argv, "__main__") for argv in expected]
     assert not pwned.exists(), "no shell ran an argument"
+    record = json.dumps(launcher_record(tmp_path))
+    assert not [arg for arg in hostile if len(arg) > 2 and json.dumps(arg)[1:-1] in record], \
+        "no argument in the launcher's command line or environment (DeepSpeed's runner logs its command line)"
     assert (tmp_path / "hostfile").read_text() == "j-worker-0.j slots=2\nj-worker-1.j slots=2\n"
     assert "airflow-volcano: j-worker-0.j accepts ssh\nairflow-volcano: j-worker-1.j accepts ssh\n" in ran.stdout
     assert "2 workers x 2 slots = 4 ranks" in ran.stdout
     assert (tmp_path / "termination-log").read_text() == '{"loss": 0.1}', "rank 0's result is the master's"
     assert (tmp_path / "ssh" / "ssh_config.d" / "airflow-volcano.conf").read_text() == "LogLevel ERROR\n"
-    program = [str(mount / ARGV_SHIM), script, *map(encode, hostile)]
+    program = [str(mount / ARGV_SHIM), script]  # no argument: the ranks read them from their worker
     if launcher == "deepspeed":
         assert launcher_record(tmp_path)["argv"] == [
             "--force_multi", f"--hostfile={tmp_path}/hostfile", "--master_addr=j-worker-0.j", "--master_port=29500",
@@ -369,7 +403,7 @@ def test_sshd_allows_root_only_with_a_key_and_every_session_gets_the_pods_enviro
     env_file, tag = tmp_path / "pod-env", "it's \"nightly\"\n$(id) `id` $HOME"
     worker = env_of(container(manifests.job, "worker"))
     env = {**worker, "PATH": f"{stubs}:/usr/bin:/bin", "RUN_TAG": tag, "STUB_RECORD": str(tmp_path / "sshd.json"),
-           "AIRFLOW_VOLCANO_POD_ENV_FILE": str(env_file),
+           "AIRFLOW_VOLCANO_POD_ENV_FILE": str(env_file), "AIRFLOW_VOLCANO_POD_ARGS_FILE": str(tmp_path / "args"),
            "AIRFLOW_VOLCANO_SSH_SESSION_SCRIPT": str(mount / SESSION_SCRIPT)}
     command = [word.replace(SCRIPT_MOUNT_PATH, str(mount)) for word in container(manifests.job, "worker")["command"]]
     ran = subprocess.run(command, env=env, capture_output=True, text=True, timeout=30)
@@ -384,7 +418,7 @@ def test_sshd_allows_root_only_with_a_key_and_every_session_gets_the_pods_enviro
         "AllowTcpForwarding": "no", "AllowStreamLocalForwarding": "no", "AllowAgentForwarding": "no",
         "X11Forwarding": "no", "PermitTunnel": "no", "PermitUserEnvironment": "no",
         "ForceCommand": f"/bin/sh {mount / SESSION_SCRIPT} {env_file}"}
-    assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
+    assert stat.S_IMODE(env_file.stat().st_mode) == stat.S_IMODE((tmp_path / "args").stat().st_mode) == 0o600
     # A session, as sshd runs it: its own bare environment, ForceCommand through the login shell.
     session = subprocess.run(["/bin/sh", "-c", settings["ForceCommand"]], capture_output=True, text=True,
                              env={"SSH_ORIGINAL_COMMAND": 'printf %s "$RUN_TAG"', "PATH": "/usr/bin:/bin"})
@@ -395,7 +429,7 @@ def test_sshd_refuses_paths_its_forcecommand_cannot_carry(tmp_path):
     script = SHELL_DIR / PACKAGE_FILES[SSHD_SCRIPT]
     ran = subprocess.run(["/bin/sh", str(script)], capture_output=True, text=True, env={
         "PATH": "/usr/bin:/bin", "AIRFLOW_VOLCANO_POD_ENV_FILE": f"{tmp_path}/pod env",
-        "AIRFLOW_VOLCANO_SSH_SESSION_SCRIPT": "/opt/s.sh"})
+        "AIRFLOW_VOLCANO_POD_ARGS_FILE": f"{tmp_path}/args", "AIRFLOW_VOLCANO_SSH_SESSION_SCRIPT": "/opt/s.sh"})
     assert ran.returncode == 1 and "must be an absolute path of letters, digits and _./-" in ran.stderr
     assert not (tmp_path / "pod env").exists()
 
@@ -405,3 +439,42 @@ def test_the_scripts_are_valid_sh():
         if source.endswith(".sh"):
             checked = subprocess.run(["sh", "-n", str(SHELL_DIR / source)], capture_output=True, text=True)
             assert checked.returncode == 0, (source, checked.stderr)
+
+
+# A rank's progress bar: bytes without a newline for 1.5 s, then its exit status.
+PROGRESS = """\
+import os, time
+begun = time.monotonic()
+while time.monotonic() - begun < 1.5:
+    os.write(2, b"\\r%.1f s" % (time.monotonic() - begun))
+    time.sleep(0.1)
+os.write(1, bytes(range(256)))
+raise SystemExit(3)
+"""
+
+
+@pytest.mark.parametrize("relay", [True, False])
+def test_a_session_runs_its_command_through_the_workers_output_relay_when_it_prepared_one(tmp_path, relay):
+    """The worker's forward-signals.sh (stall_timeout) wrote output_relay.py into its stacks directory,
+    which the saved pod environment names: a rank's bytes come through unchanged and touch the worker's
+    heartbeat file. Without it, the command runs as before."""
+    stacks = tmp_path / "stacks"
+    stacks.mkdir()
+    if relay:
+        (stacks / "output_relay.py").write_text(read("output_relay.py"))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(sys.executable)
+    env_file = tmp_path / "pod-env"
+    saved = subprocess.run(["/bin/sh", "-c", f"export -p > {env_file}"], capture_output=True, env={
+        "PATH": f"{bin_dir}:/usr/bin:/bin", "AIRFLOW_VOLCANO_STACKS_DIR": str(stacks),
+        "HEARTBEAT_FILE": str(stacks / "heartbeat")})
+    assert saved.returncode == 0
+    session = subprocess.run(["/bin/sh", str(SHELL_DIR / PACKAGE_FILES[SESSION_SCRIPT]), str(env_file)],
+                             capture_output=True, timeout=30, env={
+                                 "SSH_ORIGINAL_COMMAND": f"python3 -c '{PROGRESS}'", "PATH": "/usr/bin:/bin"})
+    assert session.returncode == 3, session.stderr
+    assert session.stdout == bytes(range(256)) and session.stderr.startswith(b"\r0.0 s\r0.1 s")
+    assert (stacks / "heartbeat").exists() is relay
+    assert sorted(path.name for path in stacks.iterdir()) == (["heartbeat", "output_relay.py"] if relay else []), \
+        "the session's FIFOs are removed"

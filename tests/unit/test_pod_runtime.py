@@ -190,9 +190,15 @@ def test_the_triggerers_pod_view_keeps_what_lost_pods_read():
     assert len(str(view)) < 500
 
 
-def test_stall_timeout_mounts_the_pods_annotations_and_ships_the_stack_dumping_sitecustomize():
-    from airflow_volcano.manifest.pod_runtime import PODINFO_PATH, SITECUSTOMIZE_ENV, SITECUSTOMIZE_SHOWN
-    from airflow_volcano.masking import shown
+def test_stall_timeout_mounts_the_pods_annotations_and_ships_the_sitecustomize_and_the_output_relay():
+    from airflow_volcano.manifest.pod_runtime import (
+        OUTPUT_RELAY_ENV,
+        OUTPUT_RELAY_SHOWN,
+        PODINFO_PATH,
+        SITECUSTOMIZE_ENV,
+        SITECUSTOMIZE_SHOWN,
+    )
+    from airflow_volcano.masking import shown, shown_yaml
 
     job = build(training_script=SCRIPT, stall_timeout=120).job
     for name in ("master", "worker"):
@@ -206,8 +212,11 @@ def test_stall_timeout_mounts_the_pods_annotations_and_ships_the_stack_dumping_s
         env = env_of(container)
         assert env["AIRFLOW_VOLCANO_PODINFO"]["value"] == PODINFO_PATH
         assert process_string(env[SITECUSTOMIZE_ENV]["value"]) == read("stack_dumps.py")
+        assert process_string(env[OUTPUT_RELAY_ENV]["value"]) == read("output_relay.py")
     shown_env = env_of(task(shown(job), "master")["template"]["spec"]["containers"][0])
     assert shown_env[SITECUSTOMIZE_ENV]["value"] == SITECUSTOMIZE_SHOWN, "the UI names the file, not its 2 KiB"
+    assert shown_env[OUTPUT_RELAY_ENV]["value"] == OUTPUT_RELAY_SHOWN == "<airflow_volcano/shell/output_relay.py>"
+    assert "import select" not in shown_yaml(job), "the rendered Job stays small"
     plain = pod_spec(build(training_script=SCRIPT).job, "master")
     assert "airflow-volcano-podinfo" not in str(plain), "off by default: nothing added"
 
@@ -278,3 +287,36 @@ def test_the_sitecustomize_registers_every_python_process_and_leaves_the_images_
     finally:
         process.send_signal(signal.SIGKILL)
         process.wait()
+
+
+def hold_of(job: dict, name: str) -> str | None:
+    item = env_of(pod_spec(job, name)["containers"][0]).get("AIRFLOW_VOLCANO_HOLD_EXIT")
+    return item and item["value"]
+
+
+@pytest.mark.parametrize(("kwargs", "master", "worker"), [
+    ({}, "10 130 137 138 143", "10 130 137 138 143"),
+    ({"retryable_exit_codes": [137], "restart_scope": "task"}, "10 137", "10 137"),
+    ({"retryable_exit_codes": []}, "10", "10"),  # an eviction still restarts: every failure waits for it
+    ({"policies": [{"event": "PodFailed", "action": "TerminateJob"}]}, None, None),  # nothing restarts
+    ({"policies": [{"event": "*", "action": "RestartJob"}]}, None, None),  # everything restarts
+    ({"policies": [{"event": "PodFailed", "action": "TerminateJob"}, {"exitCode": 137, "action": "RestartJob"}]},
+     None, None),  # PodFailed matches first: 137 never restarts
+    # Task policies come first (Volcano reads them before the Job's): the master's own decide for it.
+    ({"master_policies": [{"event": "PodFailed", "action": "RestartJob"}]}, None, "10 130 137 138 143"),
+    ({"master_policies": [{"exitCode": 1, "action": "RestartTask"}, {"exitCode": 137, "action": "TerminateJob"}]},
+     "10 1 130 138 143", "10 130 137 138 143"),
+])
+def test_a_non_retryable_failure_is_held_back_when_the_policies_restart_on_something_and_end_the_job_on_the_rest(
+        kwargs, master, worker):
+    job = build(training_script=SCRIPT, **kwargs).job
+    assert (hold_of(job, "master"), hold_of(job, "worker")) == (master, worker)
+
+
+def test_no_hold_for_a_container_the_shell_does_not_run():
+    assert hold_of(build(training_script=SCRIPT, debug=True).job, "master") is None, "a debug pod sleeps"
+    assert hold_of(build(args=["--epochs", "3"]).job, "master") is None, "the image's entrypoint runs unwrapped"
+    mine = build(training_script=SCRIPT, env={"AIRFLOW_VOLCANO_HOLD_EXIT": "99 1"}).job
+    assert hold_of(mine, "worker") == "10 130 137 138 143", "ours wins over a variable of the same name"
+    assert [item["name"] for item in pod_spec(mine, "worker")["containers"][0]["env"]].count(
+        "AIRFLOW_VOLCANO_HOLD_EXIT") == 1
