@@ -61,7 +61,7 @@ def relay(streams: dict, heartbeat: str) -> None:
     poller = select.poll()
     for fd in (*streams, wake_read):
         poller.register(fd, select.POLLIN)
-    broken = set()
+    broken: set = set()  # the output fds that failed (EPIPE, EIO): what is read for them is dropped
     last_beat = 0.0
     while streams and not flush:
         for fd, _event in poller.poll():
