@@ -74,6 +74,16 @@ def held_exit_codes(task: Mapping[str, Any], job: Mapping[str, Any]) -> list[int
     return sorted(codes) if restarts and failed in ("TerminateJob", "AbortJob") else None
 
 
+def restarts_on_eviction(job: Mapping[str, Any]) -> bool:
+    """Whether the Job's policies (its own or a task's) answer an evicted pod with a restart: what
+    stall_action="restart" relies on (it deletes the stalled pods)."""
+    spec = job.get("spec") or {}
+    policies = [*(spec.get("policies") or []),
+                *(policy for task in spec.get("tasks") or [] for policy in (task.get("policies") or []))]
+    return any(str(policy.get("action", "")).startswith("Restart") and
+               {"PodEvicted", "*"} & {policy.get("event"), *(policy.get("events") or [])} for policy in policies)
+
+
 def validate_policies(parameter: str, policies: Any) -> None:
     """Volcano's webhook rules: event(s) xor exitCode, known names, no duplicates, `*` alone."""
     if policies is None:

@@ -61,6 +61,7 @@ from airflow_volcano.manifest import (
     tensorboard_endpoint,
 )
 from airflow_volcano.manifest.names import pod_name
+from airflow_volcano.manifest.policies import restarts_on_eviction
 from airflow_volcano.masking import register_secrets, shown, shown_yaml
 
 if TYPE_CHECKING:
@@ -354,6 +355,11 @@ class VolcanoJobOperator(BaseOperator):
                                     checkpoint_subdir=checkpoint_subdir(dag_id=dag_id, task_id=self.task_id,
                                                                         run_id=run_id, map_index=map_index))
         self._log_pods(manifests.job, manifests.main_task)  # an unknown task name fails here, before submitting
+        if self.stall_timeout is not None and self.stall_action == StallAction.RESTART and \
+                not restarts_on_eviction(manifests.job):
+            raise JobSpecError("stall_action='restart' restarts a stalled gang by deleting its pods, and this Job's "
+                               "policies do not answer an evicted pod with a restart: add a policy {'event': "
+                               "'PodEvicted', 'action': 'RestartJob'}, or use stall_action='fail'")
         register_secrets(manifests.job)  # the task log hides them from now on
         return manifests
 

@@ -47,8 +47,9 @@ def test_execution_timeout_with_a_try_left_keeps_the_job_for_the_retry_to_reatta
     assert cluster.job("timeout1")["status"]["state"]["phase"] == "Completed"
 
 
+@pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferred"])
 def test_deletes_failing_for_a_minute_neither_orphan_the_job_nor_train_it_twice(
-        cluster, operator_kubeconfig, kubeconfig, run_task, monkeypatch):
+        cluster, operator_kubeconfig, kubeconfig, run_task, monkeypatch, deferrable):
     """The apiserver refuses every delete of the Job for 60 s. The cleanup retries (here for 10 s),
     then the task fails without marking the Job reported; its retry reattaches to the finished Job,
     reports it and deletes it. One Job, trained once, none left."""
@@ -64,7 +65,8 @@ def test_deletes_failing_for_a_minute_neither_orphan_the_job_nor_train_it_twice(
         monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(
             {"conn_type": "kubernetes", "extra": {"kube_config_path": str(proxied), "namespace": cluster.namespace}}))
         run = run_task(lambda: seed_operator(cluster.namespace, "undeletable", annotations={SIM + "run-for": "2s"},
-                                             retries=1, retry_delay=datetime.timedelta(seconds=55)))
+                                             retries=1, retry_delay=datetime.timedelta(seconds=55),
+                                             deferrable=deferrable))
 
     assert proxy.job_deletes_refused >= 3, "the deletes really failed, and were retried"
     assert f"delete Job {cluster.namespace}/undeletable failed (HTTP 503" in run.log

@@ -7,6 +7,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from airflow_volcano.operators.pytorch import VolcanoPyTorchJobOperator
@@ -134,11 +135,33 @@ def test_unschedulable_gpu_request_fails_within_startup_timeout(cluster, operato
     cluster.wait_for("the unstartable Job to be deleted", lambda: cluster.job("greedy") is None)
 
 
-def test_image_pull_error_fails_fast_with_the_image(cluster, operator_kubeconfig, run_task):
+@pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferred"])
+def test_image_pull_error_fails_fast_with_the_image(cluster, operator_kubeconfig, run_task, deferrable):
+    """README "Cleanup guarantees": a Job whose pods cannot start is deleted, whatever on_kill_action says."""
     run = run_task(lambda: seed_operator(cluster.namespace, "pull", image="registry.invalid/nope:1",
-                                         annotations={SIM + "outcome": "image-pull-error"}))
+                                         annotations={SIM + "outcome": "image-pull-error"}, deferrable=deferrable,
+                                         on_kill_action="keep_job", on_finish_action="keep_job"))
     assert run.state == "failed", run.log
     assert "registry.invalid/nope:1" in run.log and "ImagePullBackOff" in run.log
+    cluster.wait_for("the Job that cannot start to be deleted", lambda: cluster.job("pull") is None)
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferred"])
+def test_a_job_deleted_by_someone_else_fails_the_task_saying_so(cluster, operator_kubeconfig, run_task, deferrable):
+    import threading
+
+    def delete_when_running() -> None:
+        cluster.wait_phase("gone", {"Running"}, timeout=60)
+        cluster.custom.delete_namespaced_custom_object("batch.volcano.sh", "v1alpha1", cluster.namespace, "jobs",
+                                                       "gone")
+
+    deleter = threading.Thread(target=delete_when_running)
+    deleter.start()
+    run = run_task(lambda: seed_operator(cluster.namespace, "gone", deferrable=deferrable,
+                                         annotations={SIM + "outcome": "run-forever"}))
+    deleter.join()
+    assert run.state == "failed", run.log
+    assert f"Volcano Job {cluster.namespace}/gone was deleted while the task waited" in run.log
 
 
 def test_job_timeout_deletes_the_job(cluster, operator_kubeconfig, run_task):

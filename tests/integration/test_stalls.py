@@ -199,7 +199,9 @@ def test_time_the_logs_cannot_be_read_is_not_silence_and_a_real_hang_is_still_ca
     assert re.search(r"\[outage-master-0\] process \d+, no RANK|\[outage-master-0\] process \d+, RANK=0", run.log)
 
 
-def test_a_restart_the_identity_may_not_do_fails_the_stall_once_saying_why(cluster, operator_kubeconfig, run_task):
+@pytest.mark.parametrize("deferrable", [False, True], ids=["worker", "deferred"])
+def test_a_restart_the_identity_may_not_do_fails_the_stall_once_saying_why(cluster, operator_kubeconfig, run_task,
+                                                                           deferrable):
     """stall_action='restart' with a Role that may not delete pods: the restart is refused, and the stall
     ends the task with the apiserver's reason at once, instead of a dump of stacks every stall_timeout
     while the hung Job keeps its GPUs (simulated pods: a master whose log never grows)."""
@@ -217,7 +219,7 @@ def test_a_restart_the_identity_may_not_do_fails_the_stall_once_saying_why(clust
     cluster.write_log("stuck-master-0", ["loading", "step 1"])
 
     run = run_task(lambda: seed_operator(cluster.namespace, "stuck", worker_replicas=0, stall_timeout=30,
-                                         stall_action="restart", job_timeout=240,
+                                         stall_action="restart", job_timeout=240, deferrable=deferrable,
                                          annotations={SIM + "outcome": "run-forever"}))
 
     assert run.state == "failed", run.log

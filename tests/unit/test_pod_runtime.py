@@ -320,3 +320,16 @@ def test_no_hold_for_a_container_the_shell_does_not_run():
     assert hold_of(mine, "worker") == "10 130 137 138 143", "ours wins over a variable of the same name"
     assert [item["name"] for item in pod_spec(mine, "worker")["containers"][0]["env"]].count(
         "AIRFLOW_VOLCANO_HOLD_EXIT") == 1
+
+
+def test_stall_action_restart_needs_policies_that_restart_an_evicted_pod():
+    """It restarts the gang by deleting the stalled pods: a Job whose policies would not restart them is
+    refused before submitting, naming stall_action."""
+    from airflow_volcano.exceptions import JobSpecError
+    from airflow_volcano.operators.pytorch import VolcanoPyTorchJobOperator
+
+    common = dict(task_id="train", image="img:1", command=["python", "-c", "pass"], stall_timeout=60,
+                  stall_action="restart")
+    assert VolcanoPyTorchJobOperator(**common).build_manifests(), "the default policies restart on PodEvicted"
+    with pytest.raises(JobSpecError, match=r"stall_action='restart' restarts a stalled gang by deleting its pods"):
+        VolcanoPyTorchJobOperator(**common, policies=[{"event": "PodFailed", "action": "AbortJob"}]).build_manifests()
