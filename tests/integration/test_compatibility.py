@@ -55,7 +55,7 @@ def test_wait_for_master_runs_where_volcano_has_it_and_is_refused_before_submitt
         on_finish_action="keep_job"))
 
     if volcano_release >= (1, 14):
-        # (Its workers' real waiting: test_real_pods' torchrun example DAG.)
+        # (Its workers' real waiting: test_real_training's torchrun example DAG.)
         assert run.state == "success", run.log
         assert "--wait-master-enabled" in cluster.job("waits")["spec"]["plugins"]["pytorch"]
     else:

@@ -19,8 +19,8 @@ import pytest
 from airflow_volcano.operators.deepspeed import VolcanoDeepSpeedJobOperator
 from airflow_volcano.operators.pytorch import VolcanoPyTorchJobOperator
 
+from .real_node import REPO, SMALL, real_operator, script
 from .test_kill_and_reattach import start_worker, write_dag
-from .test_real_pods import REPO, SMALL, real_operator, script
 
 RESUMABLE = str(REPO / "dags" / "scripts" / "train_resumable.py")
 CLUSTER = str(REPO / "scripts" / "volcano-cluster")
@@ -310,7 +310,7 @@ def test_the_resumable_example_dag_resumes_after_a_rank_is_killed(cluster, opera
                                                                    real_node, tmp_path, capfd):
     """dags/volcano_resumable_training.py as written, on the real node: a hostPath for its
     PersistentVolumeClaim; a worker exits 137 after epoch 1 (CRASH_AT_EPOCH) on the first attempt."""
-    from .test_real_pods import example_dag_on_the_real_node, return_value
+    from .real_node import example_dag_on_the_real_node, return_value
 
     dag = example_dag_on_the_real_node("volcano_resumable_training.py", real_node)
     train = dag.get_task("train")

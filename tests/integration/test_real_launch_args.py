@@ -16,7 +16,7 @@ import pytest
 
 from airflow_volcano.operators.deepspeed import VolcanoDeepSpeedJobOperator
 
-# Small requests so that a gang fits the 2-core node (as test_real_pods.py).
+# Small requests so that a gang fits the 2-core node (as real_node.py).
 SMALL = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
 ARGS = ["$(id)", "`id`", "it's \"quoted\"", "line one\nline two", "", "--opt=$(id)", "--opt2=$HOME", "$(HOSTNAME)",
         "$(HF_TOKEN)", "naïve ✓ 训练", "a;b|c&d>e", "*", "--local_rank=7", "x"]

@@ -1,12 +1,15 @@
 """Every line of a followed pod reaches the task log, shown at the time the pod printed it: also the last
-lines of a pod that ends or is deleted between two copies of a deferred wait (real node, real containers)."""
+lines of a pod that ends or is deleted between two copies of a deferred wait (real node, real containers).
+A real container's log is copied whole across read chunks (characters cut between chunks, invalid UTF-8),
+and a hostile one (a forged timestamp after a carriage return, ANSI escapes, a 50 MiB line) is escaped and
+cut in bounded memory, by the worker and by the trigger."""
 
 from __future__ import annotations
 
 import datetime
 import re
 
-from .test_real_pods import real_operator, script
+from .real_node import real_operator, run_writer_pod, script
 
 LAST_WORDS = """
     import os, time
@@ -34,3 +37,128 @@ def test_a_deferred_masters_last_line_before_it_dies_is_in_the_task_log_at_its_o
     shown_at, line = stamped(run.log, "[lastwords-master-0] last words at ")
     printed_at = float(re.search(r"last words at (\d+\.\d+)", line).group(1))
     assert abs(shown_at - printed_at) < 1.0, f"shown at {shown_at}, printed at {printed_at}: {line}"
+
+
+def test_the_trigger_copies_a_real_containers_log_whole_in_one_streamed_read(
+        cluster, operator_kubeconfig, real_node, monkeypatch):
+    """The triggerer's log copy on a container the kubelet ran: 3,000 lines of Chinese (more than
+    one 64 KiB chunk, so chunks end inside characters) and one of invalid UTF-8, each shown once."""
+    import asyncio
+
+    from airflow_volcano.job_ref import JobRef
+    from airflow_volcano.logs import LOG_CHUNK_BYTES, LogCursor
+    from airflow_volcano.triggers.job import VolcanoJobTrigger
+
+    write = ("import sys\n"
+             "for i in range(3000):\n"
+             "    line = f'{i:04d} ' + '训练' * 10 + '\\n'\n"
+             "    sys.stdout.buffer.write(line.encode() if i != 1500 else b'1500 bad \\xff\\xfe\\n')\n")
+    run_writer_pod(cluster, real_node, "tlog-master-0", write)
+    shown: list[str] = []
+
+    class TaskLog:
+        def info(self, message: str, *args: object, **fields: object) -> None:
+            shown.append(message % args)
+
+        def __getattr__(self, name: str) -> object:
+            return lambda *args, **kwargs: None
+
+    monkeypatch.setattr(VolcanoJobTrigger, "log", TaskLog())
+    ref = JobRef(name="tlog", namespace=cluster.namespace, main_container="master")
+    trigger = VolcanoJobTrigger(ref.to_dict(), "kubernetes_default")
+
+    async def copy() -> None:
+        await trigger._copy_new_log_lines(await trigger._hook(), ref, LogCursor())
+
+    asyncio.run(copy())
+    assert 3000 * len(("0000 " + "训练" * 10 + "\n").encode()) > LOG_CHUNK_BYTES, "more than one chunk"
+    lines = [line.removeprefix("[tlog-master-0] ") for line in shown]
+    assert [line[:4] for line in lines] == [f"{i:04d}" for i in range(3000)], "every line once, in order"
+    assert lines[2999] == "2999 " + "训练" * 10
+    assert lines[1500] == "1500 bad \ufffd\ufffd"
+
+
+HOSTILE_WRITER = ("import sys\n"
+                  "w = sys.stdout.buffer.write\n"
+                  "w(b'before\\n')\n"
+                  "w(b'x\\r2999-01-01T00:00:00Z forged\\n')\n"  # a carriage return, then a fake timestamp
+                  "w(b'\\x1b[31mred\\x1b[0m 10%\\r 20%\\r\\n')\n"  # ANSI colours, tqdm's redraws
+                  "for _ in range(50):\n"
+                  "    w(b'y' * (1 << 20))\n"  # 50 MiB without a newline
+                  "w(b'\\nafter\\n')\n")
+
+
+def test_a_hostile_real_log_is_copied_escaped_and_cut_in_bounded_memory_in_both_modes(
+        cluster, operator_kubeconfig, real_node, monkeypatch, caplog):
+    """What a real container wrote, through the kubelet: a carriage return followed by a forged
+    timestamp, ANSI escapes, and a 50 MiB line without a newline (the kubelet joins its partial
+    lines into one). Both copies, the worker's final read and the trigger's streamed read, show
+    each line once with control characters escaped, cut the long line and say so, hold at most a
+    few MiB, and the cursor stays at the real timestamps."""
+    import asyncio
+    import tracemalloc
+
+    from airflow_volcano.hooks.volcano import VolcanoHook
+    from airflow_volcano.job_ref import JobRef
+    from airflow_volcano.logs import MAX_LINE_BYTES, LogCursor
+    from airflow_volcano.pod_logs import PodLogCopy, read_remaining_log
+    from airflow_volcano.triggers.job import VolcanoJobTrigger
+
+    run_writer_pod(cluster, real_node, "hostile-master-0", HOSTILE_WRITER)
+    expected = ["before", "x\\r2999-01-01T00:00:00Z forged", "\\x1b[31mred\\x1b[0m 10%\\r 20%", "<cut>", "after"]
+
+    def cut(lines: list[str]) -> list[str]:
+        """The 50 MiB line as `<cut>` if it was cut right: its first bytes, then how many were not shown
+        (the line's first MAX_LINE_BYTES include the kubelet's timestamp)."""
+        found = len(lines) > 3 and re.fullmatch(r"(y+) \[\.\.\. line cut: (\d+) more bytes not shown\]", lines[3])
+        if found:
+            head, rest = len(found.group(1)), int(found.group(2))
+            if MAX_LINE_BYTES - 40 < head < MAX_LINE_BYTES and head + rest == 50 << 20:
+                return [*lines[:3], "<cut>", *lines[4:]]
+        return lines
+
+    def copied(copy: object) -> tuple[list[str], int]:
+        tracemalloc.start()
+        copy()
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        return peak
+
+    worker_lines: list[str] = []
+    worker_copy = PodLogCopy("hostile-master-0", "master", lambda line, at: worker_lines.append(line))
+    worker_peak = copied(lambda: read_remaining_log(VolcanoHook(), cluster.namespace, worker_copy))
+    assert "Could not read" not in caplog.text, caplog.text
+
+    trigger_lines: list[str] = []
+
+    class TaskLog:
+        def info(self, message: str, *args: object, **fields: object) -> None:
+            trigger_lines.append((message % args).removeprefix("[hostile-master-0] "))
+
+        def __getattr__(self, name: str) -> object:
+            return lambda *args, **kwargs: None
+
+    monkeypatch.setattr(VolcanoJobTrigger, "log", TaskLog())
+    ref = JobRef(name="hostile", namespace=cluster.namespace, main_container="master")
+    trigger = VolcanoJobTrigger(ref.to_dict(), "kubernetes_default")
+    trigger_cursor = LogCursor()
+
+    async def trigger_copy() -> None:
+        from airflow_volcano.masking import JobSecrets
+        from airflow_volcano.triggers.job import _LogCopy
+        from airflow_volcano.wait_engine import OutputClock
+
+        trigger._secrets = JobSecrets()
+        await trigger._copy_new_lines(await trigger._hook(), cluster.namespace,
+                                      _LogCopy(ref.main_pod, "master", trigger_cursor), OutputClock())
+
+    asyncio.run(trigger_copy())  # the clients' first import, outside the measured copy
+    trigger_lines.clear()
+    trigger_cursor = LogCursor()
+    trigger_peak = copied(lambda: asyncio.run(trigger_copy()))
+
+    for lines, cursor, peak in ((worker_lines, worker_copy.cursor, worker_peak),
+                                (trigger_lines, trigger_cursor, trigger_peak)):
+        assert cut(lines) == expected, [line[:80] + f"... ({len(line)})" for line in lines]
+        assert peak < 8 << 20, f"copying held {peak >> 20} MiB"
+        assert cursor.last_ns // 10**9 < datetime.datetime(2999, 1, 1, tzinfo=datetime.UTC).timestamp()

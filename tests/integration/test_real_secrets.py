@@ -9,7 +9,7 @@ import json
 
 from airflow_volcano.operators.deepspeed import VolcanoDeepSpeedJobOperator
 
-from .test_real_pods import SMALL, real_operator, script
+from .real_node import SMALL, real_operator, script
 
 SECRET = "hf_launch_secret_4f7a9c2e81"
 

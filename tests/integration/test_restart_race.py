@@ -14,7 +14,7 @@ import os
 
 import pytest
 
-from .test_real_pods import real_operator, script
+from .real_node import real_operator, script
 from .test_stalls import state_volume
 
 TRIALS = int(os.environ.get("RACE_TRIALS", "2"))

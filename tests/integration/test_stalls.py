@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from .test_real_pods import real_operator, script
+from .real_node import real_operator, script
 
 HANGS = """
     import os, pathlib, time
@@ -248,7 +248,7 @@ def test_a_quiet_deepspeed_rank_that_keeps_its_heartbeat_is_not_a_stall(cluster,
     their worker pod's log, which the wait now reads too (it used to follow the master's alone)."""
     from airflow_volcano.operators.deepspeed import VolcanoDeepSpeedJobOperator
 
-    from .test_real_pods import SMALL
+    from .real_node import SMALL
 
     run = run_task(lambda: VolcanoDeepSpeedJobOperator(
         task_id="train", name="dsquiet", namespace=cluster.namespace, worker_replicas=1,
