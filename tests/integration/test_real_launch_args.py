@@ -1,6 +1,7 @@
 """DeepSpeed and mpirun launches on the real node, with hostile arguments: every rank's sys.argv holds
-the task's arguments exactly (DeepSpeed's runner, pdsh and each worker's `sh -c` in between), no
-shell runs them, and each worker's sshd lets root in with the Job's key only.
+the task's arguments exactly (read from its worker pod, which saved its own container args: no
+launcher's command line, pdsh or worker shell carries them, and DeepSpeed's logged command line shows
+none of them), no shell runs them, and each worker's sshd lets root in with the Job's key only.
 """
 
 from __future__ import annotations
@@ -77,6 +78,12 @@ def test_every_rank_gets_the_task_arguments_exactly_and_no_shell_runs_them(clust
     assert "uid=0(root)" not in run.log and "INJECTED" not in run.log.replace("`echo INJECTED`", ""), run.log
     assert ENV["HF_TOKEN"] not in run.log, "$(HF_TOKEN) stays literal: the kubelet expands no argument"
     assert "MLFLOW_RUN_NOTE=" not in run.log, "DeepSpeed's runner no longer copies it into the workers' command line"
+    if launcher == "deepspeed":
+        logged = [line for line in run.log.splitlines() if "cmd = " in line]
+        assert logged, run.log
+        for line in logged:  # the script, then nothing of ours: no argument, in any encoding
+            assert re.search(r"airflow-volcano-argv\.py \S+/print_argv\.py(?!\s+x[A-Za-z0-9_-])", line), line
+            assert "naïve" not in line and "HF_TOKEN" not in line and "line one" not in line, line
 
 
 WAIT_FOR_THE_TEST = """

@@ -142,7 +142,7 @@ def test_the_exec_helper_keeps_the_environment_and_sh_s_exit_codes(tmp_path, she
     assert seen.pop(b"ODD") == b"it's $(x)\n" and b"LC_CTYPE" not in seen, seen
     missing = subprocess.run([*shell, "-c", read("forward-signals.sh"), "airflow-volcano-run", "no-such-command"],
                              env=env, capture_output=True, text=True, timeout=ENOUGH)
-    assert missing.returncode == 127 and "no-such-command: not found" in missing.stderr.replace("No such file", "")
+    assert missing.returncode == 127 and "no-such-command: not found" in missing.stderr, missing.stderr
     plain = tmp_path / "plain.txt"
     plain.write_text("data\n")
     denied = subprocess.run([*shell, "-c", read("forward-signals.sh"), "airflow-volcano-run", str(plain)], env=env,
@@ -404,13 +404,14 @@ def test_a_process_left_holding_the_output_does_not_keep_the_shell(tmp_path):
 # -- stacks ---------------------------------------------------------------------------------------------------
 
 # A registered process that then runs another program in its place (`os.execvp`: its pid, no handler),
-# and a registered one that sleeps (its stack is asked for), its arguments carrying a secret.
+# and a registered one that sleeps (its stack is asked for), its arguments carrying a secret; it also
+# catches signal 64, the top bit of the 64-bit SigCgt mask (parsed whole, it would overflow sh's $((...))).
 STACKS_SCRIPT = """\
-import os, subprocess, sys, time
+import os, signal, subprocess, sys, time
 if sys.argv[1] == "exec":
     open(sys.argv[2], "w").write(str(os.getpid()))
     os.execvp("sh", ["sh", "-c", "sleep 600"])
-subprocess.Popen([sys.executable, __file__, "exec", sys.argv[2]])
+subprocess.Popen([sys.executable, __file__, "exec", sys.argv[2]]); signal.signal(64, lambda *_: None)
 time.sleep(600)
 """
 
@@ -421,7 +422,10 @@ def test_a_stacks_request_kills_no_process_that_cannot_answer_and_a_live_one_pri
     env = relay_env(tmp_path, RANK="2", LOCAL_RANK="0")
     execd_pid = tmp_path / "execd"
     train = script(tmp_path, "train.py", STACKS_SCRIPT)
-    stranger = subprocess.Popen(["sleep", "600"])  # a pid a stale stacks file names
+    # A pid a stale stacks file names: it catches signal 64 (the mask's top bit: dash would read a
+    # whole 64-bit mask as INTMAX_MAX, every bit set), not 42.
+    stranger = subprocess.Popen([PYTHON, "-I", "-c", "import signal, time\n"
+                                 "signal.signal(64, lambda *_: None)\ntime.sleep(600)"])
     process = start(shell, [PYTHON, train, "main", str(execd_pid), "--token=hunter2"], env)
     stacks_dir = tmp_path / "airflow-volcano"
     try:
@@ -435,7 +439,8 @@ def test_a_stacks_request_kills_no_process_that_cannot_answer_and_a_live_one_pri
         (stacks_dir / f"about-{stranger.pid}").write_text("RANK=9: python old.py\n")
         (tmp_path / "podinfo" / "annotations").write_text('airflow-volcano.io/dump-stacks="1764000000"\n')
         deadline = time.monotonic() + ENOUGH
-        while (stacks_dir / f"stacks-{stranger.pid}").exists():  # removed when the request is answered
+        # Its file is removed when the request is answered (or it was signalled, and ended).
+        while (stacks_dir / f"stacks-{stranger.pid}").exists() and stranger.poll() is None:
             assert time.monotonic() < deadline, "never answered"
             time.sleep(0.1)
         time.sleep(2)  # (the answer is printed a second after the signal)
