@@ -253,33 +253,44 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
     def watch_job(
         self, name: str, namespace: str, *, resource_version: str | None, timeout_seconds: int
     ) -> Generator[dict, None, None]:
-        """Yield the Job each time it changes, from `resource_version`, for up to `timeout_seconds`
-        on one request. Ends early on deletion, 410 Gone or a dropped or refused stream (the wait
-        engine backs off and re-reads the Job); raises what retrying cannot fix. The triggers' shared
-        watch (triggers/job_watch.py) resumes, re-lists and backs off the same way."""
-        stream = watch.Watch()
-        try:
-            for event in stream.stream(
-                self.custom_objects.list_namespaced_custom_object,
-                JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL,
-                field_selector=f"metadata.name={name}", resource_version=resource_version or "",
-                timeout_seconds=max(1, timeout_seconds), _request_timeout=(10, max(1, timeout_seconds) + 10),
-            ):
-                if event["type"] == "DELETED":
-                    return
-                if event["type"] in ("ADDED", "MODIFIED"):
-                    yield event["object"]
-        except Exception as error:  # noqa: BLE001 - a dropped, refused or expired watch ends it
-            if api_error(error):
-                if status_of(error) != 410 and not self.retriable(error):
-                    raise VolcanoApiError.from_api_exception(f"watch Job {namespace}/{name}", error) from None
-            elif not self.retriable(error) and not isinstance(error, ValueError):
-                raise
-            else:
-                self.note_connection_lost()
-            self.log.info("watch of Job %s/%s ended (%s); re-reading the Job", namespace, name, short(error))
-        finally:
-            stream.stop()
+        """Yield the Job each time it changes, from `resource_version`, for up to `timeout_seconds`.
+        A Job unchanged for longer than the apiserver keeps history has a version too old to watch
+        from (410 Gone): the watch then starts again from now, whose first event is the Job as it is,
+        so a quiet Job is never left unwatched. Ends early on deletion or a dropped or refused stream
+        (the wait engine backs off and re-reads the Job); raises what retrying cannot fix. The
+        triggers' shared watch (triggers/job_watch.py) re-lists on 410 instead."""
+        ends = time.monotonic() + max(1, timeout_seconds)
+        version = resource_version or ""
+        while True:
+            seconds = max(1, round(ends - time.monotonic()))
+            stream = watch.Watch()
+            try:
+                for event in stream.stream(
+                    self.custom_objects.list_namespaced_custom_object,
+                    JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL,
+                    field_selector=f"metadata.name={name}", resource_version=version,
+                    timeout_seconds=seconds, _request_timeout=(10, seconds + 10),
+                ):
+                    if event["type"] == "DELETED":
+                        return
+                    if event["type"] in ("ADDED", "MODIFIED"):
+                        yield event["object"]
+                return
+            except Exception as error:  # noqa: BLE001 - a dropped, refused or expired watch ends it
+                if api_error(error) and status_of(error) == 410 and version and time.monotonic() < ends:
+                    version = ""
+                    continue
+                if api_error(error):
+                    if status_of(error) != 410 and not self.retriable(error):
+                        raise VolcanoApiError.from_api_exception(f"watch Job {namespace}/{name}", error) from None
+                elif not self.retriable(error) and not isinstance(error, ValueError):
+                    raise
+                else:
+                    self.note_connection_lost()
+                self.log.info("watch of Job %s/%s ended (%s); re-reading the Job", namespace, name, short(error))
+                return
+            finally:
+                stream.stop()
 
     def watch_job_pods(self, job_name: str, namespace: str, *, timeout_seconds: int,
                        stop: Callable[[], bool] = lambda: False) -> Iterator[dict]:

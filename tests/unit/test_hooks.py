@@ -200,3 +200,42 @@ def test_a_lost_pod_is_deleted_only_as_the_pod_it_was_seen_as():
 
 async def _no_sleep(seconds: float) -> None:
     return None
+
+
+def test_a_quiet_jobs_watch_whose_version_expired_starts_again_from_now():
+    """A Job unchanged for longer than the apiserver keeps history: watching from its resourceVersion
+    gets 410 Gone. The watch starts again from now (no version), whose first event is the Job as it
+    is, instead of ending and re-reading the same too-old version again and again."""
+    import json
+
+    from airflow_volcano.hooks.volcano import VolcanoHook
+
+    job = {"metadata": {"name": "train", "namespace": "ml", "resourceVersion": "5"}, "status": {}}
+    gone = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired",
+                                        "message": "too old resource version: 5 (900)"}}
+    answers = [[gone], [{"type": "ADDED", "object": job}]]
+    versions: list[str] = []
+
+    class Response:
+        def __init__(self, events: list[dict]) -> None:
+            self.events = events
+
+        def stream(self, *args: Any, **kwargs: Any) -> Any:
+            yield from (json.dumps(event).encode() + b"\n" for event in self.events)
+
+        def close(self) -> None:
+            pass
+
+        def release_conn(self) -> None:
+            pass
+
+    class CustomObjects:
+        def list_namespaced_custom_object(self, *args: Any, resource_version: str, **kwargs: Any) -> Response:
+            versions.append(resource_version)
+            return Response(answers.pop(0))
+
+    hook = VolcanoHook("kubernetes_default")
+    hook.__dict__["custom_objects"] = CustomObjects()
+    seen = list(hook.watch_job("train", "ml", resource_version="5", timeout_seconds=60))
+    assert versions == ["5", ""], "then from now"
+    assert [j["metadata"]["resourceVersion"] for j in seen] == ["5"]
