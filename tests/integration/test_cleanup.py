@@ -33,11 +33,15 @@ def test_execution_timeout_with_no_try_left_deletes_the_job(cluster, operator_ku
 def test_execution_timeout_with_a_try_left_keeps_the_job_for_the_retry_to_reattach(cluster, operator_kubeconfig,
                                                                                     run_task, deferrable):
     """The same whether the task waited in a worker or deferred (a deferred execution_timeout used to
-    delete the Job, and the retry trained again from the start)."""
+    delete the Job, and the retry trained again from the start).
+
+    The Job trains 60 s: longer than one try's execution_timeout (45 s), shorter than two. A deferred
+    try's deadline counts from its start_date, which precedes the Job by the seconds a loaded machine
+    takes to start the task (up to about 20 here), so the margins are wide."""
     run = run_task(lambda: seed_operator(cluster.namespace, "timeout1", retries=1,
                                          retry_delay=datetime.timedelta(seconds=1),
-                                         execution_timeout=datetime.timedelta(seconds=12),
-                                         annotations={SIM + "run-for": "20s"}, on_finish_action="keep_job",
+                                         execution_timeout=datetime.timedelta(seconds=45),
+                                         annotations={SIM + "run-for": "60s"}, on_finish_action="keep_job",
                                          deferrable=deferrable))
 
     assert run.state == "success", run.log

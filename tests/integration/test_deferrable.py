@@ -88,8 +88,10 @@ def test_trigger_arguments_hold_no_credentials_and_the_triggerer_resolves_the_co
 @pytest.mark.parametrize("action", ["delete_job", "keep_job"])
 def test_killing_a_deferred_task_deletes_the_job_unless_kept(cluster, operator_kubeconfig, action):
 
-    cluster.create_job(pytorch_job("dkill", master_sim={"outcome": "run-forever"},
-                                   worker_sim={"outcome": "run-forever"}))
+    body = pytorch_job("dkill", master_sim={"outcome": "run-forever"}, worker_sim={"outcome": "run-forever"})
+    # Labelled as the operator submits it: under deploy/admission-policy.yaml the provider deletes only its own.
+    body["metadata"].setdefault("labels", {})["app.kubernetes.io/managed-by"] = "airflow-volcano"
+    cluster.create_job(body)
     job = cluster.wait_phase("dkill", {"Running"})
     trigger = VolcanoJobTrigger(JobRef.from_job(job, "master").to_dict(), "kubernetes_default",
                                 on_kill_action=action)
