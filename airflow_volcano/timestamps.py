@@ -1,5 +1,6 @@
 """The one reader of Kubernetes' timestamps (RFC 3339 in UTC: `2026-11-24T17:21:06Z`, and a pod log's
-`2026-11-24T17:21:06.123456789Z`), and how a time is shown. Standard library only."""
+`2026-11-24T17:21:06.123456789Z`; `2026-11-24T17:21:06+00:00` where the client's models turned them into
+datetimes and back), and how a time is shown. Standard library only."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from typing import Any
 
 def parse_timestamp_ns(stamp: str) -> int | None:
     """RFC 3339 (nano) timestamp in UTC -> integer nanoseconds since the epoch; None if not one."""
+    if stamp.endswith("+00:00"):
+        stamp = stamp[:-6] + "Z"
     if not stamp.endswith("Z") or "T" not in stamp:
         return None
     whole, _, fraction = stamp[:-1].partition(".")

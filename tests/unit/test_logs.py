@@ -15,6 +15,27 @@ def test_parse_timestamp_handles_trimmed_nanoseconds():
     assert parse_timestamp_ns("not-a-time") is None
 
 
+def test_a_pod_read_through_the_clients_models_keeps_its_times():
+    """The sync hook reads pods as the client's models and turns them back into dicts: its times come
+    back as `+00:00`, not `Z`. The report of the pod that failed first still says when."""
+    import datetime
+
+    from kubernetes import client
+
+    from airflow_volcano.status import failed_pods
+
+    finished = datetime.datetime(2026, 11, 22, 10, 0, 3, tzinfo=datetime.UTC)
+    pod = client.ApiClient().sanitize_for_serialization(client.V1Pod(
+        metadata=client.V1ObjectMeta(name="train-worker-0", labels={"volcano.sh/task-spec": "worker"}),
+        status=client.V1PodStatus(phase="Failed", container_statuses=[client.V1ContainerStatus(
+            name="worker", image="i", image_id="", ready=False, restart_count=0,
+            state=client.V1ContainerState(terminated=client.V1ContainerStateTerminated(
+                exit_code=1, finished_at=finished, reason="Error")))])))
+    assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"] == "2026-11-22T10:00:03+00:00"
+    [problem] = failed_pods([pod], "master")
+    assert problem.finished_at == finished.timestamp()
+
+
 def test_reread_after_drop_skips_what_was_shown():
     shown: list[str] = []
     cursor = LogCursor()
