@@ -210,6 +210,15 @@ class Cluster:
         response = self.core.read_namespaced_pod_log(pod, self.namespace, _preload_content=False)
         return response.data.decode()
 
+    def log_shows(self, pod: str, text: str) -> bool:
+        """Whether the pod's log has `text` yet (not while the pod or its container does not exist)."""
+        try:
+            return text in self.pod_log(pod)
+        except ApiException as error:
+            if error.status in (400, 404):
+                return False
+            raise
+
     def configmap_names(self) -> set[str]:
         return {cm.metadata.name for cm in self.core.list_namespaced_config_map(self.namespace).items}
 

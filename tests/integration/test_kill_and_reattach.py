@@ -164,7 +164,8 @@ def test_user_killing_the_task_deletes_job_pods_and_configmap(cluster, operator_
     worker.wait(timeout=WORKER_WAIT)
 
     cluster.wait_for("Job, pods and ConfigMap to be gone", lambda: cluster.job("killme") is None
-                     and not cluster.pods("killme") and "killme-script" not in cluster.configmap_names(), timeout=WORKER_WAIT)
+                     and not cluster.pods("killme") and "killme-script" not in cluster.configmap_names(),
+                     timeout=WORKER_WAIT)
 
 
 @pytest.mark.parametrize("if_job_exists", ["fail", "replace"])

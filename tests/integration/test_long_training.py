@@ -143,7 +143,7 @@ def test_sigint_reaches_the_script_as_it_would_without_the_signal_forwarding_she
     """SIGINT to the container (as `ctr tasks kill` delivers it to its PID 1, the provider's shell):
     the script gets KeyboardInterrupt. It used to be ignored in the whole command tree (`"$@" &`)."""
     def interrupt() -> None:
-        cluster.wait_for("the script to wait", lambda: "waiting for a signal" in cluster.pod_log("sigint-master-0"),
+        cluster.wait_for("the script to wait", lambda: cluster.log_shows("sigint-master-0", "waiting for a signal"),
                          timeout=120)
         container = cluster.wait_for("its container", lambda: containerd.running_containers(
             cluster.namespace, "sigint-master-0", sandboxes=False), timeout=30)[0]

@@ -22,7 +22,10 @@ LAST_WORDS = """
 def stamped(log: str, text: str) -> tuple[float, str]:
     """The time a task log line shows, and the line, of the first line containing `text`."""
     line = next(line for line in log.splitlines() if text in line)
-    return datetime.datetime.fromisoformat(line.split()[0].replace("Z", "+00:00")).timestamp(), line
+    # `2026-11-25T08:22:07.539450Z` from the task, `2026-11-25 08:22:07.539450+00:00` from the trigger
+    stamp = re.match(r"(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d:\d\d(?:\.\d+)?)(?:Z|\+00:00)", line)
+    assert stamp, f"no time at the start of {line!r}"
+    return datetime.datetime.fromisoformat(f"{stamp[1]}T{stamp[2]}+00:00").timestamp(), line
 
 
 def test_a_deferred_masters_last_line_before_it_dies_is_in_the_task_log_at_its_own_time(
@@ -68,7 +71,13 @@ def test_the_trigger_copies_a_real_containers_log_whole_in_one_streamed_read(
     trigger = VolcanoJobTrigger(ref.to_dict(), "kubernetes_default")
 
     async def copy() -> None:
-        await trigger._copy_new_log_lines(await trigger._hook(), ref, LogCursor())
+        from airflow_volcano.masking import JobSecrets
+        from airflow_volcano.triggers.job import _LogCopy
+        from airflow_volcano.wait_engine import OutputClock
+
+        trigger._secrets = JobSecrets()
+        await trigger._copy_new_lines(await trigger._hook(), cluster.namespace,
+                                      _LogCopy(ref.main_pod, "master", LogCursor()), OutputClock())
 
     asyncio.run(copy())
     assert 3000 * len(("0000 " + "训练" * 10 + "\n").encode()) > LOG_CHUNK_BYTES, "more than one chunk"

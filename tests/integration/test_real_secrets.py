@@ -56,7 +56,7 @@ LEAKS_ITS_TOKEN = """
 
 
 def test_a_secret_a_failing_pod_prints_is_masked_in_the_trigger_event_and_the_task_log(
-        cluster, operator_kubeconfig, real_node, tmp_path, capfd):
+        cluster, operator_kubeconfig, real_node, tmp_path, capfd, monkeypatch):
     """A failed container's last log lines are its termination message (FallbackToLogsOnError); the
     trigger keeps the last state of a pod Volcano removed for the failure report, and its event is
     logged and stored by Airflow as it is. Run as the triggerer runs it, straight from its run()."""
@@ -65,6 +65,8 @@ def test_a_secret_a_failing_pod_prints_is_masked_in_the_trigger_event_and_the_ta
     from airflow_volcano.triggers.job import VolcanoJobTrigger
 
     secret = "hf_leaky_token_98765abcd"
+    # No DAG here: the script's folder is allowed through the [volcano] setting an administrator uses.
+    monkeypatch.setenv("AIRFLOW__VOLCANO__ALLOWED_FILE_DIRS", str(tmp_path))
     operator = real_operator(real_node, cluster.namespace, "leak", worker_replicas=0, max_retry=1,
                              training_script=script(tmp_path, LEAKS_ITS_TOKEN), env={"HF_TOKEN": secret})
     manifests = operator.build_manifests()

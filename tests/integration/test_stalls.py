@@ -175,7 +175,7 @@ def test_time_the_logs_cannot_be_read_is_not_silence_and_a_real_hang_is_still_ca
         seen: dict[str, float] = {}
 
         def outage() -> None:
-            cluster.wait_for("the first ticks", lambda: "tick 2" in cluster.pod_log("outage-master-0"), timeout=120)
+            cluster.wait_for("the first ticks", lambda: cluster.log_shows("outage-master-0", "tick 2"), timeout=120)
             proxy.logs_fail.set()
             seen["from"] = time.time()
             time.sleep(45)
