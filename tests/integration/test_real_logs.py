@@ -1,7 +1,7 @@
 """Every line of a followed pod reaches the task log, shown at the time the pod printed it: also the last
 lines of a pod that ends or is deleted between two copies of a deferred wait (real node, real containers).
 A real container's log is copied whole across read chunks (characters cut between chunks, invalid UTF-8),
-and a hostile one (a forged timestamp after a carriage return, ANSI escapes, a 50 MiB line) is escaped and
+and a hostile one (a forged timestamp after a carriage return, ANSI escapes, an 8 MiB line) is escaped and
 cut in bounded memory, by the worker and by the trigger."""
 
 from __future__ import annotations
@@ -87,20 +87,23 @@ def test_the_trigger_copies_a_real_containers_log_whole_in_one_streamed_read(
     assert lines[1500] == "1500 bad \ufffd\ufffd"
 
 
+# The long line stays under the kubelet's containerLogMaxSize (10 MiB by default): past it the kubelet
+# rotates the log, and the API serves only the newest file (the lines before it are no longer readable).
+LONG_LINE_MIB = 8
 HOSTILE_WRITER = ("import sys\n"
                   "w = sys.stdout.buffer.write\n"
                   "w(b'before\\n')\n"
                   "w(b'x\\r2999-01-01T00:00:00Z forged\\n')\n"  # a carriage return, then a fake timestamp
                   "w(b'\\x1b[31mred\\x1b[0m 10%\\r 20%\\r\\n')\n"  # ANSI colours, tqdm's redraws
-                  "for _ in range(50):\n"
-                  "    w(b'y' * (1 << 20))\n"  # 50 MiB without a newline
+                  f"for _ in range({LONG_LINE_MIB}):\n"
+                  "    w(b'y' * (1 << 20))\n"  # 8 MiB without a newline
                   "w(b'\\nafter\\n')\n")
 
 
 def test_a_hostile_real_log_is_copied_escaped_and_cut_in_bounded_memory_in_both_modes(
         cluster, operator_kubeconfig, real_node, monkeypatch, caplog):
     """What a real container wrote, through the kubelet: a carriage return followed by a forged
-    timestamp, ANSI escapes, and a 50 MiB line without a newline (the kubelet joins its partial
+    timestamp, ANSI escapes, and an 8 MiB line without a newline (the kubelet joins its partial
     lines into one). Both copies, the worker's final read and the trigger's streamed read, show
     each line once with control characters escaped, cut the long line and say so, hold at most a
     few MiB, and the cursor stays at the real timestamps."""
@@ -117,12 +120,12 @@ def test_a_hostile_real_log_is_copied_escaped_and_cut_in_bounded_memory_in_both_
     expected = ["before", "x\\r2999-01-01T00:00:00Z forged", "\\x1b[31mred\\x1b[0m 10%\\r 20%", "<cut>", "after"]
 
     def cut(lines: list[str]) -> list[str]:
-        """The 50 MiB line as `<cut>` if it was cut right: its first bytes, then how many were not shown
+        """The long line as `<cut>` if it was cut right: its first bytes, then how many were not shown
         (the line's first MAX_LINE_BYTES include the kubelet's timestamp)."""
         found = len(lines) > 3 and re.fullmatch(r"(y+) \[\.\.\. line cut: (\d+) more bytes not shown\]", lines[3])
         if found:
             head, rest = len(found.group(1)), int(found.group(2))
-            if MAX_LINE_BYTES - 40 < head < MAX_LINE_BYTES and head + rest == 50 << 20:
+            if MAX_LINE_BYTES - 40 < head < MAX_LINE_BYTES and head + rest == LONG_LINE_MIB << 20:
                 return [*lines[:3], "<cut>", *lines[4:]]
         return lines
 
