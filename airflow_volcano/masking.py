@@ -64,8 +64,11 @@ class JobSecrets:
         self._masker = SecretsMasker()
 
     def add(self, values: Iterable[tuple[str, str]]) -> None:
-        for name, value in values:
-            self._masker.add_mask(value, name)
+        """(name, value) pairs already chosen as secret (`secret_values`): each value is masked. Not by
+        name again: a masker of one's own knows no sensitive names (the process's masker reads them from
+        the configuration), so it would hide nothing."""
+        for _name, value in values:
+            self._masker.add_mask(value)
 
     def redact(self, value: Any) -> Any:
         """`value` with every known secret masked in each of its strings, at any depth (the masker's own

@@ -282,10 +282,12 @@ class VolcanoJobTrigger(BaseTrigger):
                     action = engine.restart_requested(time.time(), refused)
 
     async def _note_removed_failures(self, ref: JobRef, watch: Any, job_pods: JobPods, outcome: WaitOutcome) -> None:
-        """The failed pods Volcano has removed, as last seen (the failure report reads the rest)."""
+        """The failed pods Volcano has removed or is removing, as last seen (the failure report reads
+        the rest). One being deleted is still listed as the Job ends, and gone when the task resumes."""
         try:
             async with watch.reads:
-                listed = {pod["metadata"]["name"] for pod in await job_pods.current()}
+                listed = {pod["metadata"]["name"] for pod in await job_pods.current()
+                          if not pod["metadata"].get("deletionTimestamp")}
             outcome.failed_pods = {name: view for name, view in job_pods.failed.items() if name not in listed}
         except Exception as error:  # noqa: BLE001 - the report explains with what it finds
             self.log.warning("Could not read the pods of Volcano Job %s/%s: %s", ref.namespace, ref.name, error)
