@@ -659,34 +659,45 @@ class VolcanoJobOperator(BaseOperator):
         shuts down (apache/airflow#39791) and when execution_timeout passes. In the last two the task
         instance is still `running` on the server: if the task has a try left, that try reattaches
         to the Job, so deleting it would throw the training away; with no try left, nobody would
-        ever watch it again."""
+        ever watch it again. When the state cannot be read and a try is left, the Job is kept: a
+        training is not deleted on a guess (the next try, or the user, finds it by its labels)."""
         from airflow_volcano.finalize import delete_job_and_script
 
         ref = self._job_ref
         if ref is None or self.on_kill_action == OnKillAction.KEEP_JOB:
             return
-        if self._still_running_on_server() and self._later_try_will_reattach(None):
-            self.log.info("Worker stopping while the task instance is still running: keeping Volcano Job %s/%s "
-                          "for the next try to reattach", ref.namespace, ref.name)
-            return
+        if self._later_try_will_reattach(None):
+            state = self._state_on_server()
+            if state is None:
+                self.log.warning("Keeping Volcano Job %s/%s: whether this is a kill or a worker stopping is "
+                                 "unknown, and a later try would reattach to it. If the task was killed, "
+                                 "delete it: kubectl delete vcjob -n %s %s", ref.namespace, ref.name,
+                                 ref.namespace, ref.name)
+                return
+            if state == "running":
+                self.log.info("Worker stopping while the task instance is still running: keeping Volcano Job "
+                              "%s/%s for the next try to reattach", ref.namespace, ref.name)
+                return
         self._job_ref = None
         self.log.info("Task killed: deleting Volcano Job %s/%s", ref.namespace, ref.name)
         delete_job_and_script(self.hook, ref)
 
-    def _still_running_on_server(self) -> bool:
+    def _state_on_server(self) -> str | None:
+        """The task instance's state as the API server has it ("none" when it has none: cleared);
+        None when it cannot be read."""
         from airflow_volcano.task_state import task_state_key
 
         ti = self._ti
         if ti is None:
-            return False
+            return None
         try:
             states = ti.get_task_states(dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id],
                                         map_index=ti.map_index)
-        except Exception as error:  # noqa: BLE001 - cannot tell: treat as a kill, so no Job is orphaned
-            self.log.warning("Could not read the task instance's state (%s); treating this as a kill", error)
-            return False
+        except Exception as error:  # noqa: BLE001 - an unknown state is reported as such
+            self.log.warning("Could not read the task instance's state: %s", error)
+            return None
         state = (states.get(ti.run_id) or {}).get(task_state_key(ti.task_id, ti.map_index))
-        return str(getattr(state, "value", state)) == "running"
+        return str(getattr(state, "value", state)).lower()
 
 
 VolcanoJobOperator.template_fields = templated_fields(VolcanoJobOperator)

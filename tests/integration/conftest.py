@@ -219,6 +219,13 @@ class Cluster:
                 return False
             raise
 
+    def finish_simulated_pods(self, job_name: str) -> None:
+        """Let a Job's kwok pods that run forever (sim outcome run-forever) succeed now: kwok acts on
+        the changed annotations, so a test ends a Job when it is done with it, not on a guessed clock."""
+        for pod in self.pods(job_name):
+            self.core.patch_namespaced_pod(pod.metadata.name, self.namespace, {"metadata": {"annotations": {
+                "sim.airflow-volcano.io/outcome": "succeed", "sim.airflow-volcano.io/run-for": "1s"}}})
+
     def configmap_names(self) -> set[str]:
         return {cm.metadata.name for cm in self.core.list_namespaced_config_map(self.namespace).items}
 

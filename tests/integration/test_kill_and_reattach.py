@@ -85,7 +85,7 @@ def test_worker_dies_mid_job_and_the_retry_reattaches_without_a_duplicate(
         "the worker going away must not delete the Job its retry will reattach to\n" + log.read_text()[-5000:])
 
     second = start_worker(dag_file, dag_id, logical_date, log, retry=comes_back_as == "retry")
-    assert second.wait(timeout=120) == 0, log.read_text()[-5000:]
+    assert second.wait(timeout=WORKER_WAIT) == 0, log.read_text()[-5000:]
     text = log.read_text()
     assert f"Reattaching to Volcano Job {cluster.namespace}/{job['metadata']['name']}" in text
     assert f"found by {found_by})" in text
@@ -135,7 +135,7 @@ def test_a_retry_run_by_an_upgraded_provider_reattaches_to_the_job_an_earlier_re
     (upgraded / "sitecustomize.py").write_text(UPGRADE)
 
     second = start_worker(dag_file, dag_id, logical_date, log, retry=True, env={"PYTHONPATH": str(upgraded)})
-    assert second.wait(timeout=120) == 0, log.read_text()[-5000:]
+    assert second.wait(timeout=WORKER_WAIT) == 0, log.read_text()[-5000:]
     text = log.read_text()
     assert "this worker runs an upgraded airflow-volcano" in text
     assert f"Reattaching to Volcano Job {cluster.namespace}/{job['metadata']['name']}" in text
@@ -172,19 +172,21 @@ def test_user_killing_the_task_deletes_job_pods_and_configmap(cluster, operator_
 def test_if_job_exists_fail_refuses_and_replace_resubmits(cluster, operator_kubeconfig, airflow_db, tmp_path,
                                                            if_job_exists):
     dag_id = f"exists_{if_job_exists}"
-    dag_file = write_dag(tmp_path, dag_id, cluster.namespace, if_job_exists=if_job_exists,
-                         annotations={SIM + "run-for": "25s"})
+    # The refused Job must still run when the retry finds it, however long the retry takes to start.
+    runs = {SIM + "outcome": "run-forever"} if if_job_exists == "fail" else {SIM + "run-for": "25s"}
+    dag_file = write_dag(tmp_path, dag_id, cluster.namespace, if_job_exists=if_job_exists, annotations=runs)
     logical_date = datetime.datetime.now(datetime.UTC).isoformat()
     log = tmp_path / "worker.log"
 
     first = start_worker(dag_file, dag_id, logical_date, log)
     old = cluster.wait_for("the Job to run", lambda: (jobs := our_jobs(cluster)) and
-                           (jobs[0].get("status") or {}).get("state", {}).get("phase") == "Running" and jobs[0])
+                           (jobs[0].get("status") or {}).get("state", {}).get("phase") == "Running" and jobs[0],
+                           timeout=WORKER_WAIT)
     first.kill()
     first.wait(timeout=WORKER_WAIT)
 
     second = start_worker(dag_file, dag_id, logical_date, log, retry=True)
-    code = second.wait(timeout=120)
+    code = second.wait(timeout=WORKER_WAIT)
     text = log.read_text()
     jobs = our_jobs(cluster)
     if if_job_exists == "fail":
@@ -242,7 +244,7 @@ def test_a_retry_reattaches_only_to_a_job_of_its_own_request(cluster, operator_k
     worker.wait(timeout=WORKER_WAIT)
 
     retry = start_worker(dag(then, **{"run-for": "3s"}), dag_id, logical_date, log, retry=True)
-    code = retry.wait(timeout=120)
+    code = retry.wait(timeout=WORKER_WAIT)
     text = log.read_text()
     uids = [job["metadata"]["uid"] for job in our_jobs(cluster)]
     if then == "debug":

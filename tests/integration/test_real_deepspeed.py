@@ -88,7 +88,7 @@ def test_deepspeed_debug_mode_lets_a_user_run_the_launcher_by_hand(cluster, oper
         shell["master"] = subprocess.run(
             ["kubectl", f"--kubeconfig={kubeconfig}", "exec", "-n", cluster.namespace, "dsdbg-master-0", "-c",
              "master", "--", "/bin/sh", "/opt/airflow-volcano/script/airflow-volcano-launch.sh",
-             "/opt/airflow-volcano/script/train_deepspeed.py", "--steps", "20"],
+             "/opt/airflow-volcano/script/train_deepspeed.py"],  # the ranks' arguments are the workers' own
             capture_output=True, text=True, timeout=240)
         # The user ends the session by deleting the Job (or by marking the task).
         cluster.custom.delete_namespaced_custom_object("batch.volcano.sh", "v1alpha1", cluster.namespace, "jobs",
@@ -104,10 +104,12 @@ def test_deepspeed_debug_mode_lets_a_user_run_the_launcher_by_hand(cluster, oper
     helper.join(timeout=120)
 
     assert run.state == "success", run.log
-    assert (f"kubectl exec -it -n {cluster.namespace} dsdbg-master-0 -c master -- bash   # then: /bin/sh "
-            "/opt/airflow-volcano/script/airflow-volcano-launch.sh /opt/airflow-volcano/script/train_deepspeed.py "
-            "--steps 20") in run.log
+    # The hint is the command the helper ran, nothing after it: the workers hold the script's arguments.
+    assert re.search(re.escape(f"kubectl exec -it -n {cluster.namespace} dsdbg-master-0 -c master -- bash   # then: "
+                               "/bin/sh /opt/airflow-volcano/script/airflow-volcano-launch.sh "
+                               "/opt/airflow-volcano/script/train_deepspeed.py") + r"\s+\[", run.log), run.log
     assert "dsdbg-worker-1 runs its command as usual" in run.log
     assert shell["master"].returncode == 0, shell["master"]
     assert re.search(r"DeepSpeed trained 2 ranks: loss \d+\.\d+ -> \d+\.\d+", shell["master"].stdout), shell["master"]
+    assert "step 20 loss" in shell["master"].stdout and "step 30" not in shell["master"].stdout, "--steps 20 held"
     assert f"Volcano Job {cluster.namespace}/dsdbg was deleted: debug session over" in run.log

@@ -61,13 +61,14 @@ def test_kill_loop_leaves_exactly_one_job_and_no_orphans(cluster, operator_kubec
     import signal
     import time
 
-    from .test_kill_and_reattach import our_jobs, start_worker, write_dag
+    from .test_kill_and_reattach import WORKER_WAIT, our_jobs, start_worker, write_dag
 
     dag_id = "kill_loop"
     script = tmp_path / "train.py"
     script.write_text("print('x')\n")
+    # The Job runs until the kills are over, however long each worker takes to start on a loaded machine.
     dag_file = write_dag(tmp_path, dag_id, cluster.namespace, training_script=str(script),
-                         annotations={SIM + "run-for": "150s"})
+                         annotations={SIM + "outcome": "run-forever"})
     logical_date = datetime.datetime.now(datetime.UTC).isoformat()
     log = tmp_path / "worker.log"
     uids = set()
@@ -78,7 +79,7 @@ def test_kill_loop_leaves_exactly_one_job_and_no_orphans(cluster, operator_kubec
             text = log.read_text()
             return text.count("Submitted Volcano Job") + text.count("Reattaching to Volcano Job") > attempt
 
-        cluster.wait_for(f"worker {attempt} to reach the Job", reached, timeout=90)
+        cluster.wait_for(f"worker {attempt} to reach the Job", reached, timeout=WORKER_WAIT)
         time.sleep(1)
         assert [job["status"]["state"]["phase"] for job in our_jobs(cluster)] == ["Running"], (
             "each kill must land while the Job runs")
@@ -86,7 +87,10 @@ def test_kill_loop_leaves_exactly_one_job_and_no_orphans(cluster, operator_kubec
         worker.wait(timeout=30)
         uids |= {job["metadata"]["uid"] for job in our_jobs(cluster)}
     final = start_worker(dag_file, dag_id, logical_date, log, retry=True)
-    assert final.wait(timeout=180) == 0, log.read_text()[-4000:]
+    cluster.wait_for("the last worker to reach the Job", lambda: log.read_text().count("Reattaching to Volcano Job")
+                     == 5, timeout=WORKER_WAIT)
+    cluster.finish_simulated_pods(our_jobs(cluster)[0]["metadata"]["name"])
+    assert final.wait(timeout=WORKER_WAIT) == 0, log.read_text()[-4000:]
     assert len(uids) == 1, f"one Job for one task instance, saw {len(uids)}"
     assert log.read_text().count("Submitted Volcano Job") == 1
     assert log.read_text().count("Reattaching to Volcano Job") == 5

@@ -25,3 +25,40 @@ def test_deepspeed_arguments_are_template_fields():
     fields = VolcanoDeepSpeedJobOperator.template_fields
     assert {"slots_per_worker", "launcher_options", "worker_replicas", "args", "env"} <= set(fields)
     assert "nproc_per_node" not in fields, "torchrun's arguments are the PyTorch operator's"
+
+
+class _TaskInstance:
+    """What on_kill reads of the running task instance: its tries and its state on the API server."""
+
+    dag_id, task_id, run_id, map_index = "d", "train", "r", -1
+
+    def __init__(self, try_number: int, max_tries: int, state: str | Exception) -> None:
+        self.try_number, self.max_tries, self._state = try_number, max_tries, state
+
+    def get_task_states(self, **_: object) -> dict:
+        if isinstance(self._state, Exception):
+            raise self._state
+        return {self.run_id: {self.task_id: self._state}}
+
+
+@pytest.mark.parametrize(("try_number", "max_tries", "state", "deleted"), [
+    (1, 1, "running", False),                        # a worker stops, the retry reattaches
+    (1, 1, "failed", True),                          # a user marked the task failed
+    (1, 1, "none", True),                            # ... or cleared it
+    (1, 1, TimeoutError("read timed out"), False),   # cannot tell, and a retry would reattach: not on a guess
+    (2, 1, "running", True),                         # the last try: nobody would watch the Job again
+    (2, 1, TimeoutError("read timed out"), True),
+], ids=["retry-reattaches", "marked-failed", "cleared", "unreadable-try-left", "last-try", "unreadable-last-try"])
+def test_on_kill_deletes_the_job_only_when_no_later_try_will_watch_it(monkeypatch, try_number, max_tries, state,
+                                                                       deleted):
+    from airflow_volcano.job_ref import JobRef
+
+    from .test_finalize import Hook
+
+    hook = Hook()
+    monkeypatch.setattr(VolcanoPyTorchJobOperator, "hook", property(lambda _: hook))
+    operator = VolcanoPyTorchJobOperator(task_id="train", name="train", namespace="ml")
+    operator._job_ref = JobRef(name="train", namespace="ml", uid="u1", script_configmap=None)
+    operator._ti = _TaskInstance(try_number, max_tries, state)
+    operator.on_kill()
+    assert ("delete Job ml/train" in hook.done) == deleted, hook.done
