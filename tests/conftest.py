@@ -15,3 +15,26 @@ if _WORKER or "AIRFLOW_HOME" not in os.environ:
     os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix=f"airflow-volcano-test-{_WORKER or 'main'}-")
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
+
+
+def pytest_collection_modifyitems(items: list) -> None:
+    """Longest first, so that concurrent workers (scripts/test-suite) do not end on one long test while
+    the others idle: the integration tests by their time in the last run's report, when there is one
+    (.artifacts/test-suite), else as collected; the unit tests, which take seconds, last. Every xdist
+    worker reads the same report, so all collect the same order."""
+    import xml.etree.ElementTree as ElementTree
+
+    last_run: dict[str, float] = {}
+    for report in (REPO / ".artifacts" / "test-suite").glob("*.xml"):
+        try:
+            cases = list(ElementTree.parse(report).iter("testcase"))
+        except ElementTree.ParseError:
+            continue
+        last_run.update({f"{case.get('classname')}.{case.get('name')}": float(case.get("time") or 0)
+                         for case in cases})
+
+    def order(item) -> tuple[bool, float]:
+        key = f"{item.module.__name__}.{item.name}" if item.module else item.nodeid
+        return "/unit/" in f"/{item.nodeid}", -last_run.get(key, 0.0)
+
+    items.sort(key=order)  # stable: ties keep their collected order
