@@ -19,22 +19,18 @@ os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
 
 def pytest_collection_modifyitems(items: list) -> None:
     """Longest first, so that concurrent workers (scripts/test-suite) do not end on one long test while
-    the others idle: the integration tests by their time in the last run's report, when there is one
-    (.artifacts/test-suite), else as collected; the unit tests, which take seconds, last. Every xdist
-    worker reads the same report, so all collect the same order."""
-    import xml.etree.ElementTree as ElementTree
+    the others idle: the integration tests by their time in the last whole run (which scripts/test-suite
+    writes to .artifacts/test-durations.json), else as collected; the unit tests, which take seconds,
+    last. Every xdist worker reads the same file, so all collect the same order."""
+    import json
 
-    last_run: dict[str, float] = {}
-    for report in (REPO / ".artifacts" / "test-suite").glob("*.xml"):
-        try:
-            cases = list(ElementTree.parse(report).iter("testcase"))
-        except ElementTree.ParseError:
-            continue
-        last_run.update({f"{case.get('classname')}.{case.get('name')}": float(case.get("time") or 0)
-                         for case in cases})
+    try:
+        last_run: dict[str, float] = json.loads((REPO / ".artifacts" / "test-durations.json").read_text())
+    except (OSError, ValueError):
+        last_run = {}
 
     def order(item) -> tuple[bool, float]:
-        key = f"{item.module.__name__}.{item.name}" if item.module else item.nodeid
-        return "/unit/" in f"/{item.nodeid}", -last_run.get(key, 0.0)
+        key = f"{item.module.__name__}::{item.name}" if item.module else item.nodeid
+        return "/unit/" in f"/{item.nodeid}", -float(last_run.get(key, 0.0))
 
     items.sort(key=order)  # stable: ties keep their collected order

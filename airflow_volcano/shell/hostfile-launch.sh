@@ -100,7 +100,21 @@ wait "$launcher_pid" || status=$?
 if kill -0 "$launcher_pid" 2>/dev/null; then wait "$launcher_pid" || status=$?; fi
 if [ "$status" -eq 0 ]; then
     # Rank 0 ran on the first worker: its termination message (the task's XCom) becomes the master's.
-    # shellcheck disable=SC2094  # the file read is the first worker's (over ssh), the one written this pod's
-    ssh -n -o BatchMode=yes "$first_host" cat "$termination_log" > "$termination_log" 2>/dev/null || true
+    # A login can fail on a loaded node: a few tries, then say so (the task's result would be empty).
+    copied=no
+    for _try in 1 2 3; do
+        # shellcheck disable=SC2094  # the file read is the first worker's (over ssh), the one written this pod's
+        if ssh -n -o BatchMode=yes -o ConnectTimeout=10 "$first_host" cat "$termination_log" \
+                > "$termination_log" 2>/dev/null; then
+            copied=yes
+            break
+        fi
+        sleep 2
+    done
+    if [ "$copied" = no ]; then
+        : > "$termination_log"
+        echo "airflow-volcano: could not read rank 0's termination message on $first_host over ssh: the task" \
+             "returns no result" >&2
+    fi
 fi
 exit "$status"

@@ -220,6 +220,11 @@ SSH_STUB = """\
 # ssh: every worker accepts a login (unless SSH_STUB_REFUSE); rank 0's termination message is "cat" there.
 [ -z "${SSH_STUB_REFUSE:-}" ] || exit 255
 for word; do last_but_one=${previous:-}; previous=$word; done
+# SSH_STUB_CAT_FAILS: a file counting the reads of the termination message that fail first (a loaded node).
+if [ "$last_but_one" = cat ] && [ -n "${SSH_STUB_CAT_FAILS:-}" ] && [ "$(cat "$SSH_STUB_CAT_FAILS")" -gt 0 ]; then
+    echo $(($(cat "$SSH_STUB_CAT_FAILS") - 1)) > "$SSH_STUB_CAT_FAILS"
+    exit 255
+fi
 [ "$last_but_one" != cat ] || printf '%s' '{"loss": 0.1}'
 """
 
@@ -478,3 +483,16 @@ def test_a_session_runs_its_command_through_the_workers_output_relay_when_it_pre
     assert (stacks / "heartbeat").exists() is relay
     assert sorted(path.name for path in stacks.iterdir()) == (["heartbeat", "output_relay.py"] if relay else []), \
         "the session's FIFOs are removed"
+
+
+@pytest.mark.parametrize(("failures", "copied"), [(2, True), (3, False)])
+def test_rank_0s_result_is_copied_through_failed_logins_or_the_log_says_it_is_lost(tmp_path, failures, copied):
+    """A login that fails once or twice (a loaded node) does not lose the task's result; a third says so."""
+    counter = tmp_path / "cat-failures"
+    counter.write_text(str(failures))
+    ran, _ = run_launch(tmp_path, deepspeed_job(hostfile_launch=HostfileLaunch(launcher="deepspeed")),
+                        {"SSH_STUB_CAT_FAILS": str(counter)})
+
+    assert ran.returncode == 0, ran.stderr
+    assert (tmp_path / "termination-log").read_text() == ('{"loss": 0.1}' if copied else "")
+    assert ("could not read rank 0's termination message" in ran.stderr) is not copied, ran.stderr
