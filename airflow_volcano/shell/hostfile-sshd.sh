@@ -44,9 +44,17 @@ fi
 mkdir -p /run/sshd
 ssh-keygen -A >/dev/null
 echo "airflow-volcano: sshd listening on $(hostname) (port 22)"
+# OpenSSH 9.8 and later refuse for a while an address whose connections ended before authenticating
+# (PerSourcePenalties): the master's launcher, waiting for sshd on a loaded node, makes such
+# connections, and was then refused ("Connection closed", exit 255) by DeepSpeed's reachability check.
+# Logins are key-only: the penalties guard nothing here. (The script's arguments are saved above.)
+set --
+if "$sshd" -T -o PerSourcePenalties=no >/dev/null 2>&1; then
+    set -- -o PerSourcePenalties=no
+fi
 # Option names every OpenSSH since 7.x reads (ChallengeResponseAuthentication is the older name of
 # KbdInteractiveAuthentication, still read).
-exec "$sshd" -D -e \
+exec "$sshd" -D -e "$@" \
     -o PermitRootLogin=prohibit-password \
     -o PubkeyAuthentication=yes \
     -o AuthenticationMethods=publickey \

@@ -121,6 +121,11 @@ def test_a_workers_sshd_lets_root_in_with_the_jobs_key_only(cluster, operator_ku
                 kubeconfig, cluster.namespace, f"{name}-master-0", "ssh", "-o", "BatchMode=yes",
                 "-o", "PreferredAuthentications=password,keyboard-interactive", "-o", "PubkeyAuthentication=no", host,
                 "true")
+            # Connections that end before authenticating, as a launcher's that gave up waiting on a loaded
+            # node: OpenSSH 9.8 and later would then refuse the master's address for a while.
+            checks["hang-ups"] = kubectl(kubeconfig, cluster.namespace, f"{name}-master-0", "python3", "-c", (
+                "import socket\nfor _ in range(30):\n"
+                f"    s = socket.create_connection(({host!r}, 22)); s.recv(64); s.close()"))
             checks["key"] = kubectl(kubeconfig, cluster.namespace, f"{name}-master-0", "ssh", "-o", "BatchMode=yes",
                                     host, "echo", "session", "on", "$HOSTNAME", "with", "$RUN_TAG")
         finally:
@@ -141,10 +146,13 @@ def test_a_workers_sshd_lets_root_in_with_the_jobs_key_only(cluster, operator_ku
         "permitrootlogin without-password", "pubkeyauthentication yes", "authenticationmethods publickey",
         "passwordauthentication no", "kbdinteractiveauthentication no", "permitemptypasswords no",
         "allowtcpforwarding no", "allowagentforwarding no", "x11forwarding no", "permittunnel no",
+        "persourcepenalties no",
         "forcecommand /bin/sh /opt/airflow-volcano/script/airflow-volcano-ssh-session.sh "
         "/run/airflow-volcano-pod-env"}, checks["sshd -T"]
     assert checks["password"].returncode == 255, checks["password"]
     assert "Permission denied (publickey)" in checks["password"].stderr, checks["password"]
-    # The Job's key gets in, and the session has the pod's environment (the ForceCommand's doing).
+    # The Job's key gets in, after the hang-ups too, and the session has the pod's environment (the
+    # ForceCommand's doing).
+    assert checks["hang-ups"].returncode == 0, checks["hang-ups"]
     assert checks["key"].returncode == 0, checks["key"]
     assert checks["key"].stdout.strip() == f"session on {worker} with nightly", checks["key"]
