@@ -284,10 +284,11 @@ if [ -n "$stacks_dir" ]; then
     watch_requests &
     watcher=$!
 fi
-# Whether a process other than this shell and the relay is left in the container (zombies aside).
+# Whether a process other than this shell, the relay and the watcher is left in the container
+# (zombies aside).
 others_left() {
     for proc in /proc/[0-9]*; do
-        case ${proc#/proc/} in "$$" | "$relay") continue ;; esac
+        case ${proc#/proc/} in "$$" | "$relay" | "$watcher") continue ;; esac
         running "${proc#/proc/}" && return 0
     done
     return 1
@@ -333,5 +334,10 @@ if [ "$status" -ne 0 ] && [ -z "$stopping" ] && [ -n "$hold" ] && holds $hold; t
     holder=$!
     [ -n "$stopping" ] || wait "$holder"  # a signal ends the hold at once
     if [ -n "$stopping" ]; then kill "$holder" 2>/dev/null; fi
+fi
+# A signal that reaches a subshell before it has set its own traps is lost (dash, busybox): a watcher
+# started as a SIGTERM came may have outlived both of ours.
+if [ -n "$watcher" ] && running "$watcher"; then
+    kill -s KILL "$watcher" 2>/dev/null
 fi
 exit "$status"
