@@ -3,7 +3,10 @@ killed (137) while its peers wait in a collective must restart the gang every ti
 fails first with a bug (exit 1) must end the Job every time. Prints how many of how many, for the
 Volcano release the local cluster runs (scripts/volcano-cluster up --volcano V picks one).
 
-    .venv/bin/python benchmarks/restart_race.py --trials 20
+    .venv/bin/python benchmarks/restart_race.py --trials 20 [--bug-trials N] [--workers 2]
+
+--workers runs that many trials at once (pytest-xdist), each in its own namespace: more load on the
+node, which makes the race no easier to win.
 """
 
 from __future__ import annotations
@@ -22,14 +25,18 @@ REPO = Path(__file__).resolve().parent.parent
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--trials", type=int, default=20)
+    parser.add_argument("--bug-trials", type=int, help="trials of the bug case (default: --trials)")
+    parser.add_argument("--workers", type=int, default=1)
     args = parser.parse_args()
     state = Path("/tmp/airflow-volcano-cluster/versions.json")
     versions = json.loads(state.read_text()) if state.exists() else {}
     report = REPO / ".artifacts" / "restart_race.xml"
     report.parent.mkdir(exist_ok=True)
+    workers = ["-n", str(args.workers)] if args.workers > 1 else []
+    bug_trials = args.trials if args.bug_trials is None else args.bug_trials
     subprocess.call([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
-                     "tests/integration/test_restart_race.py"], cwd=REPO,
-                    env={**os.environ, "RACE_TRIALS": str(args.trials), "RACE_BUG_TRIALS": str(args.trials)})
+                     *workers, "tests/integration/test_restart_race.py"], cwd=REPO,
+                    env={**os.environ, "RACE_TRIALS": str(args.trials), "RACE_BUG_TRIALS": str(bug_trials)})
     results: dict[str, list[bool]] = {}
     for case in ElementTree.parse(report).iter("testcase"):
         name = case.get("name", "").split("[")[0]
