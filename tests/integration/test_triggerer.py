@@ -76,6 +76,9 @@ def kubeconfig_secrets(path: Path) -> list[str]:
     return [entry[field] for entry in entries for field in fields if entry.get(field)]
 
 
+# One Airflow release after the other on one test worker (scripts/test-suite): each starts a metadata
+# database, a worker and a triggerer, and three at once starved the machine's two cores.
+@pytest.mark.xdist_group("triggerer-airflows")
 @pytest.mark.parametrize("airflow", list(AIRFLOWS))
 def test_deferred_task_outlives_a_triggerer_restart_and_a_user_kill_deletes_everything(
     cluster, operator_kubeconfig, tmp_path, airflow
@@ -108,11 +111,11 @@ def test_deferred_task_outlives_a_triggerer_restart_and_a_user_kill_deletes_ever
 
     def watches(count: int) -> None:
         cluster.wait_for(f"the triggerer to run the trigger (start {count})",
-                         lambda: trigger_log(home).count("Waiting for Volcano Job") >= count, timeout=120)
+                         lambda: trigger_log(home).count("Waiting for Volcano Job") >= count, timeout=180)
 
     triggerer = start_triggerer()
     try:
-        job = cluster.wait_phase("dkill", {"Running"}, timeout=60)
+        job = cluster.wait_phase("dkill", {"Running"}, timeout=180)  # a worker's start, on a loaded machine
         watches(1)
         deferred = task_instance(python, worker_env, dag_id)
         assert '"state":"deferred"' in deferred, deferred
