@@ -393,15 +393,19 @@ def test_a_missing_hosts_file_names_the_worker_task(tmp_path):
 # -- the workers' sshd -------------------------------------------------------------------------------------
 
 
-def test_sshd_allows_root_only_with_a_key_and_every_session_gets_the_pods_environment(tmp_path):
+@pytest.mark.parametrize("openssh_has_penalties", [True, False], ids=["openssh-9.8+", "older-openssh"])
+def test_sshd_allows_root_only_with_a_key_and_every_session_gets_the_pods_environment(tmp_path,
+                                                                                     openssh_has_penalties):
     manifests = deepspeed_job(hostfile_launch=HostfileLaunch())
     mount, stubs = tmp_path / "script", tmp_path / "bin"
     mount.mkdir()
     stubs.mkdir()
     for name, text in manifests.configmap["data"].items():
         (mount / name).write_text(text)
-    # sshd, ssh-keygen and mkdir (of /run/sshd) stand in: record, change nothing on this machine.
+    # sshd, ssh-keygen and mkdir (of /run/sshd) stand in: record, change nothing on this machine. `sshd -T`
+    # checks an option as OpenSSH does: one it does not know is refused.
     executable(stubs / "sshd", f"#!{sys.executable}\nimport json, os, sys\n"
+                               f"if '-T' in sys.argv: sys.exit(0 if {openssh_has_penalties} else 255)\n"
                                "json.dump(sys.argv[1:], open(os.environ['STUB_RECORD'], 'w'))\n")
     executable(stubs / "ssh-keygen", "#!/bin/sh\n")
     executable(stubs / "mkdir", "#!/bin/sh\n")
@@ -422,7 +426,9 @@ def test_sshd_allows_root_only_with_a_key_and_every_session_gets_the_pods_enviro
         "PasswordAuthentication": "no", "PermitEmptyPasswords": "no", "ChallengeResponseAuthentication": "no",
         "AllowTcpForwarding": "no", "AllowStreamLocalForwarding": "no", "AllowAgentForwarding": "no",
         "X11Forwarding": "no", "PermitTunnel": "no", "PermitUserEnvironment": "no",
-        "ForceCommand": f"/bin/sh {mount / SESSION_SCRIPT} {env_file}"}
+        "ForceCommand": f"/bin/sh {mount / SESSION_SCRIPT} {env_file}",
+        # The master's hang-ups while it waits for sshd must not get it refused (OpenSSH 9.8+ only).
+        **({"PerSourcePenalties": "no"} if openssh_has_penalties else {})}
     assert stat.S_IMODE(env_file.stat().st_mode) == stat.S_IMODE((tmp_path / "args").stat().st_mode) == 0o600
     # A session, as sshd runs it: its own bare environment, ForceCommand through the login shell.
     session = subprocess.run(["/bin/sh", "-c", settings["ForceCommand"]], capture_output=True, text=True,
