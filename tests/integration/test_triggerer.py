@@ -10,11 +10,14 @@ a triggerer shutdown by the task's state), from the venv `make venv` builds for 
 from __future__ import annotations
 
 import datetime
+import fcntl
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -76,12 +79,19 @@ def kubeconfig_secrets(path: Path) -> list[str]:
     return [entry[field] for entry in entries for field in fields if entry.get(field)]
 
 
-# One Airflow release after the other on one test worker (scripts/test-suite): each starts a metadata
-# database, a worker and a triggerer, and three at once starved the machine's two cores.
-@pytest.mark.xdist_group("triggerer-airflows")
+@pytest.fixture
+def one_airflow_at_a_time() -> Iterator[None]:
+    """One Airflow release's run of this test at a time, whichever test workers hold them (scripts/test-suite):
+    each starts a metadata database, a worker and a triggerer, and three at once starved the two cores
+    (the pre-3.3 kill path then timed out). A file lock, as xdist_group did not keep them on one worker."""
+    with open(tempfile.gettempdir() + "/airflow-volcano-triggerer-test.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 @pytest.mark.parametrize("airflow", list(AIRFLOWS))
 def test_deferred_task_outlives_a_triggerer_restart_and_a_user_kill_deletes_everything(
-    cluster, operator_kubeconfig, tmp_path, airflow
+    one_airflow_at_a_time, cluster, operator_kubeconfig, tmp_path, airflow
 ):
     python = AIRFLOWS[airflow]
     assert python.exists(), f"{python} is missing: `make venv` builds it"
