@@ -48,6 +48,13 @@ def start_worker(dag_file: Path, dag_id: str, logical_date: str, log: Path, *, r
                             env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})))
 
 
+
+def running_job(cluster) -> dict:
+    """The test's one Job once it runs (a worker's start may take minutes beside other tests)."""
+    return cluster.wait_for("the Job to run", lambda: (jobs := our_jobs(cluster)) and
+                            (jobs[0].get("status") or {}).get("state", {}).get("phase") == "Running" and jobs[0],
+                            timeout=WORKER_WAIT)
+
 def our_jobs(cluster) -> list[dict]:
     return [job for job in cluster.jobs()
             if job["metadata"]["labels"].get("app.kubernetes.io/managed-by") == "airflow-volcano"]
@@ -71,9 +78,7 @@ def test_worker_dies_mid_job_and_the_retry_reattaches_without_a_duplicate(
     log = tmp_path / "worker.log"
 
     first = start_worker(dag_file, dag_id, logical_date, log)
-    job = cluster.wait_for("the Job to run", lambda: (jobs := our_jobs(cluster)) and
-                           (jobs[0].get("status") or {}).get("state", {}).get("phase") == "Running" and jobs[0],
-                           timeout=WORKER_WAIT)
+    job = running_job(cluster)
     first.send_signal(kill_signal)
     if kill_signal == signal.SIGTERM:
         # A worker shutdown: Airflow's supervisor forwards SIGTERM (the task's on_kill runs), then
@@ -125,9 +130,7 @@ def test_a_retry_run_by_an_upgraded_provider_reattaches_to_the_job_an_earlier_re
     logical_date = datetime.datetime.now(datetime.UTC).isoformat()
     log = tmp_path / "worker.log"
     first = start_worker(dag_file, dag_id, logical_date, log)
-    job = cluster.wait_for("the Job to run", lambda: (jobs := our_jobs(cluster)) and
-                           (jobs[0].get("status") or {}).get("state", {}).get("phase") == "Running" and jobs[0],
-                           timeout=WORKER_WAIT)
+    job = running_job(cluster)
     first.kill()
     first.wait(timeout=WORKER_WAIT)
     upgraded = tmp_path / "upgraded"
@@ -179,9 +182,7 @@ def test_if_job_exists_fail_refuses_and_replace_resubmits(cluster, operator_kube
     log = tmp_path / "worker.log"
 
     first = start_worker(dag_file, dag_id, logical_date, log)
-    old = cluster.wait_for("the Job to run", lambda: (jobs := our_jobs(cluster)) and
-                           (jobs[0].get("status") or {}).get("state", {}).get("phase") == "Running" and jobs[0],
-                           timeout=WORKER_WAIT)
+    old = running_job(cluster)
     first.kill()
     first.wait(timeout=WORKER_WAIT)
 
