@@ -95,6 +95,12 @@ REAL_NODE = "real-node"
 BRIDGE = "avbr0"
 POD_SUBNET = "10.234.0.0/24"
 BRIDGE_IP = "10.234.0.1"
+# The bridge's own MAC address, set once: a Linux bridge whose address was not set takes the lowest
+# address of its ports and changes it as pods come and go, while every pod's ARP cache keeps the old
+# one; until that entry expires (10 to 35 s, seen under test load) a pod's packets to this machine,
+# its DNS queries among them, are lost ("Temporary failure in name resolution", DeepSpeed's "not
+# reachable via ssh"). Locally administered (02:), ending in the bridge address's bytes.
+BRIDGE_MAC = "02:00:0a:ea:00:01"
 CLUSTER_DOMAIN = "cluster.local"
 # The admission webhooks of Volcano's resources this cluster registers; each release enables those of
 # its Helm chart's defaults (enabled_admissions), e.g. v1.10 mutates PodGroups, v1.14 validates them.
@@ -600,13 +606,26 @@ def ctr(*args: str, check: bool = True) -> str:
     return result.stdout
 
 
+def bridge_mac_is_fixed() -> bool:
+    """The bridge has BRIDGE_MAC, set by hand (addr_assign_type 3, NET_ADDR_SET), which the kernel
+    keeps whatever ports come and go."""
+    device = Path("/sys/class/net") / BRIDGE
+    try:
+        return ((device / "address").read_text().strip() == BRIDGE_MAC
+                and (device / "addr_assign_type").read_text().strip() == "3")
+    except OSError:
+        return False
+
+
 def prepare_network() -> None:
     """The pod bridge, with this machine's address on it, and the CNI configuration that uses it.
 
     The bridge plugin runs with isGateway off, so it neither takes the address nor turns on IP
     forwarding, and pods get a route to the pod subnet only: nothing leaves the machine."""
     if subprocess.run(["ip", "link", "show", BRIDGE], capture_output=True).returncode != 0:
-        subprocess.run(["ip", "link", "add", BRIDGE, "type", "bridge"], check=True)
+        subprocess.run(["ip", "link", "add", BRIDGE, "address", BRIDGE_MAC, "type", "bridge"], check=True)
+    if not bridge_mac_is_fixed():
+        subprocess.run(["ip", "link", "set", BRIDGE, "address", BRIDGE_MAC], check=True)
     addresses = subprocess.run(["ip", "-4", "-o", "addr", "show", "dev", BRIDGE], capture_output=True,
                                text=True, check=True).stdout
     if f" {BRIDGE_IP}/" not in addresses:
@@ -1031,8 +1050,7 @@ def status() -> int:
         print(f"{component.name:26} {'running (pid ' + str(pid) + ')' if pid else 'not running'}")
     checks = {"api /readyz": lambda: api_get("/readyz") == b"ok", f"node {REAL_NODE}": real_node_ready,
               "simulated nodes": simulated_nodes_ready,
-              f"bridge {BRIDGE}": lambda: subprocess.run(["ip", "link", "show", BRIDGE],
-                                                         capture_output=True).returncode == 0}
+              f"bridge {BRIDGE}": bridge_mac_is_fixed}
     for what, check in checks.items():
         try:
             good = bool(check())
