@@ -81,14 +81,16 @@ def kubeconfig_secrets(path: Path) -> list[str]:
 
 @pytest.fixture
 def one_airflow_at_a_time() -> Iterator[None]:
-    """One Airflow release's run of this test at a time, whichever test workers hold them (scripts/test-suite):
-    each starts a metadata database, a worker and a triggerer, and three at once starved the two cores
-    (the pre-3.3 kill path then timed out). A file lock, as xdist_group did not keep them on one worker."""
+    """One Airflow release's run of this test at a time: each starts a metadata database, a worker and a
+    triggerer, and three at once starved the two cores (the pre-3.3 kill path then timed out). The
+    xdist_group mark keeps them on one test worker (scripts/test-suite's `--dist loadgroup`), so no other
+    worker waits here; the lock holds for a run that does not group them."""
     with open(tempfile.gettempdir() + "/airflow-volcano-triggerer-test.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
 
 
+@pytest.mark.xdist_group("airflow-releases")
 @pytest.mark.parametrize("airflow", list(AIRFLOWS))
 def test_deferred_task_outlives_a_triggerer_restart_and_a_user_kill_deletes_everything(
     one_airflow_at_a_time, cluster, operator_kubeconfig, tmp_path, airflow
