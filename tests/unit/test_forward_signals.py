@@ -24,6 +24,20 @@ PYTHON = sys.executable
 ENOUGH = 20  # seconds: an upper bound no healthy step here comes near
 
 
+@pytest.fixture(autouse=True, scope="module")
+def signals_at_their_defaults():
+    """The shells start as a container's PID 1 does, with every signal at its default action. A test run
+    started in the background of a non-interactive shell inherits SIGINT and SIGQUIT ignored, which its
+    children inherit in turn and a shell may not trap again (POSIX): restored for this module's run."""
+    ignored = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGQUIT)
+               if signal.getsignal(number) == signal.SIG_IGN}
+    for number in ignored:
+        signal.signal(number, signal.default_int_handler if number == signal.SIGINT else signal.SIG_DFL)
+    yield
+    for number, handler in ignored.items():
+        signal.signal(number, handler)
+
+
 def forwarder_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """A container's environment, the run directory under tmp_path; python3 on PATH is this Python."""
     bin_dir = tmp_path / "bin"
