@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from airflow_volcano.progress import PROGRESS_MARKER, Progress
 from airflow_volcano.timestamps import parse_timestamp_ns
 
 Emit = Callable[[str], None]
@@ -35,13 +36,15 @@ STACKS_PREFIX = "[airflow-volcano] stacks "
 
 @dataclass
 class LogCursor:
-    """How far a log has been shown: the newest line's timestamp, and how many lines had it; and the
-    checkpoint the training last said it resumed from (a line with RESUMED_FROM_MARKER)."""
+    """How far a log has been shown: the newest line's timestamp, and how many lines had it; the
+    checkpoint the training last said it resumed from (a line with RESUMED_FROM_MARKER); and the
+    progress it reported (`progress.PROGRESS_MARKER`)."""
 
     last_ns: int = 0
     seen_at_last: int = 0
     lines_shown: int = 0
     resumed_from: str | None = None
+    progress: Progress | None = None
     _seen_this_read: int = field(default=0, repr=False)
 
     def start_read(self) -> None:
@@ -84,11 +87,21 @@ class LogCursor:
                                 "lines_shown": self.lines_shown}
         if self.resumed_from is not None:
             data["resumed_from"] = self.resumed_from
+        if self.progress is not None:
+            data["progress"] = self.progress.to_dict()
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> LogCursor:
-        return cls(**(data or {}))
+        data = dict(data or {})
+        progress = data.pop("progress", None)
+        return cls(**data, progress=Progress.from_dict(progress) if progress else None)
+
+    def progress_line(self, message: str) -> str | None:
+        """A progress line of the training's: what to show for it now (None: counted, not shown)."""
+        if self.progress is None:
+            self.progress = Progress()
+        return self.progress.observe(message, self.last_ns)
 
 
 def hidden(message: str) -> bool:
@@ -118,6 +131,9 @@ def emit_unseen(lines: Iterable[str], cursor: LogCursor, emit: LineEmit,
             on_new()
         if hidden(message):
             continue
+        if PROGRESS_MARKER in message:  # shown as percent, rate and ETA, when due
+            if (message := cursor.progress_line(message)) is None:
+                continue
         emit(message, cursor.last_ns or None)
         shown += 1
         if RESUMED_FROM_MARKER in message:

@@ -19,8 +19,13 @@ writes only while no newer generation has claimed it. So ranks on a node cut off
 keep running while a restarted gang trains elsewhere, stop writing once it starts, instead of
 overwriting its checkpoints with older ones.
 
-Environment: EPOCHS (default 6), EPOCH_SECONDS (a pause per epoch, default 0: the model is tiny).
-To watch a resume happen, CRASH_AT_EPOCH=N makes rank CRASH_RANK (default 1) exit with
+It reports its progress in steps, the way the operator reads it (README "How far is it"), on rank 0:
+
+    [airflow-volcano] progress 12/24 steps
+
+Environment: EPOCHS (default 6), STEPS_PER_EPOCH (default 1), EPOCH_SECONDS (a pause per epoch, spread
+over its steps, default 0: the model is tiny), CHECKPOINT_EVERY (save every N epochs, default 1; the
+last epoch is always saved). To watch a resume happen, CRASH_AT_EPOCH=N makes rank CRASH_RANK (default 1) exit with
 CRASH_EXIT_CODE (default 137, as the OOM killer gives) after epoch N on the first attempt only
 (VOLCANO_RESTART_COUNT 0, AIRFLOW_TRY_NUMBER 1).
 """
@@ -36,7 +41,9 @@ import time
 from pathlib import Path
 
 EPOCHS = int(os.environ.get("EPOCHS", "6"))
+STEPS_PER_EPOCH = int(os.environ.get("STEPS_PER_EPOCH", "1"))
 EPOCH_SECONDS = float(os.environ.get("EPOCH_SECONDS", "0"))
+CHECKPOINT_EVERY = int(os.environ.get("CHECKPOINT_EVERY", "1"))
 RANK, WORLD_SIZE = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 RESTARTS = int(os.environ.get("VOLCANO_RESTART_COUNT") or 0)
 TRY_NUMBER = int(os.environ.get("AIRFLOW_TRY_NUMBER") or 1)
@@ -70,6 +77,11 @@ def may_write_checkpoints() -> bool:
     """Before every save: no newer generation has claimed the directory."""
     newest = newest_generation()
     return newest is None or newest <= generation()
+
+
+def report_progress(done: int, total: int, unit: str = "steps") -> None:
+    """The line the operator reads as progress (no import needed: README "How far is it")."""
+    print(f"[airflow-volcano] progress {done}/{total} {unit}", flush=True)
 
 
 def on_sigterm(signum: int, frame: object) -> None:
@@ -127,25 +139,33 @@ def main() -> int:
             print(f"[airflow-volcano] resumed from {checkpoint}", flush=True)
     print(f"rank {RANK}/{WORLD_SIZE} starts at epoch {first_epoch} of {EPOCHS} (VOLCANO_RESTART_COUNT={RESTARTS}, "
           f"AIRFLOW_TRY_NUMBER={TRY_NUMBER})", flush=True)
+    total_steps = EPOCHS * STEPS_PER_EPOCH
+    if RANK == 0:
+        report_progress((first_epoch - 1) * STEPS_PER_EPOCH, total_steps)
     for epoch in range(first_epoch, EPOCHS + 1):
-        time.sleep(EPOCH_SECONDS)  # where a real epoch reads its data
-        if stop_requested:  # before the next collective: a peer may be stopping too
-            if RANK == 0 and epoch > 1:
-                path = save(epoch - 1, model, optimizer, "SIGTERM")
-                print(f"SIGTERM: saved checkpoint {path}, exiting", flush=True)
-            return 143
-        inputs = torch.randn(64, 16, generator=torch.Generator().manual_seed(epoch * 100 + RANK))
-        loss = ((model(inputs) - inputs.sum(1, keepdim=True)) ** 2).mean()
-        optimizer.zero_grad()
-        loss.backward()
-        if WORLD_SIZE > 1:
-            for parameter in model.parameters():
-                dist.all_reduce(parameter.grad)
-                parameter.grad /= WORLD_SIZE
-        optimizer.step()
-        if RANK == 0:
+        for step in range(1, STEPS_PER_EPOCH + 1):
+            time.sleep(EPOCH_SECONDS / STEPS_PER_EPOCH)  # where a real step reads its data
+            if stop_requested and step == 1:  # before the epoch's collectives: a peer may be stopping too
+                if RANK == 0 and epoch > 1:
+                    path = save(epoch - 1, model, optimizer, "SIGTERM")
+                    print(f"SIGTERM: saved checkpoint {path}, exiting", flush=True)
+                return 143
+            inputs = torch.randn(64, 16, generator=torch.Generator().manual_seed(epoch * 100 + step * 10 + RANK))
+            loss = ((model(inputs) - inputs.sum(1, keepdim=True)) ** 2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            if WORLD_SIZE > 1:
+                for parameter in model.parameters():
+                    dist.all_reduce(parameter.grad)
+                    parameter.grad /= WORLD_SIZE
+            optimizer.step()
+            if RANK == 0:
+                report_progress((epoch - 1) * STEPS_PER_EPOCH + step, total_steps)
+        if RANK == 0 and (stop_requested or epoch % CHECKPOINT_EVERY == 0 or epoch == EPOCHS):
             path = save(epoch, model, optimizer, "SIGTERM" if stop_requested else "epoch end")
             print(f"epoch {epoch}/{EPOCHS} loss {loss.item():.4f}, saved {path}", flush=True)
+        elif RANK == 0:
+            print(f"epoch {epoch}/{EPOCHS} loss {loss.item():.4f}", flush=True)
         if stop_requested:
             print(f"rank {RANK}: SIGTERM, stopping after epoch {epoch} (checkpoint saved)", flush=True)
             return 143
