@@ -13,6 +13,7 @@ from enum import StrEnum
 JOB_GROUP, JOB_VERSION, JOB_PLURAL = "batch.volcano.sh", "v1alpha1", "jobs"
 JOB_API_VERSION = f"{JOB_GROUP}/{JOB_VERSION}"
 PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL = "scheduling.volcano.sh", "v1beta1", "podgroups"
+QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL = "scheduling.volcano.sh", "v1beta1", "queues"  # cluster-scoped
 
 # Labels Volcano puts on the pods of a Job.
 JOB_NAME_LABEL = "volcano.sh/job-name"

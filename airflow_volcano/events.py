@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import Any
 
 from airflow_volcano.constants import SUCCEEDED_PHASES
+from airflow_volcano.goodput import RunTimeline
 from airflow_volcano.job_ref import JobRef
 from airflow_volcano.logs import LogCursor
 
@@ -56,6 +57,7 @@ class WaitOutcome:
         remove them before the end, and the failure report still names them.
     :param log_cursor: how far the main pod's log was shown.
     :param log_cursors: how far each other followed pod's log (log_tasks') was shown, by pod.
+    :param timeline: what the wait saw of the run that the Job does not keep (`goodput.RunTimeline`).
     """
 
     verdict: Verdict
@@ -67,6 +69,7 @@ class WaitOutcome:
     failed_pods: dict[str, dict] = field(default_factory=dict)
     log_cursor: LogCursor = field(default_factory=LogCursor)
     log_cursors: dict[str, LogCursor] = field(default_factory=dict)
+    timeline: RunTimeline = field(default_factory=RunTimeline)
 
     @property
     def succeeded(self) -> bool:
@@ -91,7 +94,8 @@ class WaitOutcome:
         return {"verdict": self.verdict.value, "message": self.message, "phase": self.phase, "job": ref.to_dict(),
                 "lost_nodes": list(self.lost_nodes), "stalls": self.stalls,
                 "failed_pods": list(self.failed_pods.values()), "log_cursor": self.log_cursor.to_dict(),
-                "log_cursors": {pod: cursor.to_dict() for pod, cursor in self.log_cursors.items()}}
+                "log_cursors": {pod: cursor.to_dict() for pod, cursor in self.log_cursors.items()},
+                "timeline": self.timeline.to_dict()}
 
     @classmethod
     def from_event(cls, event: dict[str, Any]) -> tuple[WaitOutcome, JobRef]:
@@ -111,5 +115,6 @@ class WaitOutcome:
                       failed_pods={(pod.get("metadata") or {}).get("name", ""): pod for pod in failed},
                       log_cursor=LogCursor.from_dict(event.get("log_cursor")),
                       log_cursors={str(pod): LogCursor.from_dict(cursor)
-                                   for pod, cursor in (event.get("log_cursors") or {}).items()})
+                                   for pod, cursor in (event.get("log_cursors") or {}).items()},
+                      timeline=RunTimeline.from_dict(event.get("timeline")))
         return outcome, JobRef.from_dict(event.get("job") or {})

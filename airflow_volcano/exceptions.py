@@ -40,10 +40,13 @@ class VolcanoApiError(RuntimeError):
         return ("ValidatingAdmissionPolicy" in message and "denied request" in message) or (
             "admission webhook" in message and "denied the request" in message)
 
-    def describe(self) -> str:
+    def brief(self) -> str:
+        """The call, the status and the apiserver's message, without advice (the caller gives its own)."""
         text = f"{self.what} failed: HTTP {self.status} {self.reason}".rstrip()
-        if self.message:
-            text += f": {self.message}"
+        return f"{text}: {self.message}" if self.message else text
+
+    def describe(self) -> str:
+        text = self.brief()
         if self.status == 403 and self.denied_by_admission():
             pass  # the policy's or webhook's own message says why; no permission is missing
         elif self.status == 403:

@@ -5,14 +5,16 @@ here: callers pass what they know."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from airflow_volcano import metrics
 from airflow_volcano.constants import CHECKED_LABEL, OnFinishAction
 from airflow_volcano.events import Verdict, WaitOutcome
 from airflow_volcano.exceptions import VolcanoJobError
+from airflow_volcano.goodput import goodput
 from airflow_volcano.logs import iter_lines
 from airflow_volcano.pod_logs import PodLogCopy, follow_until_exit
 from airflow_volcano.status import (
@@ -152,9 +154,26 @@ def delete_if_still_running(hook: VolcanoHook, ref: JobRef) -> None:
                   ref.namespace, ref.name, error, ref.namespace, ref.name)
 
 
-def summary(ref: JobRef, outcome: WaitOutcome, result: Any) -> dict[str, Any]:
+def report_goodput(ref: JobRef, outcome: WaitOutcome, metric_tags: Mapping[str, str] | None) -> dict | None:
+    """The run's time by bucket (goodput.py): a table in the task log, the figures to Airflow's metrics;
+    returned for the task's return value. None when the Job as last read cannot tell it."""
+    spent = goodput(outcome.job, outcome.timeline, outcome.log_cursor.progress) if outcome.job else None
+    if spent is None:
+        return None
+    log.info("\n".join(spent.table(f"{ref.namespace}/{ref.name}")))
+    if metric_tags is not None:
+        try:
+            metrics.send(spent, metric_tags)
+        except Exception as error:  # noqa: BLE001 - the metrics backend is not the task's business
+            log.warning("Could not send the run's figures to Airflow's metrics: %s", error)
+    return spent.result()
+
+
+def summary(ref: JobRef, outcome: WaitOutcome, result: Any,
+            goodput_figures: dict[str, Any] | None = None) -> dict[str, Any]:
     """The task's return value (XCom), in both modes and for the sensor."""
     state = job_state(outcome.job or {})
+    progress = outcome.log_cursor.progress
     return {
         "job_name": ref.name,
         "namespace": ref.namespace,
@@ -164,6 +183,8 @@ def summary(ref: JobRef, outcome: WaitOutcome, result: Any) -> dict[str, Any]:
         "retry_count": state.retry_count,
         "log_lines": outcome.log_cursor.lines_shown,
         "resumed_from": outcome.log_cursor.resumed_from,
+        "progress": progress.result() if progress is not None else None,
+        "goodput": goodput_figures,
         "result": result,
     }
 
@@ -176,10 +197,12 @@ def finalize(
     on_finish_action: OnFinishAction,
     push_xcom: Callable[[str, Any], None] | None = None,
     main_log: PodLogCopy | None = None,
+    metric_tags: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Push the final phase, clean up, and return the summary, or raise with the failure's reason.
-    What becomes of the Job follows README "Cleanup guarantees": a wait that failed (DEADLINE,
-    WAIT_FAILED) raises and leaves the Job to the caller, which keeps it for a later try."""
+    """Push the final phase, say where the run's time went, clean up, and return the summary, or raise
+    with the failure's reason. What becomes of the Job follows README "Cleanup guarantees": a wait that
+    failed (DEADLINE, WAIT_FAILED) raises and leaves the Job to the caller, which keeps it for a later try.
+    `metric_tags` (the DAG and task): the run's figures go to Airflow's metrics with them."""
     if outcome.verdict is Verdict.DELETED:
         raise VolcanoJobError(f"{outcome.message} while the task waited")
     if outcome.verdict is Verdict.WAIT_FAILED:
@@ -192,8 +215,9 @@ def finalize(
     if outcome.log_cursor.resumed_from:
         log.info("The training resumed from checkpoint %s (Volcano restarts so far: %d)",
                  outcome.log_cursor.resumed_from, job_state(outcome.job or {}).retry_count)
+    figures = report_goodput(ref, outcome, metric_tags)
     if outcome.succeeded:
-        done = summary(ref, outcome, main_result(hook, ref))
+        done = summary(ref, outcome, main_result(hook, ref), figures)
         cleanup(hook, ref, succeeded=True, action=on_finish_action)
         return done
     message = explain_failure(hook, ref, outcome)

@@ -102,7 +102,7 @@ def waited_view(job: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return {
         "metadata": {key: metadata[key] for key in ("name", "namespace", "uid", "resourceVersion",
                                                     "creationTimestamp") if key in metadata},
-        "spec": {key: spec[key] for key in ("maxRetry", "policies") if key in spec} | {"tasks": tasks},
+        "spec": {key: spec[key] for key in ("maxRetry", "policies", "queue") if key in spec} | {"tasks": tasks},
         "status": status,
     }
 

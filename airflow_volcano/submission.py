@@ -24,6 +24,7 @@ from airflow_volcano.finalize import delete_job_and_script
 from airflow_volcano.job_ref import JobRef
 from airflow_volcano.manifest import JobManifests, identity_labels, is_debug_job, script_configmap_name
 from airflow_volcano.manifest.build import REQUEST_HASH_SCHEME
+from airflow_volcano.queueing import QUEUE_READER, queue_refusal
 from airflow_volcano.status import job_state
 from airflow_volcano.task_state import STATE_STORE_KEY
 
@@ -93,9 +94,11 @@ def submit_or_reattach(hook: VolcanoHook, manifests: JobManifests, namespace: st
 
 def submit(hook: VolcanoHook, manifests: JobManifests, namespace: str,
            on_created: Callable[[JobRef], None] = lambda ref: None) -> JobRef:
-    """Create the script's ConfigMap and the Job (annotated with its request's hash)."""
+    """Create the script's ConfigMap and the Job (annotated with its request's hash), once its queue is
+    known to take it."""
     job = manifests.job
     name = job["metadata"]["name"]
+    check_queue(hook, job)
     existing = hook.get_job(name, namespace)
     if existing is not None:
         if not same_task_instance(existing, job):
@@ -135,6 +138,22 @@ def submit(hook: VolcanoHook, manifests: JobManifests, namespace: str,
         hook.set_configmap_owner(configmap["metadata"]["name"], namespace, created)
     log.info("Submitted Volcano Job %s/%s (master pod %s)", namespace, name, ref.main_pod)
     return ref
+
+
+def check_queue(hook: VolcanoHook, job: dict) -> None:
+    """Refuse, before submitting, a Job its queue would never take: a queue that does not exist or is not
+    Open (Volcano's webhook would refuse it with fewer words), a gang larger than its capability (it
+    would wait forever). A queue that cannot be read (no deploy/queue-reader.yaml) is not checked."""
+    name = (job.get("spec") or {}).get("queue") or "default"
+    try:
+        queue = hook.get_queue(name)
+    except VolcanoApiError as error:
+        log.info("Volcano queue %s was not checked before submitting (%s; %s grants reading queues)", name,
+                 error.brief(), QUEUE_READER)
+        return
+    refusal = queue_refusal(name, queue, job)
+    if refusal is not None:
+        raise JobSpecError(refusal)
 
 
 def _stored_job(hook: VolcanoHook, state_store: Any) -> dict | None:

@@ -7,6 +7,9 @@ answers with the next action:
 - `Done`: the verdict (`events.WaitOutcome`: finished, job_timeout, the task's deadline, a pod that
   cannot start, a stall, deleted);
 - `CheckPods`: list the pods (and, while scheduling matters, the PodGroup and its events);
+- `ReadQueue`: while the Job waits to start, read its queue (`queueing.QueueSnapshot`: the queue, the
+  PodGroups that may be in it, the PriorityClasses), at most every QUEUE_REFRESH_SECONDS; then
+  `queue_seen`, from which the task log says why the Job waits;
 - `Watch`: watch the Job from a resourceVersion for at most so many seconds, feeding each change;
 - `Reread`: the watch ended early (dropped, refused, 410 Gone): read the Job again after a back-off
   with jitter, so many waiters do not hammer an apiserver that is struggling;
@@ -46,10 +49,12 @@ from airflow_volcano.constants import (
     StallAction,
 )
 from airflow_volcano.events import Verdict, WaitOutcome
+from airflow_volcano.goodput import RunTimeline
 from airflow_volcano.hooks.retry import backoff
 from airflow_volcano.logs import Emit, LogCursor
 from airflow_volcano.manifest import optional_seconds, seconds, stall_seconds
 from airflow_volcano.manifest.checks import choice
+from airflow_volcano.queueing import QueueSnapshot, WaitingReport, queue_of, waiting_report
 from airflow_volcano.stalls import describe_silence
 from airflow_volcano.status import (
     JobProgress,
@@ -71,6 +76,10 @@ MAX_BACKOFF_SECONDS = 30.0
 # While a followed log cannot be read, the engine looks again this often (it decides nothing meanwhile).
 BLIND_RECHECK_SECONDS = 10.0
 BLIND = "blind"  # what ProbeOutput's answer says of a pod whose log could not be read
+# Why a Job waits is said on each change; unchanged, it is said again this often.
+WAITING_REPEAT_SECONDS = 600.0
+# A waiting Job's queue is read at most this often (in a worker a read lists every namespace's PodGroups).
+QUEUE_REFRESH_SECONDS = 15.0
 
 
 @dataclass(frozen=True)
@@ -179,6 +188,11 @@ class CheckPods:
 
 
 @dataclass(frozen=True)
+class ReadQueue:
+    queue: str  # the queue the Job waits in: read it, then queue_seen
+
+
+@dataclass(frozen=True)
 class Watch:
     resource_version: str
     seconds: int
@@ -230,7 +244,7 @@ class RestartJob:
     pods: tuple[PodRef, ...]
 
 
-Action = Done | CheckPods | Watch | Reread | DeletePods | ProbeOutput | CollectStacks | RestartJob
+Action = Done | CheckPods | ReadQueue | Watch | Reread | DeletePods | ProbeOutput | CollectStacks | RestartJob
 
 
 @dataclass(frozen=True)
@@ -326,11 +340,13 @@ class WaitEngine:
     :param jitter: a number in [0, 1) per back-off (random by default; fixed in tests).
     :param output: what the driver's log readers have seen (stall_timeout).
     :param followed: the pods whose output counts for stall_timeout.
+    :param timeline: where what the wait sees of the run goes (the driver adds the pods' placements).
     """
 
     def __init__(self, ref: JobRef, limits: WaitLimits, *, started_at: float, report: Emit,
                  deadline: float | None = None, jitter: Callable[[], float] = random.random,
-                 output: OutputClock | None = None, followed: tuple[FollowedLog, ...] = ()) -> None:
+                 output: OutputClock | None = None, followed: tuple[FollowedLog, ...] = (),
+                 timeline: RunTimeline | None = None) -> None:
         self.ref, self.limits, self.started_at = ref, limits, started_at
         self.report, self.deadline, self.jitter = report, deadline, jitter
         self.output = output or OutputClock()
@@ -348,14 +364,20 @@ class WaitEngine:
         self._alive_version = ""  # the Job's resourceVersion at the last change
         self._probes = _Probes()
         self.stalls = 0
+        self.timeline = timeline or RunTimeline()
+        self._stalled_since: float | None = None  # when the output stopped, for a stall being handled
+        self.waiting: WaitingReport | None = None  # why the Job waits, as last read (while it does)
+        self._queue_read = float("-inf")  # when the queue was last read
+        self._podgroup: dict | None = None  # the PodGroup as the last CheckPods read it
+        self._waiting_said: tuple[str, float] | None = None  # the last such line, and when it was said
 
     # -- observations ---------------------------------------------------------------------------
 
     def job_read(self, job: dict | None, now: float) -> Action:
         """The Job as a read (GET) returned it; None if it does not exist."""
         if job is None:
-            return Done(WaitOutcome(Verdict.DELETED, job=None, lost_nodes=tuple(self.lost_nodes), stalls=self.stalls,
-                                    message=f"Volcano Job {self.ref.namespace}/{self.ref.name} was deleted"))
+            return self._finish(WaitOutcome(Verdict.DELETED, job=None, message=(
+                f"Volcano Job {self.ref.namespace}/{self.ref.name} was deleted")), now)
         self._observe(job, now)
         return self._decide(now)
 
@@ -389,11 +411,22 @@ class WaitEngine:
                 self.report(line)
         problem = startup_problem(self.ref, pods, podgroup, self.limits, waited, events)
         if problem is not None:
-            return Done(self._outcome(Verdict.CANNOT_START, message=problem))
+            return self._finish(self._outcome(Verdict.CANNOT_START, message=problem), now)
         if self.limits.node_lost_timeout is not None:
             expired = self._lost_node_pods(pods, now, self.limits.node_lost_timeout)
             if expired:
                 return DeletePods(pods=expired)
+        if self._scheduling and now - self._queue_read >= QUEUE_REFRESH_SECONDS:
+            self._podgroup = podgroup
+            return ReadQueue(queue=queue_of(self.job, podgroup))
+        return self._decide(now)
+
+    def queue_seen(self, queue: QueueSnapshot, now: float) -> Action:
+        """The answer to ReadQueue: say why the Job waits; one that can never fit its queue ends now."""
+        self._queue_read = now
+        never = self._queue_report(self._podgroup, queue, now)
+        if never is not None:
+            return self._finish(self._outcome(Verdict.CANNOT_START, message=never), now)
         return self._decide(now)
 
     def pods_deleted(self, now: float) -> Action:
@@ -430,7 +463,7 @@ class WaitEngine:
         self._probes.due = now + (interval or RUNNING_WATCH_SECONDS)
         stall_left = self._stall_left(now)
         if confirming and stall_left is not None and stall_left <= 0:
-            return CollectStacks(silent_for=self._silent_for(now))
+            return self._collect_stacks(now)
         return self._decide(now)
 
     def stacks_collected(self, where: str, now: float, running: tuple[PodRef, ...] = ()) -> Action:
@@ -445,18 +478,35 @@ class WaitEngine:
                 return RestartJob(pods=running)
             where = (f"it stalled again after {MAX_STALL_RESTARTS} restarts (stall_action='restart' restarts at most "
                      f"{MAX_STALL_RESTARTS} times)" + (f"; {where}" if where else ""))
-        return Done(self._outcome(Verdict.STALLED, message=f"stalled: no output for {silent}{where and '; ' + where}"))
+        return self._finish(self._outcome(
+            Verdict.STALLED, message=f"stalled: no output for {silent}{where and '; ' + where}"), now)
 
     def restart_requested(self, now: float, refused: str | None = None) -> Action:
         """The answer to RestartJob: the stall's clock starts again; a refused restart ends the wait
         as stall_action="fail" would, saying why."""
         if refused is not None:
             silent = describe_silence(self.limits.stall_timeout or 0)
-            return Done(self._outcome(Verdict.STALLED, message=(
-                f"stalled: no output for {silent}; stall_action='restart' could not restart it ({refused})")))
+            return self._finish(self._outcome(Verdict.STALLED, message=(
+                f"stalled: no output for {silent}; stall_action='restart' could not restart it ({refused})")), now)
+        self._end_stall(now)
         if self._alive is not None:
             self._alive = _Progress(now, self.output.view(now).blind_total)
         return self._decide(now)
+
+    def _queue_report(self, podgroup: dict | None, queue: QueueSnapshot, now: float) -> str | None:
+        """Say why the Job waits, when it changed (or every WAITING_REPEAT_SECONDS); returns why it can
+        never start if its gang needs more than its queue's capability."""
+        report = waiting_report(podgroup, queue)
+        self.waiting = report
+        job = f"{self.ref.namespace}/{self.ref.name}"
+        if (never := report.never_fits) is not None:
+            return f"Volcano Job {job} can never start: it {never.describe(report.queue)}"
+        text = report.describe(job)
+        said = self._waiting_said
+        if said is None or said[0] != text or now - said[1] >= WAITING_REPEAT_SECONDS:
+            self._waiting_said = (text, now)
+            self.report(text)
+        return None
 
     # -- the decision -----------------------------------------------------------------------------
 
@@ -467,13 +517,27 @@ class WaitEngine:
 
     def _outcome(self, verdict: Verdict, **fields: Any) -> WaitOutcome:
         assert self.job is not None
-        return WaitOutcome(verdict, phase=job_state(self.job).phase, job=self.job, lost_nodes=tuple(self.lost_nodes),
-                           stalls=self.stalls, **fields)
+        return WaitOutcome(verdict, phase=job_state(self.job).phase, job=self.job, **fields)
+
+    def _finish(self, outcome: WaitOutcome, now: float) -> Done:
+        """The wait's end: the outcome, with what this wait saw (lost nodes, stalls, the run's timeline)."""
+        if outcome.ends_the_job:
+            self.timeline.ended_at = now  # the Job is deleted now: its run ends here
+        self._end_stall(now)
+        return Done(dataclasses.replace(outcome, lost_nodes=tuple(self.lost_nodes), stalls=self.stalls,
+                                        timeline=self.timeline))
+
+    def _end_stall(self, now: float) -> None:
+        if self._stalled_since is not None:
+            self.timeline.stalls.append((self._stalled_since, now))
+            self._stalled_since = None
 
     def _observe(self, job: dict, now: float) -> None:
         self.job = job
         if (line := self._progress.observe(job)) is not None:
             self.report(line)
+        if not _has_pending(job):
+            self.waiting = None
         state = job_state(job)
         if state.phase != JobPhase.RUNNING:
             self._alive = None
@@ -499,6 +563,12 @@ class WaitEngine:
         assert self._alive is not None
         return now - self._alive.at - (self.output.view(now).blind_total - self._alive.blind_at)
 
+    def _collect_stacks(self, now: float) -> CollectStacks:
+        """A stall: its time runs from the last output until it is handled (a restart, or the end)."""
+        silent_for = self._silent_for(now)
+        self._stalled_since = now - silent_for
+        return CollectStacks(silent_for=silent_for)
+
     def _past_deadline(self, now: float) -> bool:
         return self.deadline is not None and now >= self.deadline
 
@@ -516,15 +586,15 @@ class WaitEngine:
         waited = now - self.started_at
         step = next_step(self.job, self.limits, waited, now - self._last_pod_check)
         if step.done is not None:
-            return Done(dataclasses.replace(step.done, lost_nodes=tuple(self.lost_nodes), stalls=self.stalls))
+            return self._finish(step.done, now)
         if self._past_deadline(now):
-            return Done(self._outcome(Verdict.DEADLINE, message="the task's execution_timeout passed"))
+            return self._finish(self._outcome(Verdict.DEADLINE, message="the task's execution_timeout passed"), now)
         if self._probe_due(now):
             return ProbeOutput(pods=self._probed())
         stall_left = self._stall_left(now)
         if stall_left is not None and stall_left <= 0:
             if not self.followed:
-                return CollectStacks(silent_for=self._silent_for(now))
+                return self._collect_stacks(now)
             # Silent as far as the waiter saw: before acting, a fresh read of every followed log (a
             # stream may hang without failing, a copy may lag) must confirm it.
             return ProbeOutput(pods=tuple((log.pod, log.container) for log in self.followed))
@@ -575,6 +645,8 @@ class WaitEngine:
             if now - first_seen >= timeout:
                 if node not in self.lost_nodes:  # said once; a delete that failed is retried quietly
                     self.lost_nodes.append(node)
+                    since = min((pod.since for pod in lost if pod.since), default=first_seen)
+                    self.timeline.lost.append((min(since, first_seen), now))
                     self.report(f"Node {node} has not come back within node_lost_timeout ({timeout:.0f}s): "
                                 f"deleting its pod(s) {', '.join(names)}; Volcano handles that like an eviction "
                                 "(the Job restarts if its retry budget allows)")

@@ -13,6 +13,8 @@ import structlog
 
 from airflow_volcano import wait_steps
 from airflow_volcano.events import WaitOutcome
+from airflow_volcano.goodput import RunTimeline
+from airflow_volcano.hooks import calls
 from airflow_volcano.logs import Emit, LogFollower
 from airflow_volcano.pod_logs import PodLogCopy, pod_log_stream, read_remaining_log
 from airflow_volcano.status import pod_problem, pod_view
@@ -26,6 +28,7 @@ from airflow_volcano.wait_engine import (
     FollowedLog,
     OutputClock,
     ProbeOutput,
+    ReadQueue,
     Reread,
     RestartJob,
     WaitEngine,
@@ -41,15 +44,16 @@ if TYPE_CHECKING:
 log = structlog.get_logger(f"airflow.task.{__name__}")
 
 
-class PodFailureRecorder(threading.Thread):
-    """Watches the Job's pods while the worker waits and keeps each pod's last failed state
-    (`status.pod_view`). Volcano removes the pods still running when it ends a Job, and the pod
-    that failed first may be one of them: its exit code and its log tail (the termination message,
-    FallbackToLogsOnError) are then known only from what was seen before it went."""
+class PodRecorder(threading.Thread):
+    """Watches the Job's pods while the worker waits: keeps each pod's last failed state
+    (`status.pod_view`), and tells the run's timeline when each generation of pods was placed.
+    Volcano removes the pods still running when it ends a Job, and the pod that failed first may be
+    one of them: its exit code and its log tail (the termination message, FallbackToLogsOnError) are
+    then known only from what was seen before it went; a restart replaces them all."""
 
-    def __init__(self, hook: VolcanoHook, ref: JobRef) -> None:
-        super().__init__(name="volcano-pod-failures", daemon=True)
-        self.hook, self.ref = hook, ref
+    def __init__(self, hook: VolcanoHook, ref: JobRef, timeline: RunTimeline) -> None:
+        super().__init__(name="volcano-pod-recorder", daemon=True)
+        self.hook, self.ref, self.timeline = hook, ref, timeline
         self.failed: dict[str, dict] = {}
         self._stop_event = threading.Event()
 
@@ -60,6 +64,7 @@ class PodFailureRecorder(threading.Thread):
                 for pod in self.hook.watch_job_pods(self.ref.name, self.ref.namespace,
                                                     timeout_seconds=int(RUNNING_WATCH_SECONDS),
                                                     stop=self._stop_event.is_set):
+                    self.timeline.pod_seen(pod)
                     view = pod_view(pod)
                     if pod_problem(view) is not None:
                         self.failed[view["metadata"]["name"]] = view
@@ -99,14 +104,15 @@ def wait_for_job(
                 *(FollowedLog(pod, container) for pod, container in probed))
     for follower in followers:
         follower.start()
-    failures = PodFailureRecorder(hook, ref)
-    failures.start()
+    timeline = RunTimeline()
+    recorder = PodRecorder(hook, ref, timeline)
+    recorder.start()
     try:
-        outcome = _drive(hook, ref, limits, clock, report or (lambda line: None), output, followed)
+        outcome = _drive(hook, ref, limits, clock, report or (lambda line: None), output, followed, timeline)
     finally:
         for follower in followers:
             follower.stop()
-        failed = failures.stop()
+        failed = recorder.stop()
     outcome.failed_pods = failed | outcome.failed_pods
     for copy in logs:
         read_remaining_log(hook, ref.namespace, copy)
@@ -116,10 +122,10 @@ def wait_for_job(
 
 
 def _drive(hook: VolcanoHook, ref: JobRef, limits: WaitLimits, clock: Callable[[], float], report: Emit,
-           output: OutputClock, followed: tuple[FollowedLog, ...]) -> WaitOutcome:
+           output: OutputClock, followed: tuple[FollowedLog, ...], timeline: RunTimeline | None = None) -> WaitOutcome:
     """The engine's actions, carried out blocking."""
     engine = WaitEngine(ref, limits, started_at=ref.created_at or clock(), report=report, output=output,
-                        followed=followed)
+                        followed=followed, timeline=timeline)
     action: Action | None = engine.job_read(hook.get_job(ref.name, ref.namespace), clock())
     while True:
         match action:
@@ -129,6 +135,8 @@ def _drive(hook: VolcanoHook, ref: JobRef, limits: WaitLimits, clock: Callable[[
                 pods = hook.list_job_pods(ref.name, ref.namespace)
                 podgroup, events = hook.drive(wait_steps.scheduling_view(engine.job, pods, scheduling))
                 action = engine.pods_seen(pods, podgroup, events, clock())
+            case ReadQueue(queue=queue):
+                action = engine.queue_seen(hook.drive(calls.queue_snapshot(queue, ref.namespace)), clock())
             case Watch(resource_version=resource_version, seconds=seconds):
                 action = None
                 changes = hook.watch_job(ref.name, ref.namespace, resource_version=resource_version,

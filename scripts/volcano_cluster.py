@@ -83,7 +83,7 @@ API = f"https://{HOST}:{PORTS['apiserver']}"
 
 # Simulated nodes: enough for the tests' gangs, and a known GPU count so "too many GPUs" is unschedulable.
 NODES = [
-    {"name": f"kwok-node-{i}", "cpu": "32", "memory": "128Gi", "gpu": "4", "pods": "110"}
+    {"name": f"kwok-node-{i}", "cpu": "32", "memory": "128Gi", "gpu": "16", "pods": "110"}
     for i in range(2)
 ]
 # Which kind of node a pod runs on: the real node is also tainted, so only pods that tolerate the

@@ -26,16 +26,20 @@ from airflow_volcano.constants import (
     PODGROUP_GROUP,
     PODGROUP_PLURAL,
     PODGROUP_VERSION,
+    QUEUE_GROUP,
+    QUEUE_PLURAL,
+    QUEUE_VERSION,
     TASK_LABEL,
 )
 from airflow_volcano.exceptions import VolcanoApiError
 from airflow_volcano.hooks.retry import REQUIRED
+from airflow_volcano.queueing import Priorities, QueueSnapshot
 
 T = TypeVar("T")
 # Turns a client's answer into the provider's value; `to_dict` is the client's own serializer
 # (models to the apiserver's JSON).
 Shape = Callable[[Any, Callable[[Any], Any]], Any]
-Api = Literal["core", "custom", "client"]
+Api = Literal["core", "custom", "scheduling", "client"]
 
 
 def as_is(answer: Any, to_dict: Callable[[Any], Any]) -> Any:
@@ -59,8 +63,9 @@ def done(answer: Any, to_dict: Callable[[Any], Any]) -> bool:
 
 @dataclass(frozen=True)
 class Call(Generic[T]):
-    """One API call. `api`: `core` (CoreV1Api), `custom` (CustomObjectsApi) or `client` (the ApiClient
-    itself, for a raw path). `absent`: the value a 404 answers (REQUIRED: a 404 is an error).
+    """One API call. `api`: `core` (CoreV1Api), `custom` (CustomObjectsApi), `scheduling`
+    (SchedulingV1Api: PriorityClasses) or `client` (the ApiClient itself, for a raw path). `absent`:
+    the value a 404 answers (REQUIRED: a 404 is an error).
     `raw`: the answer is the response's body as bytes (a bounded pod log read, a document), undecoded;
     a log to copy whole is streamed instead (the hooks' `pod_log_chunks`), from the same description."""
 
@@ -204,6 +209,55 @@ def list_events(namespace: str, names: set[str]) -> Program[list[dict]]:
         events += yield Call(f"list events of {namespace}/{name}", "core", "list_namespaced_event", (namespace,),
                              {"field_selector": event_selector(name)}, shape=items)
     return events
+
+
+# -- why a Job waits: its queue, the queue's other Jobs, their priorities ------------------------------------
+
+def get_queue(name: str) -> Call[dict | None]:
+    """A Volcano Queue (cluster-scoped: deploy/queue-reader.yaml grants reading them)."""
+    return Call(f"get Queue {name}", "custom", "get_cluster_custom_object",
+                (QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL, name), absent=None)
+
+
+def list_podgroups(namespace: str | None) -> Call[list[dict]]:
+    """Every namespace's PodGroups (None), or one namespace's; from the apiserver's watch cache
+    (resourceVersion 0), which a report of a waiting Job reads often enough."""
+    if namespace is None:
+        return Call("list PodGroups of every namespace", "custom", "list_cluster_custom_object",
+                    (PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL), {"resource_version": "0"}, shape=items)
+    return Call(f"list PodGroups in {namespace}", "custom", "list_namespaced_custom_object",
+                (PODGROUP_GROUP, PODGROUP_VERSION, namespace, PODGROUP_PLURAL), {"resource_version": "0"},
+                shape=items)
+
+
+def list_priority_classes() -> Call[list[dict]]:
+    return Call("list PriorityClasses", "scheduling", "list_priority_class", (), {"resource_version": "0"},
+                shape=items)
+
+
+def queue_snapshot(queue: str, namespace: str) -> Program[QueueSnapshot]:
+    """What a waiting report reads of the queue `queue`, for a Job of `namespace`. Never raises: a
+    read refused (no deploy/queue-reader.yaml) or failing makes the snapshot say why it knows less."""
+    try:
+        found = yield get_queue(queue)
+    except VolcanoApiError as error:
+        return QueueSnapshot(queue, unreadable=error.brief())
+    if found is None:
+        return QueueSnapshot(queue)
+    scope: str | None = None
+    try:
+        podgroups = yield list_podgroups(None)
+    except VolcanoApiError:  # no cluster-wide list: the namespace's Jobs at least
+        scope = namespace
+        try:
+            podgroups = yield list_podgroups(namespace)
+        except VolcanoApiError as error:
+            return QueueSnapshot(queue, unreadable=error.brief())
+    try:
+        priorities = Priorities.of((yield list_priority_classes()))
+    except VolcanoApiError:
+        priorities = Priorities()
+    return QueueSnapshot(queue, found, tuple(podgroups), priorities, scope=scope)
 
 
 def podgroup_name(job: dict) -> str:

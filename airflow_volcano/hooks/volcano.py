@@ -29,7 +29,17 @@ from kubernetes_asyncio import watch as async_watch
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 
 from airflow_volcano.compat import conf
-from airflow_volcano.constants import JOB_GROUP, JOB_PLURAL, JOB_VERSION
+from airflow_volcano.constants import (
+    JOB_GROUP,
+    JOB_PLURAL,
+    JOB_VERSION,
+    PODGROUP_GROUP,
+    PODGROUP_PLURAL,
+    PODGROUP_VERSION,
+    QUEUE_GROUP,
+    QUEUE_PLURAL,
+    QUEUE_VERSION,
+)
 from airflow_volcano.exceptions import VolcanoApiError, WatchExpired
 from airflow_volcano.hooks import calls
 from airflow_volcano.hooks.calls import Call, Program, Sleep
@@ -54,6 +64,8 @@ def _api(client_module: Any, api_client: Any, kind: str) -> Any:
         return client_module.CoreV1Api(api_client)
     if kind == "custom":
         return client_module.CustomObjectsApi(api_client)
+    if kind == "scheduling":
+        return client_module.SchedulingV1Api(api_client)
     return api_client
 
 
@@ -210,6 +222,9 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
     def get_podgroup(self, job: dict) -> dict | None:
         return self.drive(calls.get_podgroup(job))
 
+    def get_queue(self, name: str) -> dict | None:
+        return self.run(calls.get_queue(name))
+
     def create_configmap(self, namespace: str, body: dict, *, replace_if: Callable[[dict], bool]) -> dict:
         return self.drive(calls.create_configmap(namespace, body, replace_if=replace_if))
 
@@ -326,11 +341,20 @@ async def _checked(response: Any) -> Any:
 
 
 def _list_call(api: Any, resource: str, namespace: str) -> tuple[Callable[..., Any], tuple[str, ...]]:
-    """The list (and watch) call of a resource the triggerer watches: Volcano Jobs or pods."""
+    """The list (and watch) call of a resource the triggerer watches: Volcano Jobs or pods of a namespace;
+    Volcano Queues, every namespace's PodGroups (namespace ""), PriorityClasses."""
+    custom = async_client.CustomObjectsApi(api)
     if resource == "pods":
         return async_client.CoreV1Api(api).list_namespaced_pod, (namespace,)
-    jobs = async_client.CustomObjectsApi(api).list_namespaced_custom_object
-    return jobs, (JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL)
+    if resource == "queues":
+        return custom.list_cluster_custom_object, (QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL)
+    if resource == "podgroups":
+        if not namespace:
+            return custom.list_cluster_custom_object, (PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL)
+        return custom.list_namespaced_custom_object, (PODGROUP_GROUP, PODGROUP_VERSION, namespace, PODGROUP_PLURAL)
+    if resource == "priorityclasses":
+        return async_client.SchedulingV1Api(api).list_priority_class, ()
+    return custom.list_namespaced_custom_object, (JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL)
 
 
 class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):

@@ -605,7 +605,8 @@ class VolcanoJobOperator(BaseOperator):
         ti = context["ti"]
         main = next((copy for copy in copies if copy.pod == ref.main_pod), None)
         return finalize(hook, ref, outcome, on_finish_action=OnFinishAction(self.on_finish_action),
-                        push_xcom=lambda key, value: ti.xcom_push(key=key, value=value), main_log=main)
+                        push_xcom=lambda key, value: ti.xcom_push(key=key, value=value), main_log=main,
+                        metric_tags={"dag_id": ti.dag_id, "task_id": ti.task_id})
 
     def _defer(self, ref: JobRef, context: Context, job: dict) -> None:
         from airflow_volcano.triggers.job import VolcanoJobTrigger

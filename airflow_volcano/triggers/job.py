@@ -24,6 +24,7 @@ from airflow_volcano import wait_steps
 from airflow_volcano.constants import ENDED_POD_PHASES, OnKillAction
 from airflow_volcano.events import Verdict, WaitOutcome
 from airflow_volcano.exceptions import VolcanoApiError
+from airflow_volcano.goodput import RunTimeline
 from airflow_volcano.hooks import calls
 from airflow_volcano.job_ref import JobRef
 from airflow_volcano.logs import LOG_CHUNK_BYTES, LineSplitter, LogCursor, emit_unseen
@@ -36,6 +37,7 @@ from airflow_volcano.triggers.job_watch import (
     WATCH_BROKEN,
     Changes,
     JobPods,
+    JobQueueView,
     shared_job_watch,
     shared_pod_watch,
 )
@@ -48,6 +50,7 @@ from airflow_volcano.wait_engine import (
     FollowedLog,
     OutputClock,
     ProbeOutput,
+    ReadQueue,
     Reread,
     RestartJob,
     WaitEngine,
@@ -213,7 +216,8 @@ class VolcanoJobTrigger(BaseTrigger):
         pod_watch = shared_pod_watch(self.kubernetes_conn_id, ref.namespace)
         async with (watch.subscribe(ref.name) as changes, pod_watch.subscribe(ref.name) as pod_changes,
                     pod_watch.subscribe(ref.name) as copied_pod_changes):
-            job_pods = JobPods(pod_changes, lambda: hook.run(calls.list_job_pods(ref.name, ref.namespace)))
+            job_pods = JobPods(pod_changes, lambda: hook.run(calls.list_job_pods(ref.name, ref.namespace)),
+                               RunTimeline())
             job = watch.latest.get(ref.name)
             assert self._secrets is not None
             if job is not None:
@@ -238,48 +242,57 @@ class VolcanoJobTrigger(BaseTrigger):
     async def _drive(self, hook: AsyncVolcanoHook, ref: JobRef, job: dict | None, changes: Changes,
                      job_pods: JobPods, output: OutputClock, copies: list[_LogCopy]) -> WaitOutcome:
         """The asyncio driver of the wait engine (wait_worker is the blocking one). Changes come from the
-        triggerer's one shared watch of the namespace's Jobs, and its pods from the shared pod watch
-        (what starting, lost nodes and the failure report need: Volcano may remove a failed pod
-        before the Job ends)."""
+        triggerer's one shared watch of the namespace's Jobs, its pods from the shared pod watch (what
+        starting, lost nodes and the failure report need: Volcano may remove a failed pod before the
+        Job ends), and while it waits to start, its queue from the shared caches (`JobQueueView`)."""
         followed = (*(FollowedLog(copy.pod, copy.container, copy.cursor) for copy in copies),
                     *(FollowedLog(str(pod), container) for pod, container in self.probe_pods))
         engine = WaitEngine(ref, self.limits, started_at=ref.created_at or time.time(), report=self._say,
-                            deadline=self.deadline, output=output, followed=followed)
+                            deadline=self.deadline, output=output, followed=followed, timeline=job_pods.timeline)
         watch = shared_job_watch(self.kubernetes_conn_id, ref.namespace)
+        queue_view = JobQueueView(self.kubernetes_conn_id, ref.name)
         action: Action = engine.job_read(job, time.time())
-        while True:
-            match action:
-                case Done(outcome=outcome):
-                    if outcome.verdict is Verdict.STALLED or (
-                            outcome.job is not None and job_state(outcome.job).outcome is Outcome.FAILED):
-                        await self._note_removed_failures(ref, watch, job_pods, outcome)
-                    return outcome
-                case CheckPods(scheduling=scheduling):
-                    async with watch.reads:
-                        pods = await job_pods.current()
-                        podgroup, events = await hook.drive(wait_steps.scheduling_view(engine.job, pods, scheduling))
-                    action = engine.pods_seen(pods, podgroup, events, time.time())
-                case Watch(seconds=seconds):
-                    action = await _follow(engine, changes, seconds)
-                case Reread(after=after):
-                    await asyncio.sleep(after)
-                    async with watch.reads:
-                        action = engine.job_read(waited_view(await hook.run(calls.get_job(ref.name, ref.namespace))),
-                                                 time.time())
-                case DeletePods(pods=pods):
-                    await hook.drive(wait_steps.delete_lost_pods(ref.namespace, pods, self.log.warning))
-                    action = engine.pods_deleted(time.time())
-                case ProbeOutput(pods=pods):
-                    async with watch.reads:
-                        newest = await hook.drive(wait_steps.probe_output(ref.namespace, pods))
-                    action = engine.output_probed(newest, time.time())
-                case CollectStacks(silent_for=silent_for):
-                    where, running = await hook.drive(
-                        wait_steps.collect_stacks(ref, silent_for, self._say, str(int(time.time()))))
-                    action = engine.stacks_collected(where, time.time(), running)
-                case RestartJob(pods=pods):
-                    refused = await hook.drive(wait_steps.restart_gang(ref.namespace, pods))
-                    action = engine.restart_requested(time.time(), refused)
+        try:
+            while True:
+                if not engine.starting:
+                    await queue_view.close()  # no longer waiting to start: its queue is not read any more
+                match action:
+                    case Done(outcome=outcome):
+                        if outcome.verdict is Verdict.STALLED or (
+                                outcome.job is not None and job_state(outcome.job).outcome is Outcome.FAILED):
+                            await self._note_removed_failures(ref, watch, job_pods, outcome)
+                        return outcome
+                    case CheckPods(scheduling=scheduling):
+                        async with watch.reads:
+                            pods = await job_pods.current()
+                            podgroup, events = await hook.drive(wait_steps.scheduling_view(engine.job, pods,
+                                                                                           scheduling))
+                        action = engine.pods_seen(pods, podgroup, events, time.time())
+                    case ReadQueue(queue=queue):
+                        action = engine.queue_seen(await queue_view.snapshot(queue, ref.namespace, hook), time.time())
+                    case Watch(seconds=seconds):
+                        action = await _follow(engine, changes, seconds)
+                    case Reread(after=after):
+                        await asyncio.sleep(after)
+                        async with watch.reads:
+                            action = engine.job_read(
+                                waited_view(await hook.run(calls.get_job(ref.name, ref.namespace))), time.time())
+                    case DeletePods(pods=pods):
+                        await hook.drive(wait_steps.delete_lost_pods(ref.namespace, pods, self.log.warning))
+                        action = engine.pods_deleted(time.time())
+                    case ProbeOutput(pods=pods):
+                        async with watch.reads:
+                            newest = await hook.drive(wait_steps.probe_output(ref.namespace, pods))
+                        action = engine.output_probed(newest, time.time())
+                    case CollectStacks(silent_for=silent_for):
+                        where, running = await hook.drive(
+                            wait_steps.collect_stacks(ref, silent_for, self._say, str(int(time.time()))))
+                        action = engine.stacks_collected(where, time.time(), running)
+                    case RestartJob(pods=pods):
+                        refused = await hook.drive(wait_steps.restart_gang(ref.namespace, pods))
+                        action = engine.restart_requested(time.time(), refused)
+        finally:
+            await queue_view.close()
 
     async def _note_removed_failures(self, ref: JobRef, watch: Any, job_pods: JobPods, outcome: WaitOutcome) -> None:
         """The failed pods Volcano has removed or is removing, as last seen (the failure report reads

@@ -29,8 +29,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from airflow_volcano.constants import JOB_NAME_LABEL
-from airflow_volcano.exceptions import WatchExpired
+from airflow_volcano.exceptions import VolcanoApiError, WatchExpired
+from airflow_volcano.goodput import RunTimeline
+from airflow_volcano.hooks import calls
 from airflow_volcano.masking import secret_values
+from airflow_volcano.queueing import Priorities, QueueSnapshot, podgroup_view, queue_view
 from airflow_volcano.status import pod_problem, pod_view, waited_view
 from airflow_volcano.wait_engine import backoff_after_drops
 
@@ -102,6 +105,7 @@ class SharedWatch:
         self.watch_requests = 0  # how many watch requests were opened (for tests and benchmarks)
         self.relists = 0
         self.failures = 0  # failed (re)starts in a row
+        self.last_error: str | None = None  # why the last (re)start failed, until a list works again
         self._resource_version: str | None = None
         self._task: asyncio.Task | None = None
         self._hook: Any = hook
@@ -158,13 +162,13 @@ class SharedWatch:
                 await self._watch()
             except Exception as error:  # noqa: BLE001 - e.g. 401 or 403: retried, never fatal to the waits
                 self.failures += 1
+                self.last_error = str(error)
                 self._ready.set()  # subscribers waiting for the first list read on their own
-                log.warning("The shared watch of %s in %s failed (%s: %s); restarting it", self.resource,
-                            self.namespace, type(error).__name__, error)
+                log.warning("The shared watch of %s %s failed (%s: %s); restarting it", self.resource,
+                            f"in {self.namespace}" if self.namespace else "of the cluster", type(error).__name__,
+                            error)
                 if self.failures > 1:
-                    for queues in self.subscribers.values():
-                        for queue in queues:
-                            queue.put(WATCH_BROKEN)
+                    self._tell_broken()
                 try:
                     await self.hook.reload_credentials()
                 except Exception:  # noqa: BLE001 - the next start says what is wrong
@@ -191,8 +195,8 @@ class SharedWatch:
                     self.failures = 0  # the watch works again
                     self._resource_version = (obj.get("metadata") or {}).get("resourceVersion") or \
                         self._resource_version
-                    if kind in ("ADDED", "MODIFIED", "DELETED") and (owner := self.owner(obj)):
-                        self._dispatch(owner, self.item(kind, obj))
+                    if kind in ("ADDED", "MODIFIED", "DELETED"):
+                        self._changed(kind, obj)
             except WatchExpired:
                 self._resource_version = None  # list again, after the back-off below if it repeats
             else:
@@ -203,6 +207,17 @@ class SharedWatch:
                 await asyncio.sleep(backoff_after_drops(drops, random.random()))
             else:
                 drops = 0
+
+    def _tell_broken(self) -> None:
+        """The watch failed again: every subscriber reads its own object until it works."""
+        for queues in self.subscribers.values():
+            for queue in queues:
+                queue.put(WATCH_BROKEN)
+
+    def _changed(self, kind: str, obj: dict) -> None:
+        """A change the watch delivered: to the subscribers of the Job it belongs to."""
+        if owner := self.owner(obj):
+            self._dispatch(owner, self.item(kind, obj))
 
     def owner(self, obj: dict) -> str | None:
         """The name of the Job whose subscribers get `obj`."""
@@ -328,12 +343,115 @@ class SharedPodWatch(SharedWatch):
                 queue.put(RESYNC)
 
 
+class SharedCache(SharedWatch):
+    """Every object of one kind in the cluster, kept as slim views while some trigger subscribes (its
+    Job waits to start): Volcano's Queues (cluster-scoped), every namespace's PodGroups, PriorityClasses.
+    Nobody is sent changes: a trigger reads `objects` when it reports why its Job waits, so a thousand
+    waiting Jobs cost one watch of each kind, not a read each. `last_error` says why the cache is not
+    current (a watch refused: no deploy/queue-reader.yaml), for the report."""
+
+    def __init__(self, kubernetes_conn_id: str, resource: str, view: Callable[[dict], dict]) -> None:
+        super().__init__(kubernetes_conn_id, "")  # a hook (and client) of its own while it watches
+        self.resource = resource
+        self.view = view
+        self.objects: dict[tuple[str, str], dict] = {}  # (namespace, name) -> view
+
+    @staticmethod
+    def key(obj: dict) -> tuple[str, str]:
+        metadata = obj.get("metadata") or {}
+        return metadata.get("namespace", ""), metadata.get("name", "")
+
+    def _tell_broken(self) -> None:
+        """Nobody reads a cache's queue: `last_error` tells a snapshot that the cache is not current."""
+
+    def _changed(self, kind: str, obj: dict) -> None:
+        if kind == "DELETED":
+            self.objects.pop(self.key(obj), None)
+        else:
+            self.objects[self.key(obj)] = self.view(obj)
+
+    async def _relist(self) -> None:
+        self.relists += 1
+        found: dict[tuple[str, str], dict] = {}
+        token: str | None = None
+        while True:
+            page, version, token = await self.hook.list_page(self.resource, self.namespace, limit=LIST_PAGE,
+                                                             continue_token=token)
+            found.update((self.key(obj), self.view(obj)) for obj in page)
+            if token is None:
+                break
+        self.objects, self._resource_version, self.last_error = found, version, None
+
+    async def close(self) -> None:
+        await super().close()
+        self.objects = {}  # nobody waits: the cluster's objects cost no memory
+
+    def current(self) -> list[dict] | None:
+        """The objects as last seen; None if the cache is not current (its watch failed)."""
+        return None if self.last_error is not None else list(self.objects.values())
+
+
+def _priority_class_view(item: dict) -> dict:
+    return {"metadata": {"name": (item.get("metadata") or {}).get("name")}, "value": item.get("value"),
+            "globalDefault": item.get("globalDefault", False)}
+
+
+def shared_cache(kubernetes_conn_id: str, resource: str) -> SharedCache:
+    """The shared cache of this connection's `resource`: "queues", "podgroups" or "priorityclasses"."""
+    registry = _registry()
+    key = (kubernetes_conn_id, "", resource)
+    if key not in registry:
+        view = {"queues": queue_view, "podgroups": podgroup_view, "priorityclasses": _priority_class_view}[resource]
+        registry[key] = SharedCache(kubernetes_conn_id, resource, view)
+    return registry[key]  # type: ignore[return-value]
+
+
+class JobQueueView:
+    """One trigger's view of its Job's queue, from the shared caches: subscribed at its first waiting
+    report, left once its Job no longer waits (or the wait ends)."""
+
+    RESOURCES = ("queues", "podgroups", "priorityclasses")
+
+    def __init__(self, kubernetes_conn_id: str, job: str) -> None:
+        self.kubernetes_conn_id, self.job = kubernetes_conn_id, job
+        self._stack: contextlib.AsyncExitStack | None = None
+
+    async def snapshot(self, queue: str, namespace: str, hook: Any) -> QueueSnapshot:
+        caches = [shared_cache(self.kubernetes_conn_id, resource) for resource in self.RESOURCES]
+        if self._stack is None:
+            self._stack = contextlib.AsyncExitStack()
+            for cache in caches:
+                await self._stack.enter_async_context(cache.subscribe(self.job))
+        queues, podgroups, classes = (cache.current() for cache in caches)
+        if queues is None:
+            return QueueSnapshot(queue, unreadable=caches[0].last_error)
+        found = next((item for item in queues if item["metadata"].get("name") == queue), None)
+        if found is None:
+            return QueueSnapshot(queue)
+        scope = None
+        if podgroups is None:  # no cluster-wide watch allowed: the namespace's PodGroups at least
+            scope = namespace
+            try:
+                podgroups = await hook.run(calls.list_podgroups(namespace))
+            except VolcanoApiError as error:
+                return QueueSnapshot(queue, unreadable=error.brief())
+        return QueueSnapshot(queue, found, tuple(podgroups), Priorities.of(classes or ()), scope=scope)
+
+    async def close(self) -> None:
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.aclose()
+
+
 class JobPods:
     """A Job's pods (`status.pod_view`), kept current from the shared pod watch: listed once (and
-    again after a RESYNC), then changed by each event, so checking them costs no request."""
+    again after a RESYNC), then changed by each event, so checking them costs no request. Each pod
+    seen tells `timeline` (if given) when its generation was placed."""
 
-    def __init__(self, changes: Changes, list_pods: Callable[[], Awaitable[list[dict]]]) -> None:
+    def __init__(self, changes: Changes, list_pods: Callable[[], Awaitable[list[dict]]],
+                 timeline: RunTimeline | None = None) -> None:
         self.changes, self.list_pods = changes, list_pods
+        self.timeline = timeline or RunTimeline()
         self.pods: dict[str, dict] | None = None
         self.failed: dict[str, dict] = {}  # each pod's last failed state seen, even once it is gone
 
@@ -343,13 +461,17 @@ class JobPods:
             if item in (RESYNC, WATCH_BROKEN):  # the watch restarted, or is down: list anew
                 self.pods = None
                 continue
+            self.timeline.pod_seen(item[1])
             self._note_failure(pod_view(item[1]))
             if self.pods is not None:
                 self._apply(*item)
         if self.pods is None:
             # Changes queued until now are older than this list; those arriving during it are
             # sorted out by resourceVersion in _apply.
-            self.pods = {pod["metadata"]["name"]: pod_view(pod) for pod in await self.list_pods()}
+            listed = await self.list_pods()
+            for pod in listed:
+                self.timeline.pod_seen(pod)
+            self.pods = {pod["metadata"]["name"]: pod_view(pod) for pod in listed}
             for view in self.pods.values():
                 self._note_failure(view)
         return list(self.pods.values())

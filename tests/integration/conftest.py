@@ -30,6 +30,7 @@ from kubernetes.client.rest import ApiException
 REPO = Path(__file__).resolve().parents[2]
 VOLCANO = ("batch.volcano.sh", "v1alpha1")
 ADMISSION_POLICY = REPO / "deploy" / "admission-policy.yaml"
+QUEUE_READER = REPO / "deploy" / "queue-reader.yaml"
 
 
 @pytest.fixture(scope="session")
@@ -269,15 +270,41 @@ class Cluster:
                 time.sleep(0.001)  # distinct timestamps, as a real process would mostly have
 
 
+def grant_queue_reader(admin: client.ApiClient, namespace: str) -> str:
+    """deploy/queue-reader.yaml for the namespace's ServiceAccount, as a user applies it: the ClusterRole
+    (server-side applied: every test applies the same one) and a ClusterRoleBinding of its own, whose
+    name is returned."""
+    role, binding = yaml.safe_load_all(QUEUE_READER.read_text())
+    rbac = client.RbacAuthorizationV1Api(admin)
+    rbac.patch_cluster_role(role["metadata"]["name"], role, field_manager="airflow-volcano-tests", force=True,
+                            _content_type="application/apply-patch+yaml")
+    binding["metadata"]["name"] = f"{binding['metadata']['name']}-{namespace}"
+    binding["subjects"][0]["namespace"] = namespace
+    rbac.create_cluster_role_binding(binding)
+    return binding["metadata"]["name"]
+
+
+def revoke_queue_reader(admin: client.ApiClient, namespace: str) -> None:
+    try:
+        client.RbacAuthorizationV1Api(admin).delete_cluster_role_binding(f"airflow-volcano-queue-reader-{namespace}")
+    except ApiException as error:
+        if error.status != 404:
+            raise
+
+
 @pytest.fixture
 def cluster(admin: client.ApiClient, tmp_path: Path) -> Iterator[Cluster]:
+    """A namespace of its own, with deploy/rbac.yaml's Role and deploy/queue-reader.yaml's ClusterRole
+    bound to its ServiceAccount (both deleted after the test)."""
     namespace = f"t-{secrets.token_hex(4)}"
     core = client.CoreV1Api(admin)
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
     utils.create_from_yaml(admin, str(REPO / "deploy" / "rbac.yaml"), namespace=namespace)
+    grant_queue_reader(admin, namespace)
     log_dir = tmp_path / "pod-logs"
     log_dir.mkdir()
     yield Cluster(admin, namespace, log_dir)
+    revoke_queue_reader(admin, namespace)
     core.delete_namespace(namespace)
 
 

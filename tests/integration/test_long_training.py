@@ -218,6 +218,43 @@ def test_a_rank_killed_after_epoch_3_restarts_the_gang_which_resumes_from_the_ep
     assert latest(shared)["epoch"] == 6
 
 
+def test_progress_with_eta_and_where_the_time_went_across_a_restart_that_resumes_from_an_older_checkpoint(
+        cluster, operator_kubeconfig, run_task, real_node, tmp_path):
+    """4 epochs of 10 steps, a checkpoint every 2 epochs; a rank killed after epoch 3 (step 30): the gang
+    restarts and resumes from epoch 2 (step 20), so 10 steps are done again."""
+    shared, volume = checkpoints(tmp_path)
+    run = run_task(lambda: real_operator(
+        real_node, cluster.namespace, "prog", training_script=RESUMABLE, worker_replicas=1, on_finish_action="keep_job",
+        env={"EPOCHS": "4", "STEPS_PER_EPOCH": "10", "EPOCH_SECONDS": "4", "CHECKPOINT_EVERY": "2",
+             "CRASH_AT_EPOCH": "3", "CRASH_EXIT_CODE": "137"}, **volume))
+
+    assert run.state == "success", run.log
+    result = run.xcom["return_value"]
+    assert result["retry_count"] == 1 and result["resumed_from"].endswith("/epoch-2.pt"), result
+    shown = re.findall(r"\[prog-master-0\] (progress \d+/40 steps [^\[]*?) \[airflow\.task", run.log)
+    eta = r"progress \d+/40 steps \(\d+\.\d%\), [\d.]+ steps/s, ETA (\d+m)?\d+s \(\d\d:\d\d:\d\d UTC\)"
+    assert any(re.fullmatch(eta, line) for line in shown), shown
+    assert "progress 20/40 steps (50.0%); resumed 1 time(s), 10 steps redone" in shown, shown
+    assert shown[-1].startswith("progress 40/40 steps (100.0%)"), shown
+    printed = 31 + 21  # 0..30 in the first run, 20..40 in the second
+    assert len(shown) <= printed * 0.6, f"at most one a minute or per 5 %, not all {printed}: {shown}"
+    progress = result["progress"]
+    assert (progress["done"], progress["total"], progress["resumes"], progress["redone"]) == (40, 40, 1, 10), progress
+    spent = result["goodput"]
+    buckets = sum(spent[f"{bucket}_seconds"] for bucket in ("queued", "starting", "running", "restarting", "stalled",
+                                                            "redone"))
+    assert abs(buckets - spent["wall_seconds"]) <= 0.02 * spent["wall_seconds"], spent
+    conditions = [(c["status"], c["lastTransitionTime"]) for c in cluster.job("prog")["status"]["conditions"]]
+    restarted = next(at for phase, at in conditions if phase == "Restarting")
+    running_again = next(at for phase, at in conditions if phase == "Running" and at > restarted)
+    restart = (datetime.datetime.fromisoformat(running_again) - datetime.datetime.fromisoformat(restarted)).seconds
+    assert spent["restarting_seconds"] >= restart > 0, (spent, conditions)
+    assert spent["redone_seconds"] > 0 and spent["running_seconds"] > spent["redone_seconds"], spent
+    assert f"Where the time went (Volcano Job {cluster.namespace}/prog, " in run.log
+    assert re.search(r"  restarting +\d+s +\d+\.\d%", run.log), run.log
+    print("MEASURED", spent)
+
+
 def test_a_failed_try_resumes_on_the_next_try_from_the_same_checkpoint_dir(
         cluster, operator_kubeconfig, run_task, real_node, tmp_path):
     shared, volume = checkpoints(tmp_path)
@@ -231,6 +268,9 @@ def test_a_failed_try_resumes_on_the_next_try_from_the_same_checkpoint_dir(
     assert result["resumed_from"].endswith("/epoch-4.pt") and result["retry_count"] == 0, result
     assert "rank 0/2 starts at epoch 5 of 6 (VOLCANO_RESTART_COUNT=0, AIRFLOW_TRY_NUMBER=2)" in run.log, run.log
     assert len(list(shared.rglob("latest.json"))) == 1, "both tries used one CHECKPOINT_DIR"
+    # Deferred, the trigger's copies show the progress too; the second try's starts where the first stopped.
+    assert re.search(r"\[[\w-]+-master-0\] progress 4/6 steps \(66\.7%\)", run.log), run.log
+    assert result["progress"]["done"] == result["progress"]["total"] == 6, result
 
 
 def kubelet(action: str) -> None:

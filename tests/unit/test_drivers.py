@@ -41,6 +41,8 @@ class Cluster:
         self.jobs, self.pods, self.asked = list(jobs), pods, []
         self.clock = 1000.0
         self.refuse_deletes = False
+        self.podgroups: list[dict] = []
+        self.queues: dict[str, dict] = {}
 
     def answer(self, call: calls.Call[Any]) -> Any:
         self.asked.append(call.what)
@@ -52,8 +54,14 @@ class Cluster:
             if self.refuse_deletes:
                 raise VolcanoApiError(call.what, 403, "Forbidden", "pods is forbidden")
             return True
-        if call.what.startswith(("get PodGroup", "list PodGroups")):
-            return None if call.what.startswith("get") else []
+        if call.what.startswith("get PodGroup"):
+            return self.podgroups[0] if self.podgroups else None
+        if call.what.startswith("list PodGroups"):
+            return self.podgroups
+        if call.what.startswith("get Queue"):
+            return self.queues.get(call.args[-1])
+        if call.what.startswith("list PriorityClasses"):
+            return []
         if call.what.startswith("list events"):
             return []
         raise AssertionError(f"unexpected call: {call.what}")
@@ -167,6 +175,31 @@ def test_both_drivers_delete_a_lost_nodes_pods_exactly_as_they_were_seen(wait, m
     outcome = wait(cluster, WaitLimits(node_lost_timeout=10))
     assert "delete pod ml/train-worker-0" in cluster.asked
     assert outcome.verdict is Verdict.FINISHED and outcome.lost_nodes == ("gpu-7",)
+
+
+@pytest.mark.parametrize("wait", [worker_wait, trigger_wait], ids=["worker", "trigger"])
+def test_both_drivers_read_a_waiting_jobs_queue_and_end_a_wait_that_can_never_start(wait, monkeypatch):
+    """The worker reads the queue with its calls; the trigger from its shared caches (scripted here by the
+    same program): either way the engine learns the gang needs more than the queue's capability."""
+    from airflow_volcano.triggers.job_watch import JobQueueView
+
+    async def snapshot(self: Any, queue: str, namespace: str, hook: Any) -> Any:
+        return await hook.drive(calls.queue_snapshot(queue, namespace))
+
+    monkeypatch.setattr(JobQueueView, "snapshot", snapshot)
+    pending = job("Pending", pending=2)
+    pending["metadata"]["uid"] = "job-uid"
+    cluster = Cluster([pending] * 5, [])
+    cluster.podgroups = [{"metadata": {"name": "train-job-uid", "namespace": "ml", "uid": "pg-uid",
+                                       "ownerReferences": [{"uid": "job-uid", "name": "train"}]},
+                          "spec": {"queue": "small", "minResources": {"nvidia.com/gpu": "8"}},
+                          "status": {"phase": "Pending"}}]
+    cluster.queues = {"small": {"metadata": {"name": "small"}, "spec": {"capability": {"nvidia.com/gpu": "4"}},
+                                "status": {"state": "Open"}}}
+    outcome = wait(cluster, WaitLimits(poll_interval=5))
+    assert outcome.verdict is Verdict.CANNOT_START
+    assert outcome.message == ("Volcano Job ml/train can never start: it needs 8 nvidia.com/gpu; queue `small` can "
+                               "never give it: its capability is 4 nvidia.com/gpu")
 
 
 def test_the_programs_a_driver_runs_carry_the_uid_precondition():

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from airflow_volcano.constants import CHECKED_LABEL, REQUEST_HASH_ANNOTATION, IfJobExists
-from airflow_volcano.exceptions import VolcanoJobError
+from airflow_volcano.exceptions import JobSpecError, VolcanoApiError, VolcanoJobError
 from airflow_volcano.job_ref import JobRef
 from airflow_volcano.submission import submit_or_reattach
 
@@ -20,10 +20,15 @@ from .test_arguments import built
 class Hook:
     """The Jobs of the namespace; what was created and deleted."""
 
-    def __init__(self, *jobs: dict) -> None:
+    def __init__(self, *jobs: dict, queues: dict[str, dict] | None = None) -> None:
         self.jobs = {job["metadata"]["name"]: job for job in jobs}
         self.created: list[str] = []
         self.deleted: list[str] = []
+        self.queues = {"default": {"metadata": {"name": "default"}, "status": {"state": "Open"}}} \
+            if queues is None else queues
+
+    def get_queue(self, name: str) -> dict | None:
+        return self.queues.get(name)
 
     def list_jobs(self, namespace: str, label_selector: str) -> list[dict]:
         wanted = dict(part.split("=") for part in label_selector.split(","))
@@ -129,3 +134,34 @@ def test_the_state_store_names_the_job_before_the_labels_do():
     ref = submit_or_reattach(hook, manifests, "ml", if_job_exists=IfJobExists.REATTACH,
                              state_store=Store({"name": "retrain-train-0ld", "namespace": "ml", "uid": "old-uid"}))
     assert ref.uid == "old-uid" and hook.created == []
+
+
+def test_a_job_its_queue_would_never_take_is_refused_before_anything_is_submitted():
+    manifests = built(args=["--lr", "0.1"], volcano_queue="research", container_resources={"cpu": "2"},
+                      worker_replicas=2)
+    open_queue = {"metadata": {"name": "research"}, "spec": {"capability": {"cpu": "4"}}, "status": {"state": "Open"}}
+    refusals = {
+        "there is no Volcano queue of that name in this cluster": {},
+        "the Volcano queue is Closed; it admits no new Job until it is Open again": {
+            "research": {**open_queue, "status": {"state": "Closed"}}},
+        "the Job could never start there: it needs 6 cpu and the queue's capability is 4 cpu": {
+            "research": open_queue},
+    }
+    for message, queues in refusals.items():
+        hook = Hook(queues=queues)
+        with pytest.raises(JobSpecError, match=f"^volcano_queue 'research': {message}$"):
+            submit_or_reattach(hook, manifests, "ml", if_job_exists=IfJobExists.REATTACH)
+        assert hook.created == [], "nothing submitted"
+    roomy = {"research": {**open_queue, "spec": {"capability": {"cpu": "6"}}}}
+    hook = Hook(queues=roomy)
+    assert submit_or_reattach(hook, manifests, "ml", if_job_exists=IfJobExists.REATTACH).name in hook.created
+
+
+def test_a_queue_that_cannot_be_read_is_not_checked():
+    class Refusing(Hook):
+        def get_queue(self, name: str) -> dict | None:
+            raise VolcanoApiError(f"get Queue {name}", 403, "Forbidden")
+
+    hook = Refusing()
+    manifests = built(args=["--lr", "0.1"], volcano_queue="research")
+    assert submit_or_reattach(hook, manifests, "ml", if_job_exists=IfJobExists.REATTACH).name in hook.created

@@ -1,0 +1,226 @@
+"""Where a run's time went, from submit to end: queued, starting, running, restarting, stalled, and work
+redone after resumes; the accelerator-hours it held and the share of them that was useful (goodput).
+
+Pure: from the Job as the API returns it at the end (its `status.conditions`, which Volcano's job
+controller appends at every change of phase, each with its time), what the waiter saw that the Job
+does not keep (`RunTimeline`: when each generation of its pods was placed on nodes, the stalls, the
+nodes lost), and the progress the training reported. No I/O, no clock.
+
+The buckets split the wall time exactly: every second from the Job's creation to its end is in one.
+- queued: submitted, its gang not placed yet (until the first pods are scheduled);
+- starting: placed, not running yet (image pulls, init containers, until the Job is Running);
+- running: Running, but for what the next buckets take;
+- restarting: from a failure (the Job Restarting) or a lost node to Running again;
+- stalled: from the last output to the stall's end (a restart, or the task's failure);
+- redone: the share of running time spent on steps done again after resuming from an earlier step
+  (only when the script reports progress: `progress.Progress.redone` of its executed steps).
+The Volcano controller's times and the waiter's (stalls, lost nodes, the end of a wait it ended) are
+taken as one clock: a skew between the two moves seconds between buckets, never out of the total.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_volcano.constants import JobPhase
+from airflow_volcano.progress import Progress, duration_text
+from airflow_volcano.queueing import pod_requests
+from airflow_volcano.timestamps import parse_time
+
+BUCKETS = ("queued", "starting", "running", "restarting", "stalled", "redone")
+JOB_VERSION_ANNOTATION = "volcano.sh/job-version"  # which restart of the Job a pod belongs to
+# Resources counted as accelerators (a GPU and its kin), by name or by the suffix of an extended name.
+ACCELERATOR_SUFFIXES = ("/gpu", "/tpu", "/npu", "/neuron", "/neuroncore", "/gaudi", "/mlu", "/dcu")
+
+Span = tuple[float, float]
+
+
+@dataclass
+class RunTimeline:
+    """What the waiter saw of a run that the Job does not keep; travels with the wait's outcome.
+
+    :param placed: for each generation of the Job's pods (Volcano's job version, bumped at each
+        restart), when the last of them was scheduled onto a node (epoch seconds).
+    :param stalls: (from the last output, to the stall's end) of each stall.
+    :param lost: (since a node stopped answering, to when its pods were deleted) of each lost node.
+    :param ended_at: when the wait ended the run itself (job_timeout, a stall, pods that cannot start).
+    """
+
+    placed: dict[str, float] = field(default_factory=dict)
+    stalls: list[Span] = field(default_factory=list)
+    lost: list[Span] = field(default_factory=list)
+    ended_at: float | None = None
+
+    def pod_seen(self, pod: Mapping[str, Any]) -> None:
+        """A pod, as a list or a watch gave it: note when its generation was placed."""
+        metadata, status = pod.get("metadata") or {}, pod.get("status") or {}
+        version = str((metadata.get("annotations") or {}).get(JOB_VERSION_ANNOTATION, "0"))
+        for condition in status.get("conditions") or []:
+            if condition.get("type") == "PodScheduled" and condition.get("status") == "True":
+                at = parse_time(condition.get("lastTransitionTime"))
+                if at is not None:
+                    self.placed[version] = max(at, self.placed.get(version, at))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> RunTimeline:
+        data = data or {}
+        return cls(placed={str(key): float(value) for key, value in (data.get("placed") or {}).items()},
+                   stalls=[(float(start), float(end)) for start, end in data.get("stalls") or []],
+                   lost=[(float(start), float(end)) for start, end in data.get("lost") or []],
+                   ended_at=data.get("ended_at"))
+
+
+@dataclass(frozen=True)
+class Goodput:
+    """Seconds by bucket (BUCKETS), the wall time they split, and the accelerators held."""
+
+    seconds: Mapping[str, float]
+    wall: float
+    accelerators: Mapping[str, float]  # resource -> how many the Job's pods ask for, all pods together
+
+    @property
+    def held(self) -> float:
+        """Seconds the gang held its nodes: from its first placement to the end."""
+        return self.wall - self.seconds["queued"]
+
+    @property
+    def useful_share(self) -> float | None:
+        """The share of the held time spent running useful steps (goodput); None for a run that never started."""
+        return self.seconds["running"] / self.held if self.held > 0 else None
+
+    @property
+    def accelerator_hours(self) -> float:
+        return sum(self.accelerators.values()) * self.held / 3600
+
+    def result(self) -> dict[str, Any]:
+        """What the task's return value (XCom) holds: `<bucket>_seconds`, `wall_seconds`, the accelerators."""
+        values: dict[str, Any] = {f"{bucket}_seconds": round(self.seconds[bucket], 3) for bucket in BUCKETS}
+        values.update(wall_seconds=round(self.wall, 3), accelerators=dict(self.accelerators),
+                      accelerator_hours=round(self.accelerator_hours, 6),
+                      useful_accelerator_hours=round(self.accelerator_hours * (self.useful_share or 0), 6),
+                      goodput=None if self.useful_share is None else round(self.useful_share, 4))
+        return values
+
+    def table(self, job: str) -> list[str]:
+        """The lines the task log shows."""
+        lines = [f"Where the time went (Volcano Job {job}, {duration_text(self.wall)} from submit to end):"]
+        for bucket in BUCKETS:
+            share = 100 * self.seconds[bucket] / self.wall if self.wall > 0 else 0.0
+            lines.append(f"  {bucket:<10} {duration_text(self.seconds[bucket]):>8} {share:5.1f}%")
+        held = f"held {duration_text(self.held)}"
+        if self.accelerators:
+            what = ", ".join(f"{count:g} {name}" for name, count in sorted(self.accelerators.items()))
+            held = f"{what} {held}: {self.accelerator_hours:.3g} accelerator-hours"
+        else:
+            held = f"the pods' nodes {held} (no accelerators requested)"
+        if self.useful_share is not None:
+            held += f", {100 * self.useful_share:.1f}% of it useful (goodput)"
+        lines.append(f"  {held}")
+        return lines
+
+
+def accelerators(job: Mapping[str, Any]) -> dict[str, float]:
+    """The accelerators (GPUs and kin) a Job's pods ask for, all replicas of all tasks together."""
+    found: dict[str, float] = {}
+    for task in (job.get("spec") or {}).get("tasks") or []:
+        per_pod = pod_requests(((task.get("template") or {}).get("spec")) or {})
+        for name, value in per_pod.items():
+            if name.endswith(ACCELERATOR_SUFFIXES):
+                found[name] = found.get(name, 0.0) + float(value) * int(task.get("replicas") or 0)
+    return found
+
+
+def phase_changes(job: Mapping[str, Any]) -> list[tuple[str, float]]:
+    """The Job's phases in order, with when each began (its conditions, repeats merged)."""
+    changes: list[tuple[str, float]] = []
+    conditions = sorted(((condition.get("status") or "", parse_time(condition.get("lastTransitionTime")))
+                         for condition in (job.get("status") or {}).get("conditions") or []),
+                        key=lambda item: item[1] or 0.0)
+    for phase, at in conditions:
+        if at is not None and phase and (not changes or changes[-1][0] != phase):
+            changes.append((phase, at))
+    return changes
+
+
+def end_of(job: Mapping[str, Any], timeline: RunTimeline) -> float | None:
+    """When the run ended: when the wait ended it, else when the Job reached its last phase."""
+    if timeline.ended_at is not None:
+        return timeline.ended_at
+    state = (job.get("status") or {}).get("state") or {}
+    return parse_time(state.get("lastTransitionTime")) or next(reversed([at for _, at in phase_changes(job)]), None)
+
+
+def goodput(job: Mapping[str, Any], timeline: RunTimeline, progress: Progress | None = None) -> Goodput | None:
+    """The run's time by bucket; None when it cannot be told (no creation time or end)."""
+    created = parse_time((job.get("metadata") or {}).get("creationTimestamp"))
+    end = end_of(job, timeline)
+    if created is None or end is None or end < created:
+        return None
+    seconds = dict.fromkeys(BUCKETS, 0.0)
+    changes = [(phase, min(max(at, created), end)) for phase, at in phase_changes(job)]
+    first_running = next((at for phase, at in changes if phase == JobPhase.RUNNING), None)
+    # Before it first ran: queued until its first pods were placed, then starting.
+    started_by = first_running if first_running is not None else end
+    placed = min(timeline.placed.values(), default=None)
+    if placed is None or not created <= placed <= started_by:
+        placed = started_by
+    seconds["queued"] = placed - created
+    seconds["starting"] = started_by - placed
+    running: list[Span] = []
+    if first_running is not None:
+        for index, (phase, at) in enumerate(changes):
+            stop = changes[index + 1][1] if index + 1 < len(changes) else end
+            if stop <= at or at < first_running:
+                continue
+            if phase in (JobPhase.RESTARTING, JobPhase.PENDING):
+                seconds["restarting"] += stop - at
+            else:  # Running, and the Job's way out (Completing, Terminating, Aborting)
+                running.append((at, stop))
+    # A lost node (until its pods were deleted), then a stall, take their time from running.
+    for bucket, spans in (("restarting", _merged(timeline.lost)), ("stalled", _merged(timeline.stalls))):
+        taken = _overlap(running, spans)
+        seconds[bucket] += taken
+        running = _without(running, spans)
+    seconds["running"] = sum(stop - start for start, stop in running)
+    if progress is not None and progress.executed > 0 and progress.redone > 0:
+        seconds["redone"] = seconds["running"] * min(1.0, progress.redone / progress.executed)
+        seconds["running"] -= seconds["redone"]
+    return Goodput(seconds, end - created, accelerators(job))
+
+
+def _merged(spans: Iterable[Span]) -> list[Span]:
+    """Spans that overlap (two nodes lost at once) as one."""
+    merged: list[Span] = []
+    for start, stop in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], stop))
+        else:
+            merged.append((start, stop))
+    return merged
+
+
+def _overlap(spans: Iterable[Span], others: Iterable[Span]) -> float:
+    others = list(others)
+    return sum(max(0.0, min(stop, b) - max(start, a)) for start, stop in spans for a, b in others)
+
+
+def _without(spans: list[Span], others: Iterable[Span]) -> list[Span]:
+    """`spans` with the parts inside any of `others` cut out."""
+    for cut_start, cut_end in others:
+        kept: list[Span] = []
+        for start, stop in spans:
+            if cut_end <= start or cut_start >= stop:
+                kept.append((start, stop))
+                continue
+            if start < cut_start:
+                kept.append((start, cut_start))
+            if cut_end < stop:
+                kept.append((cut_end, stop))
+        spans = kept
+    return spans

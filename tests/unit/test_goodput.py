@@ -1,0 +1,97 @@
+"""Where a run's time went: the buckets split the wall time, from the Job's conditions and what the wait saw."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_volcano.goodput import BUCKETS, RunTimeline, accelerators, goodput, phase_changes
+from airflow_volcano.progress import Progress
+
+T0 = 1_767_261_600.0  # 2026-01-01T10:00:00Z
+
+
+def at(seconds: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(T0 + seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def job(*phases: tuple[str, float], gpus: int = 1, replicas: int = 2) -> dict:
+    """A Job whose conditions went through `phases` (each with its second after creation), as Volcano
+    appends them (repeats included)."""
+    conditions = [{"status": phase, "lastTransitionTime": at(second)} for phase, second in phases]
+    template = {"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": str(gpus), "cpu": "4"}}}]}}
+    return {"metadata": {"creationTimestamp": at(0)},
+            "spec": {"tasks": [{"name": "master", "replicas": 1, "template": template},
+                               {"name": "worker", "replicas": replicas - 1, "template": template}]},
+            "status": {"conditions": conditions,
+                       "state": {"phase": phases[-1][0], "lastTransitionTime": at(phases[-1][1])}}}
+
+
+def test_a_clean_run_is_queued_starting_and_running():
+    run = job(("Pending", 0), ("Pending", 0), ("Running", 40), ("Running", 41), ("Completing", 640),
+              ("Completed", 642))
+    spent = goodput(run, RunTimeline(placed={"0": T0 + 30}))
+    assert spent is not None and spent.wall == 642
+    assert dict(spent.seconds) == {"queued": 30, "starting": 10, "running": 602, "restarting": 0, "stalled": 0,
+                                   "redone": 0}
+    assert spent.accelerators == {"nvidia.com/gpu": 2.0}
+    assert spent.accelerator_hours == pytest.approx(2 * 612 / 3600)
+    assert spent.useful_share == pytest.approx(602 / 612)
+    table = "\n".join(spent.table("ml/train"))
+    assert "Where the time went (Volcano Job ml/train, 10m42s from submit to end):" in table
+    assert "  queued          30s   4.7%" in table
+    assert "2 nvidia.com/gpu held 10m12s: 0.34 accelerator-hours, 98.4% of it useful (goodput)" in table
+
+
+def test_restarts_stalls_lost_nodes_and_redone_work_take_their_share_and_every_second_is_counted_once():
+    run = job(("Pending", 0), ("Running", 20), ("Restarting", 200), ("Pending", 205), ("Running", 260),
+              ("Completed", 900))
+    timeline = RunTimeline(placed={"0": T0 + 15, "1": T0 + 250},
+                           stalls=[(T0 + 400, T0 + 500)],  # no output from 400 s, restarted at 500 s
+                           lost=[(T0 + 100, T0 + 150), (T0 + 120, T0 + 180)])  # two nodes, overlapping
+    progress = Progress(executed=1200, redone=200)
+    spent = goodput(run, timeline, progress)
+    assert spent is not None
+    seconds = dict(spent.seconds)
+    assert seconds["queued"] == 15 and seconds["starting"] == 5
+    assert seconds["restarting"] == (260 - 200) + (180 - 100), "the Job restarting, and the lost nodes"
+    assert seconds["stalled"] == 100
+    running_before_redone = (200 - 20) - 80 + (900 - 260) - 100
+    assert seconds["redone"] == pytest.approx(running_before_redone * 200 / 1200)
+    assert seconds["running"] == pytest.approx(running_before_redone - seconds["redone"])
+    assert sum(seconds.values()) == pytest.approx(spent.wall) == 900
+
+
+def test_a_run_the_wait_ended_ends_then_and_one_that_never_started_was_all_queued():
+    never = job(("Pending", 0), ("Pending", 5))
+    spent = goodput(never, RunTimeline(ended_at=T0 + 120))  # cannot start: deleted after 2 minutes
+    assert spent is not None and spent.seconds["queued"] == 120 and spent.wall == 120
+    assert spent.useful_share is None and spent.result()["goodput"] is None
+    timed_out = job(("Pending", 0), ("Running", 10))
+    spent = goodput(timed_out, RunTimeline(placed={"0": T0 + 8}, ended_at=T0 + 70))  # job_timeout
+    assert spent is not None and dict(spent.seconds)["running"] == 60 and spent.wall == 70
+
+
+def test_without_its_first_placement_the_start_is_all_queued_and_nothing_is_lost():
+    spent = goodput(job(("Pending", 0), ("Running", 40), ("Completed", 100)), RunTimeline())
+    assert spent is not None and (spent.seconds["queued"], spent.seconds["starting"]) == (40, 0)
+    assert sum(spent.seconds.values()) == spent.wall == 100
+
+
+def test_the_timeline_notes_when_each_generation_was_placed_and_travels_as_a_dict():
+    timeline = RunTimeline()
+    for version, second in (("0", 10), ("0", 12), ("1", 300)):
+        timeline.pod_seen({"metadata": {"annotations": {"volcano.sh/job-version": version}},
+                           "status": {"conditions": [{"type": "PodScheduled", "status": "True",
+                                                      "lastTransitionTime": at(second)}]}})
+    timeline.pod_seen({"metadata": {}, "status": {"conditions": [{"type": "PodScheduled", "status": "False"}]}})
+    assert timeline.placed == {"0": T0 + 12, "1": T0 + 300}
+    assert RunTimeline.from_dict(timeline.to_dict()) == timeline
+
+
+def test_phase_changes_merge_volcanos_repeated_conditions_and_accelerators_count_every_pod():
+    run = job(("Pending", 0), ("Pending", 0), ("Running", 5), ("Running", 6))
+    assert phase_changes(run) == [("Pending", T0), ("Running", T0 + 5)]
+    assert accelerators(job(("Pending", 0), gpus=4, replicas=3)) == {"nvidia.com/gpu": 12.0}
+    assert BUCKETS == ("queued", "starting", "running", "restarting", "stalled", "redone")
