@@ -17,6 +17,7 @@ report says so instead of guessing.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -76,30 +77,46 @@ class Gang:
     job: str  # the Job that owns it (its name), else the PodGroup's
     queue: str
     phase: str
-    priority: int
+    priority_class: str
     created: float
     uid: str = ""
     needs: Mapping[str, Decimal] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, podgroup: Mapping[str, Any], priorities: Priorities) -> Gang:
+    def of(cls, podgroup: Mapping[str, Any]) -> Gang:
+        """The PodGroup read once per version of it (a triggerer reports on a thousand waiting Jobs from
+        the same few thousand PodGroups: each is parsed once, not once per report)."""
         metadata, spec = podgroup.get("metadata") or {}, podgroup.get("spec") or {}
+        key = (metadata.get("uid", ""), metadata.get("resourceVersion", ""))
+        if key[0] and key[1] and (known := _GANGS.get(key)) is not None:
+            return known
         owners = metadata.get("ownerReferences") or []
-        return cls(namespace=metadata.get("namespace", ""), name=metadata.get("name", ""),
+        gang = cls(namespace=metadata.get("namespace", ""), name=metadata.get("name", ""),
                    job=next((owner.get("name") for owner in owners if owner.get("name")), metadata.get("name", "")),
                    queue=spec.get("queue") or "default",
                    phase=(podgroup.get("status") or {}).get("phase") or PENDING,
-                   priority=priorities.value(spec.get("priorityClassName")),
+                   priority_class=spec.get("priorityClassName") or "",
                    created=parse_time(metadata.get("creationTimestamp")) or 0.0, uid=metadata.get("uid", ""),
                    needs=gang_needs(spec.get("minResources")))
+        if key[0] and key[1]:
+            if len(_GANGS) >= MAX_REMEMBERED_GANGS:
+                _GANGS.clear()
+            _GANGS[key] = gang
+        return gang
 
     @property
     def waiting(self) -> bool:
         return self.phase in WAITING_PHASES
 
-    def order(self) -> tuple[int, int, float, str]:
+    def order(self, priorities: Priorities) -> tuple[int, int, float, str]:
         """The scheduler's order (see the module's docstring): smaller first."""
-        return (0 if self.phase == INQUEUE else 1, -self.priority, self.created, self.uid)
+        return (0 if self.phase == INQUEUE else 1, -priorities.value(self.priority_class), self.created, self.uid)
+
+
+# Gangs by (uid, resourceVersion): a PodGroup's version changes with every change of it.
+_GANGS: dict[tuple[str, str], Gang] = {}
+MAX_REMEMBERED_GANGS = 100_000
+SHOWN_AHEAD = 3  # the Jobs ahead named in the task log
 
 
 @dataclass(frozen=True)
@@ -185,7 +202,7 @@ class WaitingReport:
 
     :param queue: the queue's name; `state` its state (None: it does not exist).
     :param position: the Job's place among the queue's waiting Jobs (1: next), of `waiting`.
-    :param ahead: the Jobs before it, as `namespace/job`.
+    :param ahead: the first SHOWN_AHEAD Jobs before it, as `namespace/job`; `ahead_count` how many there are.
     :param short: the resources the queue cannot give it now.
     """
 
@@ -194,6 +211,7 @@ class WaitingReport:
     position: int | None = None
     waiting: int = 0
     ahead: tuple[str, ...] = ()
+    ahead_count: int = 0
     short: tuple[Shortage, ...] = ()
     scope: str | None = None
     unreadable: str | None = None
@@ -218,33 +236,45 @@ class WaitingReport:
             text += (f": position {self.position} of {self.waiting} among {among}, in the scheduler's order as far "
                      "as it can be known (priority, then submission)")
             if self.ahead:
-                shown = ", ".join(self.ahead[:3]) + (f" and {len(self.ahead) - 3} more" if len(self.ahead) > 3 else "")
-                text += f"; ahead: {shown}"
+                more = self.ahead_count - len(self.ahead)
+                text += f"; ahead: {', '.join(self.ahead)}" + (f" and {more} more" if more > 0 else "")
         for shortage in self.short:
             text += f"; {shortage.describe(self.queue)}"
         return text
 
 
-def waiting_report(own: Mapping[str, Any] | None, snapshot: QueueSnapshot) -> WaitingReport:
-    """Where the Job whose PodGroup is `own` stands in its queue (`own` None: not created yet)."""
+def waiting_report(own: Mapping[str, Any] | None, snapshot: QueueSnapshot, job_uid: str | None = None) -> WaitingReport:
+    """Where the Job whose PodGroup is `own` stands in its queue (`own` None: not read, or not created yet).
+    The snapshot's own copy of it (the PodGroup owned by `job_uid`), read with the others, is preferred.
+    Linear in the snapshot's PodGroups: no sort."""
     if snapshot.unreadable is not None:
         return WaitingReport(snapshot.name, None, unreadable=snapshot.unreadable)
     queue = snapshot.queue
     if queue is None:
         return WaitingReport(snapshot.name, None)
     state = (queue.get("status") or {}).get("state") or "Unknown"
+    if job_uid:
+        own = next((podgroup for podgroup in snapshot.podgroups if any(
+            owner.get("uid") == job_uid for owner in (podgroup.get("metadata") or {}).get("ownerReferences") or [])),
+            own)
     if own is None:
         return WaitingReport(snapshot.name, state)
-    mine = Gang.of(own, snapshot.priorities)
-    gangs = [Gang.of(podgroup, snapshot.priorities) for podgroup in snapshot.podgroups]
-    gangs = [gang for gang in gangs if gang.queue == snapshot.name and gang.uid != mine.uid]
-    waiting = sorted([gang for gang in gangs if gang.waiting] + [mine], key=Gang.order)
-    position = waiting.index(mine) + 1 if mine.waiting else None
-    ahead = waiting[:position - 1] if position else []
-    short = shortages(mine, queue, [gang for gang in gangs if gang.phase == INQUEUE], ahead)
-    return WaitingReport(snapshot.name, state, position=position, waiting=len(waiting) if position else 0,
-                         ahead=tuple(f"{gang.namespace}/{gang.job}" for gang in ahead), short=tuple(short),
-                         scope=snapshot.scope)
+    mine = Gang.of(own)
+    priorities = snapshot.priorities
+    gangs = [gang for gang in map(Gang.of, snapshot.podgroups) if gang.queue == snapshot.name and gang.uid != mine.uid]
+    admitted = [gang for gang in gangs if gang.phase == INQUEUE]
+    waiting = [gang for gang in gangs if gang.waiting]
+    position = None
+    ahead: list[Gang] = []
+    if mine.waiting:
+        place = mine.order(priorities)
+        ahead = [gang for gang in waiting if gang.order(priorities) < place]
+        position = len(ahead) + 1
+    short = shortages(mine, queue, admitted, ahead)
+    named = heapq.nsmallest(SHOWN_AHEAD, ahead, key=lambda gang: gang.order(priorities))
+    return WaitingReport(snapshot.name, state, position=position, waiting=len(waiting) + 1 if position else 0,
+                         ahead=tuple(f"{gang.namespace}/{gang.job}" for gang in named), ahead_count=len(ahead),
+                         short=tuple(short), scope=snapshot.scope)
 
 
 def shortages(mine: Gang, queue: Mapping[str, Any], admitted: Iterable[Gang], ahead: Iterable[Gang]) -> list[Shortage]:
@@ -342,11 +372,15 @@ def queue_view(queue: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def podgroup_view(podgroup: Mapping[str, Any]) -> dict[str, Any]:
-    """The part of a PodGroup a waiting report reads."""
-    metadata, spec = podgroup.get("metadata") or {}, podgroup.get("spec") or {}
+    """The part of a PodGroup a waiting report reads, and the scheduler's words (its Unschedulable
+    condition: `status.unschedulable_message`)."""
+    metadata, spec, status = podgroup.get("metadata") or {}, podgroup.get("spec") or {}, podgroup.get("status") or {}
     return {"metadata": {**{key: metadata[key] for key in ("name", "namespace", "uid", "creationTimestamp",
                                                            "resourceVersion") if key in metadata},
-                         "ownerReferences": [{"name": owner.get("name")}
+                         "ownerReferences": [{"name": owner.get("name"), "uid": owner.get("uid")}
                                              for owner in (metadata.get("ownerReferences") or [])[:1]]},
             "spec": {key: spec[key] for key in ("queue", "priorityClassName", "minResources") if key in spec},
-            "status": {"phase": (podgroup.get("status") or {}).get("phase")}}
+            "status": {"phase": status.get("phase"),
+                       "conditions": [{key: condition[key] for key in ("type", "status", "reason", "message")
+                                       if key in condition} for condition in status.get("conditions") or []
+                                      if condition.get("type") == "Unschedulable"]}}

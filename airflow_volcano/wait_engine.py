@@ -80,6 +80,9 @@ BLIND = "blind"  # what ProbeOutput's answer says of a pod whose log could not b
 WAITING_REPEAT_SECONDS = 600.0
 # A waiting Job's queue is read at most this often (in a worker a read lists every namespace's PodGroups).
 QUEUE_REFRESH_SECONDS = 15.0
+# The scheduler's view (the PodGroup and the events about it and its pods: reads of the Job's own) is
+# read again at most this often while the Job waits; always at startup_timeout, whose failure quotes it.
+SCHEDULER_VIEW_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -368,7 +371,8 @@ class WaitEngine:
         self._stalled_since: float | None = None  # when the output stopped, for a stall being handled
         self.waiting: WaitingReport | None = None  # why the Job waits, as last read (while it does)
         self._queue_read = float("-inf")  # when the queue was last read
-        self._podgroup: dict | None = None  # the PodGroup as the last CheckPods read it
+        self._scheduler_read = float("-inf")  # when the scheduler's view was last read
+        self._podgroup: dict | None = None  # the PodGroup as the scheduler's view last read it
         self._waiting_said: tuple[str, float] | None = None  # the last such line, and when it was said
 
     # -- observations ---------------------------------------------------------------------------
@@ -416,9 +420,10 @@ class WaitEngine:
             expired = self._lost_node_pods(pods, now, self.limits.node_lost_timeout)
             if expired:
                 return DeletePods(pods=expired)
-        if self._scheduling and now - self._queue_read >= QUEUE_REFRESH_SECONDS:
-            self._podgroup = podgroup
-            return ReadQueue(queue=queue_of(self.job, podgroup))
+        if self._scheduling:
+            self._scheduler_read, self._podgroup, self._scheduling = now, podgroup, False
+        if self._waits_in_queue(waited) and now - self._queue_read >= QUEUE_REFRESH_SECONDS:
+            return ReadQueue(queue=queue_of(self.job, self._podgroup))
         return self._decide(now)
 
     def queue_seen(self, queue: QueueSnapshot, now: float) -> Action:
@@ -496,7 +501,7 @@ class WaitEngine:
     def _queue_report(self, podgroup: dict | None, queue: QueueSnapshot, now: float) -> str | None:
         """Say why the Job waits, when it changed (or every WAITING_REPEAT_SECONDS); returns why it can
         never start if its gang needs more than its queue's capability."""
-        report = waiting_report(podgroup, queue)
+        report = waiting_report(podgroup, queue, self.ref.uid)
         self.waiting = report
         job = f"{self.ref.namespace}/{self.ref.name}"
         if (never := report.never_fits) is not None:
@@ -563,6 +568,11 @@ class WaitEngine:
         assert self._alive is not None
         return now - self._alive.at - (self.output.view(now).blind_total - self._alive.blind_at)
 
+    def _waits_in_queue(self, waited: float) -> bool:
+        """Pending long enough to be explained: one that starts within poll_interval needs no explaining."""
+        assert self.job is not None
+        return self.starting and job_state(self.job).phase == JobPhase.PENDING and waited >= self.limits.poll_interval
+
     def _collect_stacks(self, now: float) -> CollectStacks:
         """A stall: its time runs from the last output until it is handled (a restart, or the end)."""
         silent_for = self._silent_for(now)
@@ -603,7 +613,7 @@ class WaitEngine:
             # one that starts within a check interval needs no explaining.
             # (A running Job's pods are checked for lost nodes only.)
             self._scheduling = self.starting and (startup_timed_out(self.limits, waited) or (
-                job_state(self.job).phase == JobPhase.PENDING and waited >= self.limits.poll_interval))
+                self._waits_in_queue(waited) and now - self._scheduler_read >= SCHEDULER_VIEW_SECONDS))
             return CheckPods(scheduling=self._scheduling)
         seconds = step.wait_seconds
         if self.deadline is not None:

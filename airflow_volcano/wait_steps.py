@@ -29,11 +29,14 @@ from airflow_volcano.wait_engine import BLIND, PodRef, scheduling_subjects
 PROBE_MAX_BYTES = 64 * 1024
 
 
-def scheduling_view(job: dict | None, pods: list[dict], scheduling: bool) -> Program[tuple[dict | None, list[dict]]]:
-    """For CheckPods: the PodGroup and the events that explain scheduling, when it asked for them."""
+def scheduling_view(job: dict | None, pods: list[dict], scheduling: bool,
+                    podgroup: dict | None = None) -> Program[tuple[dict | None, list[dict]]]:
+    """For CheckPods: the PodGroup (read here unless given: a triggerer has it from its shared cache)
+    and the events that explain scheduling, when it asked for them."""
     if not scheduling or job is None:
         return None, []
-    podgroup = yield from calls.get_podgroup(job)
+    if podgroup is None:
+        podgroup = yield from calls.get_podgroup(job)
     events = yield from calls.list_events(job["metadata"]["namespace"], scheduling_subjects(podgroup, pods))
     return podgroup, events
 

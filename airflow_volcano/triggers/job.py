@@ -263,10 +263,11 @@ class VolcanoJobTrigger(BaseTrigger):
                             await self._note_removed_failures(ref, watch, job_pods, outcome)
                         return outcome
                     case CheckPods(scheduling=scheduling):
+                        cached = await queue_view.podgroup(engine.job) if scheduling and engine.job else None
                         async with watch.reads:
                             pods = await job_pods.current()
                             podgroup, events = await hook.drive(wait_steps.scheduling_view(engine.job, pods,
-                                                                                           scheduling))
+                                                                                           scheduling, cached))
                         action = engine.pods_seen(pods, podgroup, events, time.time())
                     case ReadQueue(queue=queue):
                         action = engine.queue_seen(await queue_view.snapshot(queue, ref.namespace, hook), time.time())

@@ -416,12 +416,23 @@ class JobQueueView:
         self.kubernetes_conn_id, self.job = kubernetes_conn_id, job
         self._stack: contextlib.AsyncExitStack | None = None
 
-    async def snapshot(self, queue: str, namespace: str, hook: Any) -> QueueSnapshot:
+    async def _caches(self) -> list[SharedCache]:
         caches = [shared_cache(self.kubernetes_conn_id, resource) for resource in self.RESOURCES]
         if self._stack is None:
             self._stack = contextlib.AsyncExitStack()
             for cache in caches:
                 await self._stack.enter_async_context(cache.subscribe(self.job))
+        return caches
+
+    async def podgroup(self, job: dict) -> dict | None:
+        """The Job's PodGroup from the shared cache; None if the cache cannot tell (read it yourself)."""
+        podgroups = (await self._caches())[1]
+        if podgroups.current() is None:
+            return None
+        return podgroups.objects.get((job["metadata"]["namespace"], calls.podgroup_name(job)))
+
+    async def snapshot(self, queue: str, namespace: str, hook: Any) -> QueueSnapshot:
+        caches = await self._caches()
         queues, podgroups, classes = (cache.current() for cache in caches)
         if queues is None:
             return QueueSnapshot(queue, unreadable=caches[0].last_error)

@@ -186,7 +186,11 @@ def test_both_drivers_read_a_waiting_jobs_queue_and_end_a_wait_that_can_never_st
     async def snapshot(self: Any, queue: str, namespace: str, hook: Any) -> Any:
         return await hook.drive(calls.queue_snapshot(queue, namespace))
 
+    async def podgroup(self: Any, job: dict) -> None:
+        return None  # the cache cannot tell: the trigger reads it as the worker does
+
     monkeypatch.setattr(JobQueueView, "snapshot", snapshot)
+    monkeypatch.setattr(JobQueueView, "podgroup", podgroup)
     pending = job("Pending", pending=2)
     pending["metadata"]["uid"] = "job-uid"
     cluster = Cluster([pending] * 5, [])

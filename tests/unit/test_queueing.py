@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from decimal import Decimal
 
 from airflow_volcano.events import Verdict
@@ -15,6 +16,7 @@ from airflow_volcano.queueing import (
     podgroup_view,
     waiting_report,
 )
+from airflow_volcano.status import unschedulable_message
 from airflow_volcano.wait_engine import (
     QUEUE_REFRESH_SECONDS,
     WAITING_REPEAT_SECONDS,
@@ -134,11 +136,18 @@ def test_what_a_job_needs_before_it_is_submitted_is_its_gangs_requests():
 
 def test_the_slim_view_keeps_what_the_report_reads():
     full = podgroup("mine", "Pending", created="2026-01-01T10:05:00Z", needs={"cpu": "1"}, priority="high")
-    full["status"]["conditions"] = [{"type": "Unschedulable", "message": "x" * 500}]
+    full["status"]["conditions"] = [
+        {"type": "Unschedulable", "status": "True", "message": "queue resource quota insufficient",
+         "lastTransitionTime": "2026-01-01T10:06:00Z", "transitionID": "x" * 36},
+        {"type": "Scheduled", "status": "False", "message": "x" * 500}]
     full["metadata"]["labels"] = {"a": "b" * 60}
     view = podgroup_view(full)
     assert waiting_report(view, snapshot(view)) == waiting_report(full, snapshot(full))
-    assert "conditions" not in view["status"] and "labels" not in view["metadata"]
+    assert unschedulable_message(view) == unschedulable_message(full) == "queue resource quota insufficient", (
+        "the scheduler's words, for a triggerer that reads the PodGroup from its cache")
+    assert view["status"]["conditions"] == [{"type": "Unschedulable", "status": "True",
+                                             "message": "queue resource quota insufficient"}]
+    assert "labels" not in view["metadata"]
 
 
 def waiting_engine(now: float = 1006):
@@ -155,14 +164,12 @@ def test_the_engine_reads_the_queue_at_most_every_few_seconds_and_says_why_a_job
     mine = podgroup("train", "Pending", created="2026-01-01T10:05:00Z", needs={"cpu": "2"})
     rival = podgroup("rival", "Pending", created="2026-01-01T10:00:00Z", needs={"cpu": "2"})
     assert wait.pods_seen([], mine, [], now=1006) == ReadQueue(queue="research")
-    full = snapshot(rival, capability={"cpu": "4"}, allocated={"cpu": "3"})
+    full = snapshot(rival, capability={"cpu": "4"}, allocated={"cpu": "3"})  # (without the Job's own PodGroup)
     assert isinstance(wait.queue_seen(full, now=1006), Watch)
     assert "position 2 of 2" in reported[-1] and "needs 2 cpu" in reported[-1]
     said = len(reported)
-    wait._scheduling = True
-    assert isinstance(wait.pods_seen([], mine, [], now=1010), Watch), "read 4 s ago: not again yet"
-    wait._scheduling = True
-    assert wait.pods_seen([], mine, [], now=1006 + QUEUE_REFRESH_SECONDS) == ReadQueue(queue="research")
+    assert isinstance(wait.pods_seen([], None, [], now=1010), Watch), "read 4 s ago: not again yet"
+    assert wait.pods_seen([], None, [], now=1006 + QUEUE_REFRESH_SECONDS) == ReadQueue(queue="research")
     wait.queue_seen(full, now=1006 + QUEUE_REFRESH_SECONDS)
     assert len(reported) == said, "nothing changed: not said again within WAITING_REPEAT_SECONDS"
     wait.queue_seen(snapshot(capability={"cpu": "4"}, allocated={"cpu": "3"}), now=1040)
@@ -180,3 +187,30 @@ def test_the_engine_fails_a_job_that_can_never_fit_its_queue_at_once():
     assert done.outcome.message == ("Volcano Job ml/train can never start: it needs 8 cpu; queue `research` can "
                                     "never give it: its capability is 4 cpu")
     assert done.outcome.timeline.ended_at == 1006, "the run ends when the wait ends it"
+
+
+def test_the_scheduler_view_is_read_again_only_after_a_minute_but_the_queue_sooner():
+    """The PodGroup and events (the Job's own reads) at most once a minute; the queue every
+    QUEUE_REFRESH_SECONDS, the Job's own PodGroup found among the snapshot's by its owner's uid."""
+    wait, reported = waiting_engine()
+    wait.ref = dataclasses.replace(wait.ref, uid="uid-train")  # (REF is shared: not changed in place)
+    assert wait.pods_seen([], None, [], now=1006) == ReadQueue(queue="default")
+    mine = podgroup("train", "Inqueue", created="2026-01-01T10:05:00Z", needs={"cpu": "2"})
+    mine["metadata"]["ownerReferences"][0]["uid"] = "uid-train"
+    rival = podgroup("rival", "Pending", created="2026-01-01T10:00:00Z", needs={"cpu": "2"})
+    wait.queue_seen(snapshot(rival, mine, capability={"cpu": "4"}, allocated={"cpu": "3"}), now=1006)
+    assert "position 1 of 2" in reported[-1], "admitted (Inqueue): ahead of the Pending one, as its snapshot says"
+    assert wait.watch_ended(now=1030) == CheckPods(scheduling=False), "the scheduler's view was read 24 s ago"
+    assert wait.pods_seen([], None, [], now=1030) == ReadQueue(queue="default")
+    wait.queue_seen(snapshot(mine, capability={"cpu": "4"}, allocated={"cpu": "3"}), now=1030)
+    assert wait.watch_ended(now=1070) == CheckPods(scheduling=True), "a minute after the last"
+
+
+def test_a_thousand_waiting_jobs_name_three_ahead_and_count_the_rest():
+    gangs = [podgroup(f"job-{index}", "Pending", created=f"2026-01-01T09:{index // 60:02d}:{index % 60:02d}Z",
+                      needs={"cpu": "1"}) for index in range(1000)]
+    mine = podgroup("mine", "Pending", created="2026-01-01T10:00:00Z", needs={"cpu": "1"})
+    report = waiting_report(mine, snapshot(*gangs, mine, capability={"cpu": "1"}, allocated={"cpu": "1"}))
+    assert (report.position, report.waiting, report.ahead_count) == (1001, 1001, 1000)
+    assert report.ahead == ("ml/job-0", "ml/job-1", "ml/job-2"), "the first three, in order"
+    assert "ahead: ml/job-0, ml/job-1, ml/job-2 and 997 more; needs 1 cpu" in report.describe("ml/mine")
