@@ -15,9 +15,13 @@ each one's status as Volcano writes a Running one-pod Job's (as kwok writes pod 
 kubelets); the triggers read the same objects from the same apiserver either way. With
 `--leave-jobs` the Jobs stay for another run; `scripts/volcano-cluster down` drops them.
 
+With `--in-queue` the Jobs wait instead of running: each asks 1 CPU of a queue whose capability (1 CPU)
+a running Job holds, so every trigger reports why its Job waits (its queue, its position among the
+N waiting, the short CPU) from the triggerer's shared queue, PodGroup and PriorityClass caches.
+
     .venv/bin/python benchmarks/triggerer_capacity.py [--jobs 1000] [--seconds 60] [--design shared]
                                                       [--status-by volcano|benchmark] [--leave-jobs]
-                                                      [--node-lost-timeout 180|none]
+                                                      [--node-lost-timeout 180|none] [--in-queue]
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from common import master_only_job, rss_mib
 
 REPO = Path(__file__).resolve().parent.parent
 NAMESPACE = "bench-triggerer"
+QUEUE = "bench-full"  # --in-queue: the queue every Job waits in
 
 
 def running_status(now: str) -> dict:
@@ -93,6 +98,11 @@ def apiserver_job_requests(kubectl: list[str]) -> dict[str, float]:
             kind = "Jobs"
         elif 'group=""' in line and 'resource="pods"' in line and 'subresource=""' in line:
             kind = "pods"
+        elif 'group="scheduling.volcano.sh"' in line and ('resource="podgroups"' in line
+                                                         or 'resource="queues"' in line):
+            kind = "PodGroups" if 'resource="podgroups"' in line else "queues"
+        elif 'group=""' in line and 'resource="events"' in line:
+            kind = "events"
         else:
             continue
         if line.startswith("apiserver_request_total{"):  # a watch is counted when it ends
@@ -104,31 +114,37 @@ def apiserver_job_requests(kubectl: list[str]) -> dict[str, float]:
     return counts
 
 
-async def settled(kubectl: list[str]) -> dict[str, float]:
-    """The apiserver's counts once the start-up burst is over: no new request about Jobs for 5 s."""
+async def settled(kubectl: list[str], limit: float = 120) -> dict[str, float]:
+    """The apiserver's counts once the start-up burst is over: no new request about Jobs for 5 s, or
+    `limit` seconds (waiting Jobs are looked at every minute: their requests never stop)."""
     def requests(counts: dict[str, float]) -> float:
         return sum(count for verb, count in counts.items() if not verb.startswith("open watches"))
 
     await asyncio.sleep(10)
+    deadline = time.monotonic() + limit
     counts = await asyncio.to_thread(apiserver_job_requests, kubectl)
     while True:
         await asyncio.sleep(5)
         now = await asyncio.to_thread(apiserver_job_requests, kubectl)
-        if requests(now) == requests(counts):
+        if requests(now) == requests(counts) or time.monotonic() > deadline:
             return now
         counts = now
 
 
-def running_jobs(api, expected: int, limit_seconds: float) -> list[dict]:
-    """The namespace's Running Jobs, once all `expected` are (or the time is up); read page by page."""
+def running_jobs(api, expected: int, limit_seconds: float, phase: str = "Running") -> list[dict]:
+    """The namespace's Jobs in `phase` (the benchmark's own, `cap-*`), once all `expected` are (or the time
+    is up); read page by page. Pending ones are counted once Volcano has made their PodGroup."""
     started = time.monotonic()
     while True:
         running, token = [], None
+        podgroups = {group["metadata"]["ownerReferences"][0]["name"] for group in api.list_namespaced_custom_object(
+            "scheduling.volcano.sh", "v1beta1", NAMESPACE, "podgroups")["items"]} if phase == "Pending" else set()
         while True:
             page = api.list_namespaced_custom_object("batch.volcano.sh", "v1alpha1", NAMESPACE, "jobs", limit=500,
                                                      **({"_continue": token} if token else {}))
-            running += [job for job in page["items"]
-                        if (job.get("status") or {}).get("state", {}).get("phase") == "Running"]
+            running += [job for job in page["items"] if job["metadata"]["name"].startswith("cap-")
+                        and (job.get("status") or {}).get("state", {}).get("phase") == phase
+                        and (phase != "Pending" or job["metadata"]["name"] in podgroups)]
             if not (token := page["metadata"].get("continue")):
                 break
         if len(running) == expected or time.monotonic() - started > limit_seconds:
@@ -180,7 +196,12 @@ def main() -> None:
     parser.add_argument("--leave-jobs", action="store_true", help="do not delete the Jobs and nodes afterwards")
     parser.add_argument("--status-by", choices=["volcano", "benchmark"], default="volcano",
                         help="who makes the Jobs Running: Volcano, or the benchmark with Volcano paused")
+    parser.add_argument("--in-queue", action="store_true",
+                        help="the Jobs wait in a full queue (Volcano makes their PodGroups) instead of running")
     args = parser.parse_args()
+    if args.in_queue and args.status_by == "benchmark":
+        parser.error("--in-queue needs Volcano running (--status-by volcano): it makes the PodGroups")
+    phase = "Pending" if args.in_queue else "Running"
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # one connection per watch
     kubeconfig = subprocess.run([str(REPO / "scripts" / "volcano-cluster"), "up"], capture_output=True, text=True,
@@ -192,11 +213,15 @@ def main() -> None:
     started = time.monotonic()
     # The Jobs a run with --leave-jobs left are used again when they are as many as asked for.
     subprocess.run([*kubectl, "create", "namespace", NAMESPACE], capture_output=True)
-    running = running_jobs(api, args.jobs, limit_seconds=0)
+    if args.in_queue:
+        fill_queue(api, kubectl)
+    running = running_jobs(api, args.jobs, limit_seconds=0, phase=phase)
     if len(running) != args.jobs:
         subprocess.run([*kubectl, "delete", "namespace", NAMESPACE, "--wait", "--timeout=1800s"],
                        capture_output=True)
         subprocess.run([*kubectl, "create", "namespace", NAMESPACE], check=True, capture_output=True)
+        if args.in_queue:
+            fill_queue(api, kubectl)
     nodes = [{"apiVersion": "v1", "kind": "Node",
               "metadata": {"name": f"bench-node-{i}", "annotations": {"kwok.x-k8s.io/node": "fake"}},
               "status": {"allocatable": {"cpu": "1000", "memory": "4Ti", "pods": "250"},
@@ -210,6 +235,8 @@ def main() -> None:
 
     def create(i: int) -> None:
         body = master_only_job(f"cap-{i}", {"outcome": "run-forever"}, plugins=False)
+        if args.in_queue:
+            in_queue(body)
         api.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", NAMESPACE, "jobs", body)
         if args.status_by == "benchmark":
             api.patch_namespaced_custom_object_status("batch.volcano.sh", "v1alpha1", NAMESPACE, "jobs", f"cap-{i}",
@@ -221,8 +248,8 @@ def main() -> None:
         if len(running) != args.jobs:
             with ThreadPoolExecutor(8) as pool:
                 list(pool.map(create, range(args.jobs)))
-            running = running_jobs(api, args.jobs, limit_seconds=300 + args.jobs * 0.2)
-        print(f"{len(running)}/{args.jobs} Jobs Running after {time.monotonic() - started:.0f}s", flush=True)
+            running = running_jobs(api, args.jobs, limit_seconds=300 + args.jobs * 0.2, phase=phase)
+        print(f"{len(running)}/{args.jobs} Jobs {phase} after {time.monotonic() - started:.0f}s", flush=True)
         run_and_report(args, running, kubeconfig, kubectl)
     finally:
         if args.status_by == "benchmark":
@@ -233,6 +260,34 @@ def main() -> None:
     subprocess.run([*kubectl, "delete", "namespace", NAMESPACE, "--wait", "--timeout=600s"], capture_output=True)
     subprocess.run([*kubectl, "delete", "node", *[n["metadata"]["name"] for n in nodes], "--wait=false"],
                    capture_output=True)
+    if args.in_queue:
+        close_and_delete_queue(api, kubectl)
+
+
+def in_queue(body: dict) -> dict:
+    """A Job of the full queue, asking its whole capability."""
+    body["spec"]["queue"] = QUEUE
+    body["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1"}}
+    return body
+
+
+def fill_queue(api, kubectl: list[str]) -> None:
+    """The queue of capability 1 CPU, and a Job holding it (running until the namespace goes)."""
+    subprocess.run([*kubectl, "apply", "-f", "-"], input=json.dumps({
+        "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": QUEUE},
+        "spec": {"capability": {"cpu": "1"}, "reclaimable": False}}), text=True, check=True, capture_output=True)
+    subprocess.run([*kubectl, "apply", "-n", NAMESPACE, "-f", "-"], text=True, check=True, capture_output=True,
+                   input=json.dumps(in_queue(master_only_job("holder", {"outcome": "run-forever"}, plugins=False))))
+
+
+def close_and_delete_queue(api, kubectl: list[str]) -> None:
+    queue = api.get_cluster_custom_object("scheduling.volcano.sh", "v1beta1", "queues", QUEUE)
+    subprocess.run([*kubectl, "create", "-n", "default", "-f", "-"], text=True, capture_output=True, input=json.dumps({
+        "apiVersion": "bus.volcano.sh/v1alpha1", "kind": "Command", "metadata": {"generateName": "close-bench-"},
+        "action": "CloseQueue", "target": {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+                                           "name": QUEUE, "uid": queue["metadata"]["uid"]}}))
+    time.sleep(5)
+    subprocess.run([*kubectl, "delete", "queue", QUEUE, "--wait=false"], capture_output=True)
 
 
 def run_and_report(args: argparse.Namespace, running: list[dict], kubeconfig: str, kubectl: list[str]) -> None:
@@ -243,11 +298,13 @@ def run_and_report(args: argparse.Namespace, running: list[dict], kubeconfig: st
         {"conn_type": "kubernetes", "extra": {"kube_config_path": kubeconfig}})
     from airflow_volcano.wait_engine import WaitLimits
 
-    # The operator's default node_lost_timeout keeps each trigger's pods followed while its Job runs.
+    # The operator's default node_lost_timeout keeps each trigger's pods followed while its Job runs; a
+    # waiting Job waits as long as it takes (no startup_timeout).
     limits = WaitLimits(node_lost_timeout=None if args.node_lost_timeout == "none"
-                        else float(args.node_lost_timeout)).to_dict()
+                        else float(args.node_lost_timeout), startup_timeout=None if args.in_queue else 900).to_dict()
     result = asyncio.run(watch_all(refs, "kubernetes_default", args.seconds, args.design, kubectl, limits))
-    print(f"one event loop, {len(refs)} waiters ({args.design} watch) on Running Jobs for {args.seconds:.0f}s:")
+    what = "Jobs waiting in a full queue" if args.in_queue else "Running Jobs"
+    print(f"one event loop, {len(refs)} waiters ({args.design} watch) on {what} for {args.seconds:.0f}s:")
     print(f"  RSS: {result['baseline_mib']:.0f} MiB before, {result['rss_mib']:.0f} MiB with all watching "
           f"({(result['rss_mib'] - result['baseline_mib']) * 1024 / max(1, len(refs)):.0f} KiB per trigger), "
           f"peak {result['peak_mib']:.0f} MiB")
