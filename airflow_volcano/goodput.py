@@ -108,9 +108,11 @@ class Goodput:
         return values
 
     def table(self, job: str) -> list[str]:
-        """The lines the task log shows."""
+        """The lines the task log shows: a line per bucket that had time (the return value has them all)."""
         lines = [f"Where the time went (Volcano Job {job}, {duration_text(self.wall)} from submit to end):"]
         for bucket in BUCKETS:
+            if self.seconds[bucket] <= 0:
+                continue
             share = 100 * self.seconds[bucket] / self.wall if self.wall > 0 else 0.0
             lines.append(f"  {bucket:<10} {duration_text(self.seconds[bucket]):>8} {share:5.1f}%")
         held = f"held {duration_text(self.held)}"

@@ -305,4 +305,4 @@ def test_the_runs_figures_reach_statsd_named_per_bucket_and_tagged_with_the_dag_
     assert set(received) == names, received
     spent = run.xcom["return_value"]["goodput"]
     assert received[f"airflow.volcano.job.wall_seconds{tags}"] == pytest.approx(spent["wall_seconds"], abs=0.01)
-    assert spent["accelerators"] == {GPU: 4.0} and received[f"airflow.volcano.job.accelerator_hours{tags}"] > 0
+    assert spent["accelerators"] == {GPU: 2.0} and received[f"airflow.volcano.job.accelerator_hours{tags}"] > 0
