@@ -58,6 +58,7 @@ class WaitOutcome:
     :param log_cursor: how far the main pod's log was shown.
     :param log_cursors: how far each other followed pod's log (log_tasks') was shown, by pod.
     :param timeline: what the wait saw of the run that the Job does not keep (`goodput.RunTimeline`).
+    :param stacks: the last stall's report, as the task log showed it (its first STACKS_KEPT_BYTES).
     """
 
     verdict: Verdict
@@ -70,6 +71,7 @@ class WaitOutcome:
     log_cursor: LogCursor = field(default_factory=LogCursor)
     log_cursors: dict[str, LogCursor] = field(default_factory=dict)
     timeline: RunTimeline = field(default_factory=RunTimeline)
+    stacks: tuple[str, ...] = ()
 
     @property
     def succeeded(self) -> bool:
@@ -87,7 +89,8 @@ class WaitOutcome:
         """A copy whose texts (the message, the failed pods' statuses: a termination message may be a
         failed container's last log lines) went through `redact`, for what leaves the waiter."""
         return dataclasses.replace(self, message=redact(self.message) if self.message else self.message,
-                                   failed_pods={name: redact(view) for name, view in self.failed_pods.items()})
+                                   failed_pods={name: redact(view) for name, view in self.failed_pods.items()},
+                                   stacks=tuple(redact(line) for line in self.stacks))
 
     def to_event(self, ref: JobRef) -> dict[str, Any]:
         """The trigger's event payload: this outcome and the Job it is about (JSON-serialisable)."""
@@ -95,7 +98,7 @@ class WaitOutcome:
                 "lost_nodes": list(self.lost_nodes), "stalls": self.stalls,
                 "failed_pods": list(self.failed_pods.values()), "log_cursor": self.log_cursor.to_dict(),
                 "log_cursors": {pod: cursor.to_dict() for pod, cursor in self.log_cursors.items()},
-                "timeline": self.timeline.to_dict()}
+                "timeline": self.timeline.to_dict(), "stacks": list(self.stacks)}
 
     @classmethod
     def from_event(cls, event: dict[str, Any]) -> tuple[WaitOutcome, JobRef]:
@@ -116,5 +119,6 @@ class WaitOutcome:
                       log_cursor=LogCursor.from_dict(event.get("log_cursor")),
                       log_cursors={str(pod): LogCursor.from_dict(cursor)
                                    for pod, cursor in (event.get("log_cursors") or {}).items()},
-                      timeline=RunTimeline.from_dict(event.get("timeline")))
+                      timeline=RunTimeline.from_dict(event.get("timeline")),
+                      stacks=tuple(str(line) for line in event.get("stacks") or ()))
         return outcome, JobRef.from_dict(event.get("job") or {})

@@ -169,6 +169,40 @@ def report_goodput(ref: JobRef, outcome: WaitOutcome, metric_tags: Mapping[str, 
     return spent.result()
 
 
+def record_panel(hook: VolcanoHook, ref: JobRef, outcome: WaitOutcome, push_xcom: Callable[[str, Any], None] | None,
+                 *, links: Mapping[str, str] | None, failure: str | None = None) -> None:
+    """What the Volcano Job panel shows after the Job is gone (XCom `volcano_panel`): the Job, its pods,
+    progress, where its time went, the failure report, the stacks, the main pod's last lines; every
+    text masked as the task log is (the masker's secrets and the Job's secret env values)."""
+    if push_xcom is None or outcome.job is None:
+        return
+    from airflow.sdk._shared.secrets_masker import redact as mask
+
+    from airflow_volcano.hooks import calls
+    from airflow_volcano.masking import JobSecrets, secret_values
+    from airflow_volcano.panel.view import LOG_TAIL_BYTES, LOG_TAIL_LINES, RECORD_KEY, log_tail, panel
+
+    secrets = JobSecrets()
+    secrets.add(secret_values(outcome.job))
+
+    def redact(value: Any) -> Any:
+        return secrets.redact(mask(value))
+
+    try:
+        pods = hook.list_job_pods(ref.name, ref.namespace)
+        listed = {pod["metadata"]["name"] for pod in pods}
+        pods += [view for name, view in outcome.failed_pods.items() if name not in listed]
+        raw = hook.run(calls.read_pod_log(ref.main_pod, ref.namespace, container=ref.main_pod_container,
+                                          tail_lines=LOG_TAIL_LINES, limit_bytes=LOG_TAIL_BYTES))
+        shown_log = log_tail(ref.main_pod, raw, redact)
+    except Exception as error:  # noqa: BLE001 - the panel shows less, the task goes on
+        log.warning("Could not read the pods of Volcano Job %s/%s for its panel: %s", ref.namespace, ref.name, error)
+        pods, shown_log = list(outcome.failed_pods.values()), None
+    push_xcom(RECORD_KEY, panel(job=outcome.job, pods=pods, main_task=ref.main_task,
+                                progress=outcome.log_cursor.progress, timeline=outcome.timeline, failure=failure,
+                                stacks=outcome.stacks, log=shown_log, links=links, redact=redact))
+
+
 def summary(ref: JobRef, outcome: WaitOutcome, result: Any,
             goodput_figures: dict[str, Any] | None = None) -> dict[str, Any]:
     """The task's return value (XCom), in both modes and for the sensor."""
@@ -198,11 +232,13 @@ def finalize(
     push_xcom: Callable[[str, Any], None] | None = None,
     main_log: PodLogCopy | None = None,
     metric_tags: Mapping[str, str] | None = None,
+    links: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Push the final phase, say where the run's time went, clean up, and return the summary, or raise
-    with the failure's reason. What becomes of the Job follows README "Cleanup guarantees": a wait that
-    failed (DEADLINE, WAIT_FAILED) raises and leaves the Job to the caller, which keeps it for a later try.
-    `metric_tags` (the DAG and task): the run's figures go to Airflow's metrics with them."""
+    """Push the final phase, say where the run's time went, record what the Volcano Job panel shows once
+    the Job is gone, clean up, and return the summary, or raise with the failure's reason. What becomes
+    of the Job follows README "Cleanup guarantees": a wait that failed (DEADLINE, WAIT_FAILED) raises and
+    leaves the Job to the caller, which keeps it for a later try. `metric_tags` (the DAG and task): the
+    run's figures go to Airflow's metrics with them; `links`: the UI's links, for the panel."""
     if outcome.verdict is Verdict.DELETED:
         raise VolcanoJobError(f"{outcome.message} while the task waited")
     if outcome.verdict is Verdict.WAIT_FAILED:
@@ -218,9 +254,11 @@ def finalize(
     figures = report_goodput(ref, outcome, metric_tags)
     if outcome.succeeded:
         done = summary(ref, outcome, main_result(hook, ref), figures)
+        record_panel(hook, ref, outcome, push_xcom, links=links)
         cleanup(hook, ref, succeeded=True, action=on_finish_action)
         return done
     message = explain_failure(hook, ref, outcome)
+    record_panel(hook, ref, outcome, push_xcom, links=links, failure=message)
     if outcome.ends_the_job and ref.owned:
         # Past job_timeout, unable to start, or stalled: it must not run (and hold GPUs) later with
         # nobody watching it. Its main pod's last lines (a checkpoint saved on SIGTERM) come first.

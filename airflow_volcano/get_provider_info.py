@@ -72,4 +72,7 @@ def get_provider_info() -> dict[str, Any]:
             {"name": "volcano_pytorch", "class-name": "airflow_volcano.decorators.volcano_pytorch.volcano_pytorch_task"}
         ],
         # The `kubernetes` connection type is the cncf-kubernetes provider's: reused, not redefined.
+        # The "Volcano Job" view (airflow_volcano.panel) is registered through the `airflow.plugins` entry
+        # point (pyproject.toml), which every Airflow component loads: a provider's "plugins" are loaded only
+        # with [core] lazy_load_providers off.
     }

@@ -28,6 +28,8 @@ STACKS_POLL_SECONDS = 2.0
 # pod's processes are a few KiB; a pod that prints a great deal meanwhile must not fill the waiter's
 # memory (in the triggerer, every trigger's). Reached: said in the report.
 STACKS_MAX_BYTES = 1024 * 1024
+# Of a stall's report, what the wait's outcome keeps (the task log has it all): the panel shows it.
+STACKS_KEPT_BYTES = 32 * 1024
 FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<function>.+)$')
 # Files of Python itself and of installed packages: the user's own frame is the first one outside them.
 LIBRARY_PATH = re.compile(r"/(lib/python[\d.]*|site-packages|dist-packages)/")
@@ -183,3 +185,16 @@ def describe_silence(seconds: float) -> str:
 def stall_notice(namespace: str, name: str, silent_for: float) -> str:
     return (f"Volcano Job {namespace}/{name} gave no output and no change for {silent_for:.0f}s "
             "(stall_timeout): asking its pods for their Python stacks")
+
+
+def kept_lines(lines: Iterable[str], limit: int = STACKS_KEPT_BYTES) -> tuple[str, ...]:
+    """A stall's report as far as `limit` bytes, saying so when cut (the task log has the rest)."""
+    kept: list[str] = []
+    size = 0
+    for line in lines:
+        size += len(line.encode()) + 1
+        if size > limit:
+            kept.append(f"[... cut at {limit // 1024} KiB: the rest of the stacks are in the task log]")
+            break
+        kept.append(line)
+    return tuple(kept)

@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -55,7 +55,7 @@ from airflow_volcano.logs import Emit, LogCursor
 from airflow_volcano.manifest import optional_seconds, seconds, stall_seconds
 from airflow_volcano.manifest.checks import choice
 from airflow_volcano.queueing import QueueSnapshot, WaitingReport, queue_of, waiting_report
-from airflow_volcano.stalls import describe_silence
+from airflow_volcano.stalls import describe_silence, kept_lines
 from airflow_volcano.status import (
     JobProgress,
     LostPod,
@@ -367,6 +367,7 @@ class WaitEngine:
         self._alive_version = ""  # the Job's resourceVersion at the last change
         self._probes = _Probes()
         self.stalls = 0
+        self.stack_lines: tuple[str, ...] = ()  # the last stall's report (STACKS_KEPT_BYTES of it)
         self.timeline = timeline or RunTimeline()
         self._stalled_since: float | None = None  # when the output stopped, for a stall being handled
         self.waiting: WaitingReport | None = None  # why the Job waits, as last read (while it does)
@@ -471,10 +472,13 @@ class WaitEngine:
             return self._collect_stacks(now)
         return self._decide(now)
 
-    def stacks_collected(self, where: str, now: float, running: tuple[PodRef, ...] = ()) -> Action:
+    def stacks_collected(self, where: str, now: float, running: tuple[PodRef, ...] = (),
+                         lines: Sequence[str] = ()) -> Action:
         """The answer to CollectStacks: `where` says briefly where each process was (the stacks
-        themselves were shown); `running`, the training pods a restart would delete."""
+        themselves were shown: `lines`, kept for the outcome); `running`, the training pods a restart
+        would delete."""
         self.stalls += 1
+        self.stack_lines = kept_lines(lines)
         silent = describe_silence(self.limits.stall_timeout or 0)
         if self.limits.stall_action == StallAction.RESTART and running:
             if self.stalls <= MAX_STALL_RESTARTS:
@@ -530,7 +534,7 @@ class WaitEngine:
             self.timeline.ended_at = now  # the Job is deleted now: its run ends here
         self._end_stall(now)
         return Done(dataclasses.replace(outcome, lost_nodes=tuple(self.lost_nodes), stalls=self.stalls,
-                                        timeline=self.timeline))
+                                        timeline=self.timeline, stacks=self.stack_lines))
 
     def _end_stall(self, now: float) -> None:
         if self._stalled_since is not None:

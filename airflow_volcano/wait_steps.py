@@ -92,10 +92,11 @@ def probe_output(namespace: str, pods: Iterable[tuple[str, str | None]]) -> Prog
 
 
 def collect_stacks(ref: JobRef, silent_for: float, report: Emit,
-                   request: str) -> Program[tuple[str, tuple[PodRef, ...]]]:
+                   request: str) -> Program[tuple[str, tuple[PodRef, ...], list[str]]]:
     """For CollectStacks: ask every Running training pod for its Python stacks (the pod annotation its
     forward-signals.sh watches), read them from the pods' logs (at most STACKS_MAX_BYTES a read), show
-    them; returns where each process was, briefly, and the pods asked (what a restart deletes)."""
+    them; returns where each process was, briefly, the pods asked (what a restart deletes) and the
+    report's lines."""
     report(stall_notice(ref.namespace, ref.name, silent_for))
     collection = StackCollection.of((yield calls.list_job_pods(ref.name, ref.namespace)), request,
                                     skip_tasks=[TENSORBOARD_TASK])
@@ -119,8 +120,9 @@ def collect_stacks(ref: JobRef, silent_for: float, report: Emit,
                 continue
             collection.log_read(pod, [line.partition(" ")[2] for line in iter_lines([data])],
                                 capped=len(data) >= STACKS_MAX_BYTES)
-    for line in collection.report():
+    lines = collection.report()
+    for line in lines:
         report(line)
     running = tuple(PodRef(pod, collection.uids.get(pod, "")) for pod, _ in collection.pods
                     if pod not in collection.unreachable)
-    return collection.where(), running
+    return collection.where(), running, lines

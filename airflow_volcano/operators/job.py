@@ -517,7 +517,8 @@ class VolcanoJobOperator(BaseOperator):
             # main_pod: the pod whose log is followed and whose termination message is the result (the
             # master's, for PyTorch and DeepSpeed); master_pod is its former name, kept for one release.
             for key, value in (("job_name", ref.name), ("namespace", ref.namespace), ("main_pod", ref.main_pod),
-                               ("master_pod", ref.main_pod)):
+                               ("master_pod", ref.main_pod), ("main_task", ref.main_task),
+                               ("kubernetes_conn_id", self.kubernetes_conn_id)):
                 ti.xcom_push(key=key, value=value)
             self._push_links(hook, ref, manifests.job, ti)
             if self.debug:
@@ -606,7 +607,8 @@ class VolcanoJobOperator(BaseOperator):
         main = next((copy for copy in copies if copy.pod == ref.main_pod), None)
         return finalize(hook, ref, outcome, on_finish_action=OnFinishAction(self.on_finish_action),
                         push_xcom=lambda key, value: ti.xcom_push(key=key, value=value), main_log=main,
-                        metric_tags={"dag_id": ti.dag_id, "task_id": ti.task_id})
+                        metric_tags={"dag_id": ti.dag_id, "task_id": ti.task_id},
+                        links={link.name: url for link in LINKS if (url := (self._link_urls or {}).get(link.xcom_key))})
 
     def _defer(self, ref: JobRef, context: Context, job: dict) -> None:
         from airflow_volcano.triggers.job import VolcanoJobTrigger

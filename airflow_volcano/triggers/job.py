@@ -286,9 +286,9 @@ class VolcanoJobTrigger(BaseTrigger):
                             newest = await hook.drive(wait_steps.probe_output(ref.namespace, pods))
                         action = engine.output_probed(newest, time.time())
                     case CollectStacks(silent_for=silent_for):
-                        where, running = await hook.drive(
+                        where, running, lines = await hook.drive(
                             wait_steps.collect_stacks(ref, silent_for, self._say, str(int(time.time()))))
-                        action = engine.stacks_collected(where, time.time(), running)
+                        action = engine.stacks_collected(where, time.time(), running, lines)
                     case RestartJob(pods=pods):
                         refused = await hook.drive(wait_steps.restart_gang(ref.namespace, pods))
                         action = engine.restart_requested(time.time(), refused)

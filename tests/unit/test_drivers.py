@@ -246,7 +246,7 @@ def test_a_stack_read_is_capped_and_the_report_says_so():
         try:
             step = program.send(answer)
         except StopIteration as finished:
-            where, pods = finished.value
+            where, pods, lines = finished.value
             break
         asked.append(step)
         if isinstance(step, Sleep):
@@ -260,3 +260,4 @@ def test_a_stack_read_is_capped_and_the_report_says_so():
             answer = b"2026-11-24T10:00:00Z " + b"spam " * (STACKS_MAX_BYTES // 5)
     assert any(f"passed {STACKS_MAX_BYTES // 1024} KiB, the most read for stacks" in line for line in reported)
     assert pods and where == ""
+    assert lines == reported[1:], "the report's lines, as shown (after the stall's notice), for the wait's outcome"

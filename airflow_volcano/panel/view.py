@@ -1,0 +1,135 @@
+"""What the "Volcano Job" panel of a task instance's page shows, as one JSON-able dict: the Job, why it
+waits, its tasks and pods (the first failure marked), its progress, where its time went, the failure
+report and stacks the task recorded, a pod's last log lines, the links. Pure: built from what was read
+(the Job, its pods, its queue, a log's tail) or what the task recorded at its end (XCom), never a
+credential, never an environment value: no pod spec is copied, and every text goes through `redact`.
+
+The task records the same dict when it ends (`RECORD_KEY` in XCom): after the Job is deleted, the
+panel shows that.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from airflow_volcano.constants import TASK_LABEL
+from airflow_volcano.goodput import RunTimeline, goodput, phase_changes
+from airflow_volcano.logs import hidden, iter_lines
+from airflow_volcano.progress import PROGRESS_MARKER, Progress
+from airflow_volcano.queueing import WaitingReport
+from airflow_volcano.status import PodLogTail, failed_pods, first_failures, job_state, pod_problem
+from airflow_volcano.timestamps import parse_time, parse_timestamp_ns
+
+RECORD_KEY = "volcano_panel"  # the XCom key of what the task recorded at its end
+LOG_TAIL_LINES = 100  # a pod's last lines, as the panel shows them
+LOG_TAIL_BYTES = 64 * 1024  # read at most this much of a pod's log for them
+
+Redact = Callable[[Any], Any]
+
+
+def job_summary(job: Mapping[str, Any], volcano_release: str | None = None,
+                now: float | None = None) -> dict[str, Any]:
+    """The Job's identity and state, and its phases in order."""
+    metadata, spec = job.get("metadata") or {}, job.get("spec") or {}
+    state = job_state(job)
+    created = parse_time(metadata.get("creationTimestamp"))
+    return {
+        "namespace": metadata.get("namespace"), "name": metadata.get("name"), "uid": metadata.get("uid"),
+        "phase": state.phase, "queue": spec.get("queue") or "default",
+        "priority_class": spec.get("priorityClassName"), "volcano_release": volcano_release,
+        "created": created, "age_seconds": None if created is None or now is None else max(0.0, now - created),
+        "restarts": state.retry_count, "max_retry": state.max_retry,
+        "timeline": [{"phase": phase, "at": at} for phase, at in phase_changes(job)],
+    }
+
+
+def pod_rows(pods: Iterable[Mapping[str, Any]], main_task: str | None,
+             logs: Mapping[str, PodLogTail] | None = None) -> list[dict[str, Any]]:
+    """Every pod, by task: phase, node, restarts, exit code and reason, start and end; the pod that
+    failed first (the likely cause of a cascade) marked."""
+    pods = list(pods)
+    problems = first_failures(failed_pods(pods, main_task), logs or {})
+    first = problems[0].pod if problems else None
+    rows = []
+    for pod in pods:
+        metadata, status = pod.get("metadata") or {}, pod.get("status") or {}
+        containers = status.get("containerStatuses") or []
+        container = containers[0] if containers else {}
+        state = container.get("state") or {}
+        ended = state.get("terminated") or (container.get("lastState") or {}).get("terminated") or {}
+        problem = pod_problem(pod)
+        rows.append({
+            "name": metadata.get("name"), "task": (metadata.get("labels") or {}).get(TASK_LABEL, ""),
+            "phase": status.get("phase") or "Unknown", "node": (pod.get("spec") or {}).get("nodeName"),
+            "restarts": sum(int(item.get("restartCount") or 0) for item in containers),
+            "exit_code": ended.get("exitCode") if ended else None,
+            "reason": (problem.reason if problem else None) or ended.get("reason") or (state.get("waiting") or {})
+            .get("reason"),
+            "started": parse_time((state.get("running") or {}).get("startedAt") or ended.get("startedAt")
+                                  or status.get("startTime")),
+            "finished": parse_time(ended.get("finishedAt")),
+            "first_failure": metadata.get("name") == first and len(problems) > 0,
+        })
+    return sorted(rows, key=lambda row: (row["task"] != main_task, row["task"], row["name"] or ""))
+
+
+def log_tail(pod: str, raw: bytes | Iterable[bytes], redact: Redact) -> dict[str, Any]:
+    """A pod's last lines as the task log shows them: escaped (no control characters), the provider's
+    own lines (heartbeats, stack requests) left out, secrets masked."""
+    chunks = [raw] if isinstance(raw, bytes) else raw
+    lines = [line.partition(" ")[2] if parse_timestamp_ns(line.partition(" ")[0]) is not None else line
+             for line in iter_lines(chunks)]
+    lines = [line for line in lines if not hidden(line)][-LOG_TAIL_LINES:]
+    return {"pod": pod, "lines": [redact(line) for line in lines]}
+
+
+def progress_from_log(raw: bytes | Iterable[bytes]) -> Progress | None:
+    """The progress the main pod's recent log reports (its progress lines, read with timestamps)."""
+    progress: Progress | None = None
+    for line in iter_lines([raw] if isinstance(raw, bytes) else raw):
+        stamp, _, message = line.partition(" ")
+        at = parse_timestamp_ns(stamp)
+        if at is not None and PROGRESS_MARKER in message:
+            progress = progress or Progress()
+            progress.observe(message, at)
+    return progress if progress is not None and progress.first_done is not None else None
+
+
+def panel(
+    *,
+    job: Mapping[str, Any] | None,
+    pods: Sequence[Mapping[str, Any]] = (),
+    main_task: str | None = None,
+    volcano_release: str | None = None,
+    now: float | None = None,
+    waiting: WaitingReport | None = None,
+    progress: Progress | None = None,
+    timeline: RunTimeline | None = None,
+    failure: str | None = None,
+    stacks: Sequence[str] = (),
+    log: Mapping[str, Any] | None = None,
+    links: Mapping[str, str] | None = None,
+    redact: Redact = lambda value: value,
+) -> dict[str, Any]:
+    """The panel's data. A Job still running has its time so far (to `now`)."""
+    summary = job_summary(job, volcano_release, now) if job is not None else None
+    spent = None
+    if job is not None:
+        running = not job_state(job).finished and now is not None and (timeline is None or timeline.ended_at is None)
+        so_far = dataclasses.replace(timeline or RunTimeline(), ended_at=now) if running else timeline
+        figures = goodput(job, so_far or RunTimeline(), progress)
+        spent = figures.result() if figures is not None else None
+    name = f"{summary['namespace']}/{summary['name']}" if summary else None
+    return {
+        "job": summary,
+        "waiting": redact(waiting.describe(name or "")) if waiting is not None and name else None,
+        "pods": pod_rows(pods, main_task),
+        "progress": progress.result() | {"text": progress.describe()} if progress is not None else None,
+        "goodput": spent,
+        "failure": redact(failure) if failure else None,
+        "stacks": [redact(line) for line in stacks],
+        "log": dict(log) if log is not None else None,
+        "links": dict(links or {}),
+    }
