@@ -67,7 +67,7 @@ def create_app() -> FastAPI:
     jobs, logs = Cache(), Cache()
 
     @app.get("/ti/{dag_id}/{run_id}/{task_id}/{map_index}", response_class=HTMLResponse)
-    def page(dag_id: str, run_id: str, task_id: str, map_index: int) -> str:
+    def page(dag_id: str, run_id: str, task_id: str, map_index: str) -> str:
         """The page (no data: it asks the JSON endpoint, with the viewer's own session)."""
         return _static("panel.html")
 
@@ -78,10 +78,18 @@ def create_app() -> FastAPI:
         return Response(_static(name), media_type=STATIC[name], headers={"Cache-Control": "max-age=300"})
 
     @app.get("/api/ti/{dag_id}/{run_id}/{task_id}/{map_index}", dependencies=[_authorized()])
-    async def panel(dag_id: str, run_id: str, task_id: str, map_index: int, pod: str | None = None) -> dict:
-        return await data.panel_data(dag_id, run_id, task_id, map_index, pod, jobs=jobs, logs=logs)
+    async def panel(dag_id: str, run_id: str, task_id: str, map_index: str, pod: str | None = None) -> dict:
+        return await data.panel_data(dag_id, run_id, task_id, _map_index(map_index), pod, jobs=jobs, logs=logs)
 
     return app
+
+
+def _map_index(text: str) -> int:
+    """The UI fills `{MAP_INDEX}` of a mapped task instance's view only: an unmapped one's is -1."""
+    try:
+        return int(text)
+    except ValueError:
+        return -1
 
 
 def _static(name: str) -> str:
