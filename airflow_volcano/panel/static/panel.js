@@ -119,8 +119,8 @@ function render(data) {
       el("li", {}, el("a", { href: url, target: "_blank", rel: "noopener" }, name))))));
   }
   const source = data.source === "recorded" ? "as the task recorded it when it ended" : "from the cluster";
-  parts.push(el("p", { class: "muted", id: "status" },
-    `Task ${data.task.state || "not run"}; shown ${source} at ${new Date().toISOString().slice(11, 19)} UTC` +
+  parts.push(el("p", { class: "muted", id: "status" }, `Task ${data.task.state || "not run"}` +
+    (data.job ? `; shown ${source} at ${new Date().toISOString().slice(11, 19)} UTC` : "") +
     (data.task.live ? ", refreshing every 5 s" : "")));
   panel.replaceChildren(...parts);
   return data.task.live;
