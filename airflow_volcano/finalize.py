@@ -6,6 +6,7 @@ here: callers pass what they know."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -40,7 +41,17 @@ EVENT_PODS = 5
 CLEANUP_RETRY_SECONDS = 120.0
 
 
-def explain_failure(hook: VolcanoHook, ref: JobRef, outcome: WaitOutcome) -> str:
+@dataclass(frozen=True)
+class Explained:
+    """A failure's report, and what it was read from (the panel's record shows the same pods, the same
+    one marked first)."""
+
+    message: str
+    pods: list[dict]
+    logs: dict[str, PodLogTail]
+
+
+def explain_failure(hook: VolcanoHook, ref: JobRef, outcome: WaitOutcome) -> Explained:
     """Final phase, the pod that failed first with its exit code, reason and last log lines, the
     pods that failed after it, warnings."""
     pods: list[dict] = []
@@ -89,7 +100,7 @@ def explain_failure(hook: VolcanoHook, ref: JobRef, outcome: WaitOutcome) -> str
     if outcome.stalls and outcome.verdict is not Verdict.STALLED:
         message += (f"\nThe Job stalled {outcome.stalls} time(s) (no output for stall_timeout) and was restarted each "
                     "time (stall_action='restart')")
-    return message
+    return Explained(message, pods, logs)
 
 
 def main_result(hook: VolcanoHook, ref: JobRef) -> Any:
@@ -170,7 +181,7 @@ def report_goodput(ref: JobRef, outcome: WaitOutcome, metric_tags: Mapping[str, 
 
 
 def record_panel(hook: VolcanoHook, ref: JobRef, outcome: WaitOutcome, push_xcom: Callable[[str, Any], None] | None,
-                 *, links: Mapping[str, str] | None, failure: str | None = None) -> None:
+                 *, links: Mapping[str, str] | None, failure: Explained | None = None) -> None:
     """What the Volcano Job panel shows after the Job is gone (XCom `volcano_panel`): the Job, its pods,
     progress, where its time went, the failure report, the stacks, the main pod's last lines; every
     text masked as the task log is (the masker's secrets and the Job's secret env values)."""
@@ -189,9 +200,12 @@ def record_panel(hook: VolcanoHook, ref: JobRef, outcome: WaitOutcome, push_xcom
         return secrets.redact(mask(value))
 
     try:
-        pods = hook.list_job_pods(ref.name, ref.namespace)
-        listed = {pod["metadata"]["name"] for pod in pods}
-        pods += [view for name, view in outcome.failed_pods.items() if name not in listed]
+        if failure is not None:
+            pods = failure.pods
+        else:
+            pods = hook.list_job_pods(ref.name, ref.namespace)
+            listed = {pod["metadata"]["name"] for pod in pods}
+            pods += [view for name, view in outcome.failed_pods.items() if name not in listed]
         raw = hook.run(calls.read_pod_log(ref.main_pod, ref.namespace, container=ref.main_pod_container,
                                           tail_lines=LOG_TAIL_LINES, limit_bytes=LOG_TAIL_BYTES))
         shown_log = log_tail(ref.main_pod, raw, redact)
@@ -199,7 +213,9 @@ def record_panel(hook: VolcanoHook, ref: JobRef, outcome: WaitOutcome, push_xcom
         log.warning("Could not read the pods of Volcano Job %s/%s for its panel: %s", ref.namespace, ref.name, error)
         pods, shown_log = list(outcome.failed_pods.values()), None
     push_xcom(RECORD_KEY, panel(job=outcome.job, pods=pods, main_task=ref.main_task,
-                                progress=outcome.log_cursor.progress, timeline=outcome.timeline, failure=failure,
+                                logs=failure.logs if failure is not None else None,
+                                progress=outcome.log_cursor.progress, timeline=outcome.timeline,
+                                failure=failure.message if failure is not None else None,
                                 stacks=outcome.stacks, log=shown_log, links=links, redact=redact))
 
 
@@ -257,8 +273,8 @@ def finalize(
         record_panel(hook, ref, outcome, push_xcom, links=links)
         cleanup(hook, ref, succeeded=True, action=on_finish_action)
         return done
-    message = explain_failure(hook, ref, outcome)
-    record_panel(hook, ref, outcome, push_xcom, links=links, failure=message)
+    explained = explain_failure(hook, ref, outcome)
+    record_panel(hook, ref, outcome, push_xcom, links=links, failure=explained)
     if outcome.ends_the_job and ref.owned:
         # Past job_timeout, unable to start, or stalled: it must not run (and hold GPUs) later with
         # nobody watching it. Its main pod's last lines (a checkpoint saved on SIGTERM) come first.
@@ -267,4 +283,4 @@ def finalize(
             follow_until_exit(hook, ref.namespace, main_log)
     else:
         cleanup(hook, ref, succeeded=False, action=on_finish_action)
-    raise VolcanoJobError(message)
+    raise VolcanoJobError(explained.message)

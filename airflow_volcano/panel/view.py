@@ -102,6 +102,7 @@ def panel(
     job: Mapping[str, Any] | None,
     pods: Sequence[Mapping[str, Any]] = (),
     main_task: str | None = None,
+    logs: Mapping[str, PodLogTail] | None = None,
     volcano_release: str | None = None,
     now: float | None = None,
     waiting: WaitingReport | None = None,
@@ -113,7 +114,8 @@ def panel(
     links: Mapping[str, str] | None = None,
     redact: Redact = lambda value: value,
 ) -> dict[str, Any]:
-    """The panel's data. A Job still running has its time so far (to `now`)."""
+    """The panel's data. A Job still running has its time so far (to `now`). `logs`: the failed pods' log
+    tails, which tell the pod that failed first from its peers within a second (as the failure report)."""
     summary = job_summary(job, volcano_release, now) if job is not None else None
     spent = None
     if job is not None:
@@ -125,7 +127,7 @@ def panel(
     return {
         "job": summary,
         "waiting": redact(waiting.describe(name or "")) if waiting is not None and name else None,
-        "pods": pod_rows(pods, main_task),
+        "pods": pod_rows(pods, main_task, logs),
         "progress": progress.result() | {"text": progress.describe()} if progress is not None else None,
         "goodput": spent,
         "failure": redact(failure) if failure else None,
