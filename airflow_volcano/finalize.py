@@ -199,19 +199,22 @@ def record_panel(hook: VolcanoHook, ref: JobRef, outcome: WaitOutcome, push_xcom
     def redact(value: Any) -> Any:
         return secrets.redact(mask(value))
 
-    try:
-        if failure is not None:
-            pods = failure.pods
-        else:
+    pods = failure.pods if failure is not None else None
+    if pods is None:
+        try:
             pods = hook.list_job_pods(ref.name, ref.namespace)
-            listed = {pod["metadata"]["name"] for pod in pods}
-            pods += [view for name, view in outcome.failed_pods.items() if name not in listed]
+        except Exception as error:  # noqa: BLE001 - the panel shows less, the task goes on
+            log.warning("Could not read the pods of Volcano Job %s/%s for its panel: %s", ref.namespace, ref.name,
+                        error)
+            pods = []
+        listed = {pod["metadata"]["name"] for pod in pods}
+        pods += [view for name, view in outcome.failed_pods.items() if name not in listed]
+    try:
         raw = hook.run(calls.read_pod_log(ref.main_pod, ref.namespace, container=ref.main_pod_container,
                                           tail_lines=LOG_TAIL_LINES, limit_bytes=LOG_TAIL_BYTES))
-        shown_log = log_tail(ref.main_pod, raw, redact)
-    except Exception as error:  # noqa: BLE001 - the panel shows less, the task goes on
-        log.warning("Could not read the pods of Volcano Job %s/%s for its panel: %s", ref.namespace, ref.name, error)
-        pods, shown_log = list(outcome.failed_pods.values()), None
+        shown_log: dict | None = log_tail(ref.main_pod, raw, redact)
+    except Exception:  # noqa: BLE001 - gone, or never written (kwok): the panel says so
+        shown_log = {"pod": ref.main_pod, "lines": [], "gone": True}
     push_xcom(RECORD_KEY, panel(job=outcome.job, pods=pods, main_task=ref.main_task,
                                 logs=failure.logs if failure is not None else None,
                                 progress=outcome.log_cursor.progress, timeline=outcome.timeline,
