@@ -95,7 +95,7 @@ function logs(data) {
   }));
   select.addEventListener("change", () => { chosenPod = select.value; refresh(); });
   const lines = data.log && data.log.lines.length ? data.log.lines.join("\n")
-    : (data.log && data.log.gone ? "(this pod and its log are gone)" : "(no log yet)");
+    : (data.log && data.log.gone ? "(no log: the pod has not started, or is gone)" : "(no log yet)");
   return section("Last log lines", el("p", {}, "Pod ", select), el("pre", { class: "log" }, lines));
 }
 
