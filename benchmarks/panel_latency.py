@@ -15,6 +15,7 @@ import argparse
 import datetime
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -64,6 +65,7 @@ def main() -> None:
     finally:
         runner.kill()
         subprocess.run([*kubectl, "delete", "namespace", NAMESPACE, "--wait=false"], capture_output=True)
+        shutil.rmtree(home, ignore_errors=True)  # its DB, and the password the simple auth manager made
 
 
 def wait_running(kubectl: list[str]) -> None:
