@@ -13,8 +13,15 @@ from airflow_volcano.panel.view import LOG_TAIL_BYTES, LOG_TAIL_LINES, RECORD_KE
 if TYPE_CHECKING:
     from airflow_volcano.panel.app import Cache
 
-# What the task pushes that the panel reads (the operator's XCom keys).
+# What the task pushes that the panel reads (the operator's XCom keys; the links' own keys, links.LINKS).
 KEYS = ("job_name", "namespace", "main_pod", "kubernetes_conn_id", "main_task", RECORD_KEY)
+
+
+def link_keys() -> dict[str, str]:
+    """The UI links' XCom keys, and their names."""
+    from airflow_volcano.links import LINKS
+
+    return {link.xcom_key: link.name for link in LINKS}
 RUNNING_STATES = {"running", "deferred", "queued", "scheduled", "up_for_reschedule", "restarting", "up_for_retry"}
 
 
@@ -29,7 +36,7 @@ def task_instance_record(dag_id: str, run_id: str, task_id: str, map_index: int)
                                                    map_index=map_index).one_or_none()
         rows = session.query(XComModel).filter(
             XComModel.dag_id == dag_id, XComModel.run_id == run_id, XComModel.task_id == task_id,
-            XComModel.map_index == map_index, XComModel.key.in_(KEYS)).all()
+            XComModel.map_index == map_index, XComModel.key.in_((*KEYS, *link_keys()))).all()
         values = {row.key: XComModel.deserialize_value(row) for row in rows}
         state = None if ti is None or ti.state is None else str(getattr(ti.state, "value", ti.state))
     return state, values
@@ -83,6 +90,8 @@ def read_log(conn_id: str, namespace: str, pod: str) -> bytes | None:
 
 async def panel_data(dag_id: str, run_id: str, task_id: str, map_index: int, pod: str | None, *,
                      jobs: Cache, logs: Cache) -> dict[str, Any]:
+    """The panel of one task instance: what the task recorded once it ended (the Job may be gone), else
+    the Job as the cluster has it (read at most once per cache period, whoever asks)."""
     state, values = await asyncio.to_thread(task_instance_record, dag_id, run_id, task_id, map_index)
     task = {"dag_id": dag_id, "run_id": run_id, "task_id": task_id, "map_index": map_index, "state": state,
             "live": state in RUNNING_STATES}
@@ -93,15 +102,8 @@ async def panel_data(dag_id: str, run_id: str, task_id: str, map_index: int, pod
     conn_id = values.get("kubernetes_conn_id") or "kubernetes_default"
     main_pod = values.get("main_pod") or f"{name}-master-0"
     recorded = values.get(RECORD_KEY)
-    if recorded is not None and not task["live"]:
-        # The task ended: what it recorded then (the Job may be gone); a pod's log live if it is still there.
-        result = dict(recorded)
-        if pod and pod != (result.get("log") or {}).get("pod"):
-            raw = await logs.get((conn_id, namespace, pod), lambda: asyncio.to_thread(read_log, conn_id, namespace,
-                                                                                       pod))
-            result["log"] = log_tail(pod, raw, lambda value: value) if raw is not None else {
-                "pod": pod, "lines": [], "gone": True}
-        return {"task": task, "source": "recorded", **result}
+    if recorded is not None and not task["live"] and not pod:
+        return {"task": task, "source": "recorded", **recorded}  # no cluster read at all
     live = await jobs.get((conn_id, namespace, name), lambda: asyncio.to_thread(
         read_job, conn_id, namespace, name, main_pod, values.get("main_task")))
     if live.get("gone"):
@@ -112,6 +114,11 @@ async def panel_data(dag_id: str, run_id: str, task_id: str, map_index: int, pod
     raw = await logs.get((conn_id, namespace, shown), lambda: asyncio.to_thread(read_log, conn_id, namespace, shown))
     redact = live["secrets"].redact
     log = log_tail(shown, raw, redact) if raw is not None else {"pod": shown, "lines": [], "gone": True}
+    if recorded is not None and not task["live"]:  # ended: what it recorded, with the pod asked for
+        if raw is None and (recorded.get("log") or {}).get("pod") == shown:
+            log = recorded["log"]  # gone since: its lines as the task recorded them
+        return {"task": task, "source": "recorded", **recorded, "log": log}
+    links = {name: values[key] for key, name in link_keys().items() if values.get(key)}
     return {"task": task, "source": "cluster",
             **panel(job=live["job"], pods=live["pods"], main_task=live["main_task"], now=time.time(),
-                    waiting=live["waiting"], progress=live["progress"], log=log, redact=redact)}
+                    waiting=live["waiting"], progress=live["progress"], log=log, links=links, redact=redact)}
