@@ -48,7 +48,7 @@ class _VolcanoLink(BaseOperatorLink):
 class VolcanoJobLink(_VolcanoLink):
     """The Job in a dashboard (Volcano's dashboard, or any that takes namespace and name)."""
 
-    name = "Volcano Job"
+    name = "Volcano dashboard"
     template_option = "job_url_template"
 
 

@@ -459,7 +459,7 @@ def test_the_compose_services_run_an_example_dag_and_the_ui_shows_its_log_and_li
         assert f"[{MASTER_POD}] Epoch [5/5], Average Loss:" in log, log[-6000:]
 
         links = http.get(f"{ti_url}/links").json()["extra_links"]
-        assert links["Volcano Job"] == f"https://volcano.example.com/job/{namespace}/{JOB_NAME}", links
+        assert links["Volcano dashboard"] == f"https://volcano.example.com/job/{namespace}/{JOB_NAME}", links
         assert links["Master pod log"].startswith(f"https://k8s.example.com/#/log/{namespace}/{MASTER_POD}/"), links
 
     log_page, details_page = open_the_task_in_the_ui(stack, username, password,
@@ -495,7 +495,7 @@ def open_the_task_in_the_ui(stack: Stack, username: str, password: str, path: st
 
             page.get_by_role("link", name="Details", exact=True).click()
             page.wait_for_url(f"**{path}/details")
-            expect(page.get_by_role("link", name="Volcano Job")).to_have_attribute(
+            expect(page.get_by_role("link", name="Volcano dashboard")).to_have_attribute(
                 "href", f"https://volcano.example.com/job/{namespace}/{JOB_NAME}")
             expect(page.get_by_role("link", name="Master pod log")).to_have_attribute(
                 "href", f"https://k8s.example.com/#/log/{namespace}/{MASTER_POD}/pod?container=master")

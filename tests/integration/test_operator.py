@@ -332,7 +332,7 @@ def test_ui_links_to_the_job_and_the_master_log(cluster, operator_kubeconfig, ru
         ti = session.query(DagRun).filter_by(dag_id="links_dag").one().get_task_instance("train", session=session)
         links = {name: link.get_link(task, ti_key=ti.key) for name, link in task.operator_extra_link_dict.items()}
     assert links == {
-        "Volcano Job": f"https://volcano.example/job/{cluster.namespace}/linked",
+        "Volcano dashboard": f"https://volcano.example/job/{cluster.namespace}/linked",
         "Master pod log": f"https://k8s.example/#/log/{cluster.namespace}/linked-master-0/pod?container=master",
         "TensorBoard": "",  # the Job runs no TensorBoard
     }
