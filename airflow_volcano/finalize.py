@@ -16,6 +16,7 @@ from airflow_volcano.constants import CHECKED_LABEL, OnFinishAction
 from airflow_volcano.events import Verdict, WaitOutcome
 from airflow_volcano.exceptions import VolcanoJobError
 from airflow_volcano.goodput import goodput
+from airflow_volcano.lineage import image_digest
 from airflow_volcano.logs import iter_lines
 from airflow_volcano.pod_logs import PodLogCopy, follow_until_exit
 from airflow_volcano.status import (
@@ -103,15 +104,17 @@ def explain_failure(hook: VolcanoHook, ref: JobRef, outcome: WaitOutcome) -> Exp
     return Explained(message, pods, logs)
 
 
-def main_result(hook: VolcanoHook, ref: JobRef) -> Any:
+def main_result(hook: VolcanoHook, ref: JobRef) -> tuple[Any, str | None, str | None]:
     """The master's termination message (JSON if it parses): how a training script hands metrics
-    or a model URI to the next task. Read before cleanup deletes the pod."""
+    or a model URI to the next task; and the image it ran, with its digest. Read before cleanup deletes
+    the pod."""
     try:
-        return termination_result(hook.get_pod(ref.main_pod, ref.namespace), ref.main_pod_container)
+        pod = hook.get_pod(ref.main_pod, ref.namespace)
     except Exception as error:  # noqa: BLE001 - a missing result must not hide a finished Job
         log.warning("Could not read the termination message of master pod %s/%s: %s", ref.namespace,
                     ref.main_pod, error)
-        return None
+        return None, None, None
+    return (termination_result(pod, ref.main_pod_container), *image_digest(pod, ref.main_pod_container))
 
 
 def cleanup(hook: VolcanoHook, ref: JobRef, *, succeeded: bool, action: OnFinishAction) -> bool:
@@ -222,8 +225,8 @@ def record_panel(hook: VolcanoHook, ref: JobRef, outcome: WaitOutcome, push_xcom
                                 stacks=outcome.stacks, log=shown_log, links=links, redact=redact))
 
 
-def summary(ref: JobRef, outcome: WaitOutcome, result: Any,
-            goodput_figures: dict[str, Any] | None = None) -> dict[str, Any]:
+def summary(ref: JobRef, outcome: WaitOutcome, result: Any, goodput_figures: dict[str, Any] | None = None,
+            image: str | None = None, digest: str | None = None) -> dict[str, Any]:
     """The task's return value (XCom), in both modes and for the sensor."""
     state = job_state(outcome.job or {})
     progress = outcome.log_cursor.progress
@@ -238,6 +241,8 @@ def summary(ref: JobRef, outcome: WaitOutcome, result: Any,
         "resumed_from": outcome.log_cursor.resumed_from,
         "progress": progress.result() if progress is not None else None,
         "goodput": goodput_figures,
+        "image": image,
+        "image_digest": digest,
         "result": result,
     }
 
@@ -272,7 +277,8 @@ def finalize(
                  outcome.log_cursor.resumed_from, job_state(outcome.job or {}).retry_count)
     figures = report_goodput(ref, outcome, metric_tags)
     if outcome.succeeded:
-        done = summary(ref, outcome, main_result(hook, ref), figures)
+        result, image, digest = main_result(hook, ref)
+        done = summary(ref, outcome, result, figures, image, digest)
         record_panel(hook, ref, outcome, push_xcom, links=links)
         cleanup(hook, ref, succeeded=True, action=on_finish_action)
         return done

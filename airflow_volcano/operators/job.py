@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import yaml
-from airflow.sdk import BaseOperator
+from airflow.sdk import Asset, BaseOperator
 
 from airflow_volcano.compat import AirflowFailException, TaskDeferred, conf
 from airflow_volcano.constants import (
@@ -42,6 +42,7 @@ from airflow_volcano.constants import (
 )
 from airflow_volcano.exceptions import JobSpecError, VolcanoJobError
 from airflow_volcano.job_ref import JobRef
+from airflow_volcano.lineage import as_asset, job_description, model_asset_extra
 from airflow_volcano.links import LINKS, link_urls
 from airflow_volcano.manifest import (
     JobKind,
@@ -206,6 +207,11 @@ class VolcanoJobOperator(BaseOperator):
         and a restart that is refused fails the task as `fail` would).
     :param deferrable: wait in the triggerer (default `[operators] default_deferrable`).
     :param poll_interval: seconds (or a timedelta) between pod checks while the Job has not started.
+    :param model_asset: an Airflow `Asset` (or its URI) the training produces, added to the task's
+        `outlets`. Every successful run emits an event of each Asset in `outlets`, whose `extra` holds
+        what a consumer needs: the `model_uri` and metrics the main pod's termination message reports,
+        the Volcano Job, the image and its digest, the Airflow run, where the time went (README
+        "Retraining pipelines"). A failed run emits nothing.
     """
 
     # Empty: Airflow would read *every* templated string ending in .yaml/.json as a template file
@@ -237,6 +243,8 @@ class VolcanoJobOperator(BaseOperator):
     stall_action: str
     deferrable: bool
     poll_interval: float | datetime.timedelta
+    model_asset: Asset | None
+    checkpoint_dir: str | None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -296,9 +304,13 @@ class VolcanoJobOperator(BaseOperator):
         if_job_exists: str = IfJobExists.REATTACH,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         poll_interval: float | datetime.timedelta = DEFAULT_POLL_INTERVAL,
+        model_asset: Asset | str | None = None,
         **kwargs: Any,
     ) -> None:
         given = dict(locals())
+        if model_asset is not None:
+            model_asset = given["model_asset"] = as_asset(model_asset)
+            kwargs["outlets"] = [*(kwargs.get("outlets") or []), model_asset]
         super().__init__(**kwargs)
         # Not `resources`: BaseOperator owns that name (Airflow's executor resources), as in
         # KubernetesPodOperator; not `queue` either (the executor queue): `container_resources`, `volcano_queue`.
@@ -316,6 +328,7 @@ class VolcanoJobOperator(BaseOperator):
         self._job_ref: JobRef | None = None
         self._ti: Any = None
         self._link_urls: dict[str, str] | None = None  # known once this process knows the Job (links.py)
+        self._lineage_run: dict[str, Any] | None = None  # the Job's uid, phase, restarts, failure (OpenLineage)
 
     # -- building (pure apart from reading the local script/template files) --------------------------
 
@@ -602,13 +615,56 @@ class VolcanoJobOperator(BaseOperator):
     def _finalize(self, hook: VolcanoHook, ref: JobRef, outcome: WaitOutcome, context: Context,
                   copies: list[PodLogCopy]) -> dict[str, Any]:
         from airflow_volcano.finalize import finalize
+        from airflow_volcano.status import job_state
 
         ti = context["ti"]
         main = next((copy for copy in copies if copy.pod == ref.main_pod), None)
-        return finalize(hook, ref, outcome, on_finish_action=OnFinishAction(self.on_finish_action),
-                        push_xcom=lambda key, value: ti.xcom_push(key=key, value=value), main_log=main,
-                        metric_tags={"dag_id": ti.dag_id, "task_id": ti.task_id},
-                        links={link.name: url for link in LINKS if (url := (self._link_urls or {}).get(link.xcom_key))})
+        self._lineage_run = {"uid": ref.uid, "namespace": ref.namespace, "name": ref.name,
+                             "phase": outcome.phase, "restarts": job_state(outcome.job or {}).retry_count}
+        try:
+            done = finalize(hook, ref, outcome, on_finish_action=OnFinishAction(self.on_finish_action),
+                            push_xcom=lambda key, value: ti.xcom_push(key=key, value=value), main_log=main,
+                            metric_tags={"dag_id": ti.dag_id, "task_id": ti.task_id},
+                            links={link.name: url for link in LINKS
+                                   if (url := (self._link_urls or {}).get(link.xcom_key))})
+        except VolcanoJobError as error:
+            self._lineage_run["failure"] = str(error).splitlines()[0]
+            raise
+        assets = [outlet for outlet in self.outlets or [] if isinstance(outlet, Asset)]
+        if assets:
+            # Airflow emits the events when the task succeeds, and none if it fails after this.
+            extra = model_asset_extra(done, uid=ref.uid, dag_id=ti.dag_id, run_id=ti.run_id, task_id=ti.task_id,
+                                      try_number=getattr(ti, "try_number", None))
+            for asset in assets:
+                context["outlet_events"][asset].extra.update(extra)
+            self.log.info("Asset events for %s: model_uri %s, metrics %s", ", ".join(asset.uri for asset in assets),
+                          extra["model_uri"] or "not reported", extra["metrics"] or "none reported")
+        return done
+
+    # -- OpenLineage (called by the OpenLineage provider's listener, when it is installed) -----------
+
+    def get_openlineage_facets_on_start(self) -> Any:
+        """The Volcano Job to run (job facet `volcanoJob`), the datasets the task declared."""
+        return self._openlineage()
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """As on start, with the run facet `volcanoRun`: the Job's uid, phase and restarts."""
+        return self._openlineage(self._lineage_run)
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        """As on complete, with the failure's first line."""
+        return self._openlineage(self._lineage_run)
+
+    def _openlineage(self, run: dict[str, Any] | None = None) -> Any:
+        from airflow_volcano.lineage import dataset_of, lineage
+
+        outputs = [dataset_of(asset) for asset in self.outlets or [] if isinstance(asset, Asset)]
+        if self.checkpoint_dir:
+            outputs.append(dataset_of(f"file://{self.checkpoint_dir}"))
+        job = self._manifests.job if self._manifests is not None else None
+        return lineage(inputs=[dataset_of(asset) for asset in self.inlets or [] if isinstance(asset, Asset)],
+                       outputs=outputs, run=run,
+                       job=job_description(job, operator=type(self).__name__, launcher=getattr(self, "launcher", None)))
 
     def _defer(self, ref: JobRef, context: Context, job: dict) -> None:
         from airflow_volcano.triggers.job import VolcanoJobTrigger

@@ -351,8 +351,10 @@ def task_policy(task) -> None:
 '''
 
 
-@pytest.fixture
-def stack(kubeconfig: Path, real_node: dict[str, Any], tmp_path: Path) -> Iterator[Stack]:
+@pytest.fixture(scope="module")
+def stack(kubeconfig: Path, real_node: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """The compose services, shared by this file's tests (one xdist group, so one worker starts them once)."""
+    tmp_path = tmp_path_factory.mktemp("compose")
     ensure_debian_packages()
     secrets = Secrets()
     variables = {
@@ -425,19 +427,29 @@ def login(stack: Stack) -> tuple[str, str]:
     return username, passwords[username]
 
 
+def signed_in(stack: Stack, username: str, password: str) -> httpx.Client:
+    """A client of the REST API with the user's token, as a script of theirs would call it."""
+    http = httpx.Client(base_url=stack.api, timeout=60)
+    response = http.post("/auth/token", json={"username": username, "password": password})
+    assert response.status_code == 201, response.text
+    http.headers["Authorization"] = f"Bearer {response.json()['access_token']}"
+    stack.secrets.values.append(response.json()["access_token"])
+    return http
+
+
+def unpause(http: httpx.Client, dag_id: str) -> None:
+    """The dag-processor parses dags/ (the mounted folder) and the DAG appears, paused; unpause it."""
+    dag = wait_until(f"the dag-processor to parse {dag_id}", lambda: (
+        r := http.get(f"/api/v2/dags/{dag_id}")).status_code == 200 and r.json(), timeout=120)
+    assert dag["is_paused"] is True, "DAGS_ARE_PAUSED_AT_CREATION"
+    assert http.patch(f"/api/v2/dags/{dag_id}", json={"is_paused": False}).status_code == 200
+
+
+@pytest.mark.xdist_group("compose")
 def test_the_compose_services_run_an_example_dag_and_the_ui_shows_its_log_and_links(stack, namespace):
     username, password = login(stack)
-    with httpx.Client(base_url=stack.api, timeout=60) as http:
-        response = http.post("/auth/token", json={"username": username, "password": password})
-        assert response.status_code == 201, response.text
-        http.headers["Authorization"] = f"Bearer {response.json()['access_token']}"
-        stack.secrets.values.append(response.json()["access_token"])
-
-        # The dag-processor parses dags/ (the mounted folder) and the DAG appears, paused.
-        dag = wait_until(f"the dag-processor to parse {DAG_ID}", lambda: (
-            r := http.get(f"/api/v2/dags/{DAG_ID}")).status_code == 200 and r.json(), timeout=120)
-        assert dag["is_paused"] is True, "DAGS_ARE_PAUSED_AT_CREATION"
-        assert http.patch(f"/api/v2/dags/{DAG_ID}", json={"is_paused": False}).status_code == 200
+    with signed_in(stack, username, password) as http:
+        unpause(http, DAG_ID)
         response = http.post(f"/api/v2/dags/{DAG_ID}/dagRuns", json={"logical_date": None,
                                                                      "conf": {"namespace": namespace}})
         assert response.status_code == 200, response.text
@@ -503,3 +515,73 @@ def open_the_task_in_the_ui(stack: Stack, username: str, password: str, path: st
             return log_page, page.inner_text("body")
         finally:
             browser.close()
+
+
+def runs(http: httpx.Client, dag_id: str) -> list[dict[str, Any]]:
+    response = http.get(f"/api/v2/dags/{dag_id}/dagRuns")
+    assert response.status_code == 200, response.text
+    return response.json()["dag_runs"]
+
+
+def finished_run(http: httpx.Client, dag_id: str, run_id: str | None = None, timeout: float = 420) -> dict[str, Any]:
+    """The DAG's run (its only one, or `run_id`) once it has ended."""
+    def ended() -> dict[str, Any] | None:
+        found = [run for run in runs(http, dag_id) if run_id in (None, run["dag_run_id"])]
+        return found[0] if len(found) == 1 and found[0]["state"] in ("success", "failed") else None
+    return wait_until(f"a run of {dag_id} to end", ended, timeout=timeout, interval=2)
+
+
+def returned(http: httpx.Client, dag_id: str, run_id: str, task_id: str) -> Any:
+    response = http.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/return_value")
+    assert response.status_code == 200, response.text
+    return response.json()["value"]
+
+
+PIPELINE = ("volcano_retrain", "volcano_evaluate", "volcano_promote")
+
+
+@pytest.mark.xdist_group("compose")
+def test_the_scheduler_chains_retrain_evaluate_and_promote_through_model_assets_and_a_failed_retrain_starts_nothing(
+        stack, namespace):
+    """dags/volcano_model_pipeline.py in the compose services: a manual run of `volcano_retrain` trains on
+    the real node; its model asset event makes the scheduler run `volcano_evaluate`, which reads the
+    event's `extra`; the evaluation's event runs `volcano_promote`, which promotes the good model."""
+    username, password = login(stack)
+    with signed_in(stack, username, password) as http:
+        for dag_id in PIPELINE:
+            unpause(http, dag_id)
+        response = http.post("/api/v2/dags/volcano_retrain/dagRuns",
+                             json={"logical_date": None, "conf": {"namespace": namespace, "epochs": 30}})
+        assert response.status_code == 200, response.text
+        retrain = finished_run(http, "volcano_retrain", response.json()["dag_run_id"])
+        assert retrain["state"] == "success", stack.logs()
+
+        (event,) = [e for e in http.get("/api/v2/assets/events").json()["asset_events"]
+                    if e["source_dag_id"] == "volcano_retrain"]
+        assert (event["uri"], event["source_run_id"]) == ("s3://models/linear", retrain["dag_run_id"]), event
+        model_uri = event["extra"]["model_uri"]
+        assert re.fullmatch(r"s3://models/linear/\d{8}T\d{6}", model_uri), event
+        assert event["extra"]["volcano_job"]["namespace"] == namespace, event
+
+        evaluate = finished_run(http, "volcano_evaluate", timeout=180)
+        assert (evaluate["state"], evaluate["run_type"]) == ("success", "asset_triggered"), evaluate
+        evaluation = returned(http, "volcano_evaluate", evaluate["dag_run_id"], "evaluate")
+        assert evaluation["model_uri"] == model_uri, evaluation
+        assert evaluation["eval_loss"] == event["extra"]["metrics"]["eval_loss"] < 0.05, evaluation
+        assert evaluation["volcano_job_uid"] == event["extra"]["volcano_job"]["uid"], evaluation
+
+        promote = finished_run(http, "volcano_promote", timeout=180)
+        assert (promote["state"], promote["run_type"]) == ("success", "asset_triggered"), promote
+        assert returned(http, "volcano_promote", promote["dag_run_id"], "promote") == f"promoted {model_uri}"
+
+        # A training that fails emits no model event: nothing downstream runs.
+        response = http.post("/api/v2/dags/volcano_retrain/dagRuns",
+                             json={"logical_date": None, "conf": {"namespace": namespace, "epochs": "not-a-number"}})
+        assert response.status_code == 200, response.text
+        failed = finished_run(http, "volcano_retrain", response.json()["dag_run_id"])
+        assert failed["state"] == "failed", failed
+        time.sleep(15)  # several scheduler loops, in which a new event would have queued a run
+        assert len(runs(http, "volcano_evaluate")) == 1, runs(http, "volcano_evaluate")
+        events = [e for e in http.get("/api/v2/assets/events").json()["asset_events"]
+                  if e["source_dag_id"] == "volcano_retrain"]
+        assert len(events) == 1, events

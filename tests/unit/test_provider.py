@@ -67,7 +67,8 @@ def test_example_dags_import_cleanly():
     bag = DagBag(dag_folder=str(REPO / "dags"))
     assert bag.import_errors == {}
     expected = {"volcano_pytorch_seed_demo", "volcano_retraining_pipeline", "volcano_external_job_sensor",
-                "volcano_train_evaluate_promote", "volcano_taskflow_training"}
+                "volcano_train_evaluate_promote", "volcano_taskflow_training", "volcano_retrain", "volcano_evaluate",
+                "volcano_promote"}
     assert expected <= set(bag.dag_ids)
 
 
