@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -138,3 +139,15 @@ def test_the_deepspeed_facet_names_its_launcher(tmp_path):
     task.render_template_fields({"params": {}, "run_id": "manual"})
     job = task.get_openlineage_facets_on_complete(None).job_facets["volcanoJob"]
     assert (job.operator, job.launcher) == ("VolcanoDeepSpeedJobOperator", "deepspeed")
+
+
+def test_the_facets_schema_documents_every_field_of_the_facets():
+    import attr
+
+    from airflow_volcano.lineage_facets import SCHEMA, VolcanoJobFacet, VolcanoRunFacet
+
+    schema = json.loads((Path(__file__).resolve().parents[2] / "docs" / "openlineage-facets.json").read_text())
+    assert SCHEMA == schema["$id"] + "#/$defs/"
+    for facet in (VolcanoJobFacet, VolcanoRunFacet):
+        documented = schema["$defs"][facet.__name__]["allOf"][1]["properties"]
+        assert set(documented) == {f.name for f in attr.fields(facet) if not f.name.startswith("_")}
