@@ -156,7 +156,9 @@ def test_deferred_task_outlives_a_triggerer_restart_and_a_user_kill_deletes_ever
         cluster.wait_for("the Job, its pods and its script ConfigMap to be deleted",
                          lambda: cluster.job("dkill") is None and not cluster.pods("dkill")
                          and "dkill-script" not in cluster.configmap_names(), timeout=90)
-        assert "Task killed: deleted Volcano Job" in trigger_log(home)
+        # Logged once the delete has returned, which may be just after the test sees the Job gone.
+        cluster.wait_for("the trigger to log the kill", lambda: "Task killed: deleted Volcano Job" in trigger_log(home),
+                         timeout=30)
         assert worker.wait(timeout=120) == 1, worker_log.read_text()[-3000:]  # the DAG run failed
     finally:
         for process in (worker, triggerer):
