@@ -12,6 +12,7 @@ log and the provider's two link buttons; screenshots are kept in .artifacts/.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import re
@@ -427,14 +428,15 @@ def login(stack: Stack) -> tuple[str, str]:
     return username, passwords[username]
 
 
-def signed_in(stack: Stack, username: str, password: str) -> httpx.Client:
+@contextlib.contextmanager
+def signed_in(stack: Stack, username: str, password: str) -> Iterator[httpx.Client]:
     """A client of the REST API with the user's token, as a script of theirs would call it."""
-    http = httpx.Client(base_url=stack.api, timeout=60)
-    response = http.post("/auth/token", json={"username": username, "password": password})
-    assert response.status_code == 201, response.text
-    http.headers["Authorization"] = f"Bearer {response.json()['access_token']}"
-    stack.secrets.values.append(response.json()["access_token"])
-    return http
+    with httpx.Client(base_url=stack.api, timeout=60) as http:
+        response = http.post("/auth/token", json={"username": username, "password": password})
+        assert response.status_code == 201, response.text
+        http.headers["Authorization"] = f"Bearer {response.json()['access_token']}"
+        stack.secrets.values.append(response.json()["access_token"])
+        yield http
 
 
 def unpause(http: httpx.Client, dag_id: str) -> None:
