@@ -1,7 +1,6 @@
 """What a training produced, for whoever consumes it: the model asset's event `extra`, and the
-OpenLineage facets of the operators. Pure apart from the lazy imports of Airflow's asset type and the
-OpenLineage client (installed with apache-airflow-providers-openlineage; only its listener calls the
-operators' facet methods).
+OpenLineage facets of the operators. Pure; the OpenLineage client (installed with
+apache-airflow-providers-openlineage) is imported only when its listener asks for the facets.
 
 The convention a script follows to hand over its model (the termination message, which already carries
 the task's `result`): the main pod writes JSON to `/dev/termination-log` with `model_uri` (where the
@@ -20,7 +19,6 @@ from airflow.sdk import Asset
 from airflow_volcano.exceptions import JobSpecError
 
 MODEL_URI_KEY = "model_uri"
-PRODUCER = "https://github.com/airflow-volcano/airflow-volcano"
 
 
 def reported_model(result: Any) -> tuple[str | None, dict[str, float]]:
