@@ -41,12 +41,15 @@ def test_the_deepspeed_example_trains_every_rank_over_ssh_with_deepspeed_and_wit
     assert "2 workers x 2 slots = 4 ranks" in log and "2 workers x 1 slots = 2 ranks" in log
 
 
+# The ranks say what they see on stderr: pdsh passes a session's stdout on later than its stderr, and
+# drops what it holds when the failure of another session makes it end (-S), as rank 0's stdout once was.
 RANK_FAILS = """
-    import os
+    import os, sys
     import deepspeed, torch.distributed as dist
     deepspeed.init_distributed(dist_backend="gloo")
     print(f"rank {dist.get_rank()} sees RUN_TAG={os.environ.get('RUN_TAG')} "
-          f"DS_ACCELERATOR={os.environ.get('DS_ACCELERATOR')} on {os.environ.get('HOSTNAME')}", flush=True)
+          f"DS_ACCELERATOR={os.environ.get('DS_ACCELERATOR')} on {os.environ.get('HOSTNAME')}", file=sys.stderr,
+          flush=True)
     dist.barrier()
     if dist.get_rank() == 1:
         raise ValueError("rank 1 found a bad batch")
