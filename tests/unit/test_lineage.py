@@ -151,3 +151,19 @@ def test_the_facets_schema_documents_every_field_of_the_facets():
     for facet in (VolcanoJobFacet, VolcanoRunFacet):
         documented = schema["$defs"][facet.__name__]["allOf"][1]["properties"]
         assert set(documented) == {f.name for f in attr.fields(facet) if not f.name.startswith("_")}
+
+
+@pytest.mark.parametrize(("eval_loss", "promoted"), [(0.01, True), (0.05, True), (0.2, False)])
+def test_the_example_promotes_only_a_model_whose_evaluation_is_good_enough(eval_loss, promoted):
+    """dags/volcano_model_pipeline.py's gate, on an evaluation event as the scheduler hands it over (the
+    chain itself runs in test_compose_services.py, where the model is good)."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    path = Path(__file__).resolve().parents[2] / "dags" / "volcano_model_pipeline.py"
+    spec = importlib.util.spec_from_file_location("volcano_model_pipeline", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    gate = example.promote_dag.get_task("good_enough").python_callable
+    event = SimpleNamespace(extra={"model_uri": "s3://models/linear/1", "eval_loss": eval_loss})
+    assert gate(triggering_asset_events={example.EVALUATION: [event]}, params={"max_eval_loss": 0.05}) is promoted
