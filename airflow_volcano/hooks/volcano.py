@@ -30,6 +30,7 @@ from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiExcepti
 
 from airflow_volcano.compat import conf
 from airflow_volcano.constants import (
+    DEFAULT_CONN_ID,
     JOB_GROUP,
     JOB_PLURAL,
     JOB_VERSION,
@@ -78,7 +79,7 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
     """
 
     conn_name_attr = "kubernetes_conn_id"
-    default_conn_name = "kubernetes_default"
+    default_conn_name = DEFAULT_CONN_ID
     conn_type = "kubernetes"
     hook_name = "Volcano (Kubernetes)"
 

@@ -8,6 +8,8 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
+from airflow_volcano.constants import DEFAULT_CONN_ID
+from airflow_volcano.manifest.names import pod_name
 from airflow_volcano.panel.view import LOG_TAIL_BYTES, LOG_TAIL_LINES, RECORD_KEY, log_tail, panel, progress_from_log
 
 if TYPE_CHECKING:
@@ -22,6 +24,8 @@ def link_keys() -> dict[str, str]:
     from airflow_volcano.links import LINKS
 
     return {link.xcom_key: link.name for link in LINKS}
+
+
 RUNNING_STATES = {"running", "deferred", "queued", "scheduled", "up_for_reschedule", "restarting", "up_for_retry"}
 
 
@@ -99,8 +103,8 @@ async def panel_data(dag_id: str, run_id: str, task_id: str, map_index: int, pod
     if not name or not namespace:
         return {"task": task, "job": None,
                 "message": "This task has not submitted a Volcano Job" + (" yet" if task["live"] else "")}
-    conn_id = values.get("kubernetes_conn_id") or "kubernetes_default"
-    main_pod = values.get("main_pod") or f"{name}-master-0"
+    conn_id = values.get("kubernetes_conn_id") or DEFAULT_CONN_ID
+    main_pod = values.get("main_pod") or pod_name(name, "master")
     recorded = values.get(RECORD_KEY)
     if recorded is not None and not task["live"] and not pod:
         return {"task": task, "source": "recorded", **recorded}  # no cluster read at all

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
 from airflow_volcano.compat import AirflowFailException, conf
-from airflow_volcano.constants import OnFinishAction, OnKillAction
+from airflow_volcano.constants import DEFAULT_CONN_ID, OnFinishAction, OnKillAction
 from airflow_volcano.exceptions import VolcanoJobError
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ class VolcanoJobSensor(BaseSensorOperator):
         *,
         job_name: str,
         namespace: str | None = None,
-        kubernetes_conn_id: str = "kubernetes_default",
+        kubernetes_conn_id: str = DEFAULT_CONN_ID,
         main_task: str = "master",
         get_logs: bool = False,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
