@@ -27,11 +27,11 @@ import pytest
 from airflow_volcano.panel.app import CACHE_SECONDS
 from airflow_volcano.panel.plugin import PREFIX
 
+from ..compose_stack import CHROMIUM, CHROMIUM_ARGS, ensure_debian_packages, free_port, wait_until
 from .conftest import REPO
 from .faults import FaultyProxy, upstream_of
 from .panel_auth import OUTSIDER
 from .real_node import SMALL
-from .test_compose_services import CHROMIUM, CHROMIUM_ARGS, ensure_debian_packages, free_port, wait_until
 from .test_kill_and_reattach import RUNNER, WORKER_WAIT
 from .test_queues import GPU, ClusterObjects, filler
 from .test_real_failures import CASCADE
