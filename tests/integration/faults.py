@@ -1,6 +1,8 @@
 """An HTTP proxy in front of the test apiserver that answers some requests with 429 or 503, refuses
 every delete of a Volcano Job for a while (an apiserver the cleanup cannot reach), or fails every
-pod log read while asked to (an apiserver that cannot reach a kubelet).
+pod log read while asked to (an apiserver that cannot reach a kubelet). For the chaos soak
+(benchmarks/chaos_soak.py) it can also be told, while it runs, to slow every request down, to cut the
+watch and log streams open, and to send an expired token (the apiserver itself answers 401).
 
 It forwards everything else (streaming, so watches and followed logs work) to the real
 kube-apiserver over TLS. Loopback only; it stops with the test.
@@ -37,6 +39,12 @@ class FaultyProxy:
         self.log_reads_refused = 0
         self._counter = itertools.count(1)
         self._codes = itertools.cycle([429, 503, 500])
+        self.retry_after = "0"  # the Retry-After of an injected 429, in seconds
+        self.latency = 0.0  # seconds added before each request is forwarded
+        # While set, each request carries a token the apiserver does not accept (one that expired).
+        self.token_expired = threading.Event()
+        self.streams_cut = 0
+        self._streams: dict[int, web.Request] = {}  # id -> request
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self.port = 0
@@ -63,6 +71,15 @@ class FaultyProxy:
             task.cancel()
         await asyncio.gather(*others, return_exceptions=True)
 
+    def cut_streams(self) -> None:
+        """Close every watch and followed log stream open now, as a restarted load balancer would."""
+        def cut() -> None:
+            for request in list(self._streams.values()):
+                if request.transport is not None:
+                    request.transport.close()
+                    self.streams_cut += 1
+        self._loop.call_soon_threadsafe(cut)
+
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
@@ -72,7 +89,7 @@ class FaultyProxy:
         self._session = ClientSession(connector=TCPConnector(ssl=context), timeout=ClientTimeout(total=None))
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, shutdown_timeout=1.0)
+        self._runner = web.AppRunner(app, shutdown_timeout=1.0, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
@@ -101,19 +118,35 @@ class FaultyProxy:
             body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
                     "message": "injected by the test's faulty proxy"}
             return web.Response(status=code, text=json.dumps(body), content_type="application/json",
-                                headers={"Retry-After": "0"} if code == 429 else None)
+                                headers={"Retry-After": self.retry_after} if code == 429 else None)
+        if self.latency:
+            await asyncio.sleep(self.latency)
         self.forwarded += 1
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
+        if self.token_expired.is_set():
+            headers["Authorization"] = "Bearer expired-token"  # the apiserver's own 401
+        streaming = "true" in (request.query.get("watch", "").lower(), request.query.get("follow", "").lower())
+        if streaming:
+            self._streams[id(request)] = request
+        try:
+            return await self._forward(request, headers, log_read)
+        finally:
+            self._streams.pop(id(request), None)
+
+    async def _forward(self, request: web.Request, headers: dict[str, str], log_read: bool) -> web.StreamResponse:
         async with self._session.request(request.method, self.upstream + request.rel_url.raw_path_qs,
                                          headers=headers, data=await request.read()) as upstream:
             response = web.StreamResponse(status=upstream.status, headers={
                 k: v for k, v in upstream.headers.items() if k.lower() not in HOP_HEADERS})
             await response.prepare(request)
-            async for chunk in upstream.content.iter_any():
-                if log_read and self.logs_fail.is_set():
-                    break  # the connection to the kubelet is gone: so is the stream
-                await response.write(chunk)
-            await response.write_eof()
+            try:
+                async for chunk in upstream.content.iter_any():
+                    if log_read and self.logs_fail.is_set():
+                        break  # the connection to the kubelet is gone: so is the stream
+                    await response.write(chunk)
+                await response.write_eof()
+            except ConnectionResetError:  # the client is gone (or its stream was cut): nothing to tell it
+                pass
             return response
 
 
