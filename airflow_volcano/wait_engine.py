@@ -83,6 +83,12 @@ QUEUE_REFRESH_SECONDS = 15.0
 # The scheduler's view (the PodGroup and the events about it and its pods: reads of the Job's own) is
 # read again at most this often while the Job waits; always at startup_timeout, whose failure quotes it.
 SCHEDULER_VIEW_SECONDS = 60.0
+# Volcano's job controller creates a Job's pods as soon as the scheduler admits its PodGroup (Inqueue).
+# Admitted and still without a pod this long (by the waiter's clock, from its first such sight), the
+# controller missed that change, as it can when it loses the apiserver at that moment (found by the chaos
+# soak: a Job submitted during an apiserver restart stayed Pending with no pod until startup_timeout).
+ADMITTED_WITHOUT_PODS_SECONDS = 120.0
+ADMITTED_PHASES = ("Inqueue", "Running")
 
 
 @dataclass(frozen=True)
@@ -370,6 +376,7 @@ class WaitEngine:
         self.stack_lines: tuple[str, ...] = ()  # the last stall's report (STACKS_KEPT_BYTES of it)
         self.timeline = timeline or RunTimeline()
         self._stalled_since: float | None = None  # when the output stopped, for a stall being handled
+        self._admitted_without_pods: float | None = None  # first seen admitted by the scheduler with no pod
         self.waiting: WaitingReport | None = None  # why the Job waits, as last read (while it does)
         self._queue_read = float("-inf")  # when the queue was last read
         self._scheduler_read = float("-inf")  # when the scheduler's view was last read
@@ -414,7 +421,8 @@ class WaitEngine:
             line = self._progress.scheduler_reason(self.job, unschedulable_message(podgroup, events))
             if line is not None:
                 self.report(line)
-        problem = startup_problem(self.ref, pods, podgroup, self.limits, waited, events)
+        problem = startup_problem(self.ref, pods, podgroup, self.limits, waited, events) or (
+            self._pods_never_created(pods, podgroup, now))
         if problem is not None:
             return self._finish(self._outcome(Verdict.CANNOT_START, message=problem), now)
         if self.limits.node_lost_timeout is not None:
@@ -571,6 +579,29 @@ class WaitEngine:
     def _silent_for(self, now: float) -> float:
         assert self._alive is not None
         return now - self._alive.at - (self.output.view(now).blind_total - self._alive.blind_at)
+
+    def _pods_never_created(self, pods: list[dict], podgroup: dict | None, now: float) -> str | None:
+        """Volcano admitted the Job (its PodGroup) but its controller has created no pod since: said once,
+        then, ADMITTED_WITHOUT_PODS_SECONDS after it was first seen, the Job cannot start (it never would)."""
+        if podgroup is None:  # this check did not read the scheduler's view: nothing new is known
+            return None
+        phase = (podgroup.get("status") or {}).get("phase")
+        if pods or phase not in ADMITTED_PHASES:
+            self._admitted_without_pods = None
+            return None
+        if self._admitted_without_pods is None:
+            self._admitted_without_pods = now
+            self.report(f"Volcano Job {self.ref.namespace}/{self.ref.name}: the scheduler admitted it (PodGroup "
+                        f"{phase}) but Volcano's job controller has created no pod; the task gives it "
+                        f"{ADMITTED_WITHOUT_PODS_SECONDS:.0f}s")
+            return None
+        if now - self._admitted_without_pods < ADMITTED_WITHOUT_PODS_SECONDS:
+            return None
+        return (f"Volcano Job {self.ref.namespace}/{self.ref.name} cannot start: the scheduler admitted it (PodGroup "
+                f"{phase}) but Volcano's job controller created no pod in {now - self._admitted_without_pods:.0f}s: it "
+                "missed the PodGroup's change, as it can when it loses the apiserver at that moment (an apiserver "
+                "restart), and would never create them. The Job is deleted; the task's next try submits it again "
+                "(restarting vc-controller-manager also recovers such Jobs)")
 
     def _waits_in_queue(self, waited: float) -> bool:
         """Pending long enough to be explained: one that starts within poll_interval needs no explaining."""

@@ -381,3 +381,44 @@ def test_a_node_is_said_to_answer_again_only_for_pods_that_are_still_there():
     wait.pods_deleted(now=SINCE + 11)
     wait.pods_seen([], None, [], now=SINCE + 30)  # deleted: gone, not back
     assert not any("answers again" in line for line in reported), reported
+
+
+def admitted(phase: str = "Inqueue") -> dict:
+    return {"metadata": {"name": "train-pg"}, "status": {"phase": phase}}
+
+
+def test_a_job_admitted_by_the_scheduler_whose_pods_volcano_never_creates_cannot_start():
+    """Found by the chaos soak: a Job submitted while the apiserver restarted stayed Pending with its
+    PodGroup Inqueue and no pod, because vc-controller-manager missed the PodGroup's change; the task
+    waited for startup_timeout (15 min by default) and then blamed the scheduler."""
+    wait, reported = engine(WaitLimits(poll_interval=5))
+    wait.job_read(job("Pending"), now=1001)
+    assert wait.pods_seen([], admitted(), [], now=1061) is not None
+    assert any("created no pod" in line for line in reported), reported
+    assert not isinstance(wait.pods_seen([], admitted(), [], now=1121), Done), "not yet: 60s of it"
+    assert not isinstance(wait.pods_seen([], None, [], now=1200), Done), "a check without the scheduler's view"
+    done = wait.pods_seen([], admitted(), [], now=1181)
+    assert isinstance(done, Done) and done.outcome.verdict is Verdict.CANNOT_START
+    assert "Volcano's job controller created no pod in 120s" in done.outcome.message, done.outcome.message
+    assert "next try submits it again" in done.outcome.message
+
+
+@pytest.mark.parametrize(("podgroup", "pods"), [
+    (admitted("Pending"), []),  # waiting in its queue: the scheduler has not admitted it
+    (admitted("Inqueue"), [pod("train-master-0", "master", "Pending")]),  # pods exist, waiting for nodes
+], ids=["queued", "pods-pending"])
+def test_a_job_waiting_in_its_queue_or_for_nodes_is_not_taken_for_one_volcano_forgot(podgroup, pods):
+    wait, _ = engine(WaitLimits(poll_interval=5))
+    wait.job_read(job("Pending"), now=1001)
+    for now in range(1061, 1800, 60):
+        assert not isinstance(wait.pods_seen(pods, podgroup, [], now=now), Done)
+
+
+def test_pods_appearing_reset_the_clock_of_a_job_admitted_without_pods():
+    wait, _ = engine(WaitLimits(poll_interval=5))
+    wait.job_read(job("Pending"), now=1001)
+    wait.pods_seen([], admitted(), [], now=1061)
+    wait.pods_seen([pod("train-master-0", "master", "Pending")], admitted(), [], now=1121)
+    wait.pods_seen([], admitted(), [], now=1181)
+    assert not isinstance(wait.pods_seen([], admitted(), [], now=1241), Done), "120s from the second sight"
+    assert isinstance(wait.pods_seen([], admitted(), [], now=1301), Done)
