@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 export AIRFLOW_HOME ?= $(CURDIR)/.airflow-home
 
 .PHONY: venv test unit lint shellcheck demo cluster-up cluster-down clean lowest-constraints airflow-3.2-constraints \
-	test-compat
+	test-compat soak
 
 $(BIN)/uv:
 	$(PYTHON) -m venv $(VENV)
@@ -93,6 +93,12 @@ test: venv lint cluster-up
 # (README "Versions"); make test runs the oldest corner after the whole suite on the newest.
 test-compat: venv
 	scripts/test-compat
+
+# The chaos soak (benchmarks/chaos_soak.py, README "Chaos soak"): 320 task instances under seeded faults,
+# about an hour, alone on the machine. SOAK_SIZE=small is the one make test runs; SOAK_SEED=N replays a seed.
+SOAK_SIZE ?= full
+soak: venv cluster-up
+	$(BIN)/python benchmarks/chaos_soak.py --size $(SOAK_SIZE) $(if $(SOAK_SEED),--seed $(SOAK_SEED))
 
 demo: venv cluster-up
 	$(BIN)/python scripts/demo.py
