@@ -67,11 +67,12 @@ class Size:
     window: float  # seconds over which the faults are spread
     run_interval: float  # seconds between two DAG runs' triggers
     deadline: float  # seconds after the last trigger by which every run must have ended
+    every_kind: bool = False  # each fault kind at least once, the rest drawn (else all drawn by their shares)
 
 
 SIZES = {
     "small": Size(runs=3, per_run={"pytorch": 4, "generic": 3, "deepspeed": 2, "real": 1}, faults=14, window=200,
-                  run_interval=15, deadline=360),
+                  run_interval=15, deadline=360, every_kind=True),
     "full": Size(runs=32, per_run={"pytorch": 4, "generic": 3, "deepspeed": 2, "real": 1}, faults=150, window=2800,
                  run_interval=90, deadline=900),
 }
@@ -162,9 +163,12 @@ def plan(seed: int, size: Size) -> tuple[list[Case], list[Fault]]:
                                   seconds=rng.randint(5, 30) if kind != "real" else rng.randint(5, 20)))
     kinds = list(FAULT_KINDS)
     weights = [FAULT_KINDS[kind] for kind in kinds]
-    faults = sorted((Fault(at=rng.uniform(10, size.window), kind=rng.choices(kinds, weights)[0], pick=rng.random())
-                     for _ in range(size.faults)), key=lambda fault: fault.at)
-    return cases, faults
+    faults = [Fault(at=rng.uniform(10, size.window), kind=rng.choices(kinds, weights)[0], pick=rng.random())
+              for _ in range(size.faults)]
+    if size.every_kind:  # each kind at least once: the first draws are replaced by one of each
+        for fault, kind in zip(faults, kinds, strict=False):
+            fault.kind = kind
+    return cases, sorted(faults, key=lambda fault: fault.at)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -289,6 +293,7 @@ class Soak:
         self.started = started
         self.has_real = has_real
         self.pending: list[threading.Thread] = []  # faults still to be undone (a stopped kubelet)
+        self.windows: dict[str, int] = {}  # proxy fault mode -> how many windows of it have started
 
     def now(self) -> float:
         return time.monotonic() - self.started
@@ -298,13 +303,10 @@ class Soak:
 
     def active(self) -> list[dict[str, Any]]:
         """The soak's task instances running or deferred now (REST, as a user's script would list them)."""
-        found = []
-        for state in ("running", "deferred"):
-            response = self.http.get(f"/api/v2/dags/{DAG_ID}/dagRuns/~/taskInstances",
-                                     params={"state": state, "limit": 500})
-            if response.status_code == 200:
-                found += [ti for ti in response.json()["task_instances"] if ti["task_id"] in KINDS]
-        return sorted(found, key=lambda ti: (ti["dag_run_id"], ti["task_id"], ti["map_index"]))
+        found = listed(self.http, f"/api/v2/dags/{DAG_ID}/dagRuns/~/taskInstances", "task_instances",
+                       {"state": ["running", "deferred"]})
+        return sorted((ti for ti in found if ti["task_id"] in KINDS),
+                      key=lambda ti: (ti["dag_run_id"], ti["task_id"], ti["map_index"]))
 
     def pick(self, fault: Fault, candidates: list[Any]) -> Any:
         return candidates[min(int(fault.pick * len(candidates)), len(candidates) - 1)] if candidates else None
@@ -312,9 +314,16 @@ class Soak:
     def case_of(self, ti: dict[str, Any]) -> Case:
         return self.cases[(ti["dag_run_id"], ti["task_id"], ti["map_index"])]
 
-    def window(self, seconds: float, start: Callable[[], None], end: Callable[[], None]) -> None:
+    def window(self, mode: str, seconds: float, start: Callable[[], None], end: Callable[[], None]) -> None:
+        """A proxy fault for `seconds`; a later window of the same mode extends it instead of being cut short."""
+        self.windows[mode] = self.windows.get(mode, 0) + 1
+        generation = self.windows[mode]
         start()
-        threading.Timer(seconds, end).start()
+
+        def ended() -> None:
+            if self.windows[mode] == generation:
+                end()
+        threading.Timer(seconds, ended).start()
 
     def cluster(self, *args: str) -> str:
         done = subprocess.run([str(CLUSTER), *args], capture_output=True, text=True, timeout=300)
@@ -351,15 +360,16 @@ class Soak:
         elif kind == "429 burst":
             def start() -> None:
                 self.proxy.retry_after, self.proxy.every = "2", 2
-            self.window(20, start, lambda: setattr(self.proxy, "every", 0))
+            self.window("refusals", 20, start, lambda: setattr(self.proxy, "every", 0))
             fault.target, fault.outcome = "proxy", "every 2nd request refused for 20s (429 Retry-After 2, 503, 500)"
         elif kind == "5xx burst":
             def start() -> None:
                 self.proxy.retry_after, self.proxy.every = "0", 3
-            self.window(20, start, lambda: setattr(self.proxy, "every", 0))
+            self.window("refusals", 20, start, lambda: setattr(self.proxy, "every", 0))
             fault.target, fault.outcome = "proxy", "every 3rd request failed for 20s (429, 503, 500)"
         elif kind == "latency":
-            self.window(30, lambda: setattr(self.proxy, "latency", 1.5), lambda: setattr(self.proxy, "latency", 0.0))
+            self.window("latency", 30, lambda: setattr(self.proxy, "latency", 1.5),
+                        lambda: setattr(self.proxy, "latency", 0.0))
             fault.target, fault.outcome = "proxy", "1.5s added to every request for 30s"
         elif kind == "watch streams cut":
             before = self.proxy.streams_cut
@@ -367,11 +377,14 @@ class Soak:
             time.sleep(0.5)
             fault.target, fault.outcome = "proxy", f"{self.proxy.streams_cut - before} streams cut"
         elif kind == "expired token":
-            self.window(15, self.proxy.token_expired.set, self.proxy.token_expired.clear)
+            self.window("token", 15, self.proxy.token_expired.set, self.proxy.token_expired.clear)
             fault.target, fault.outcome = "proxy", "every request's token refused (401) for 15s"
         elif kind == "lost node":
             if not self.has_real:
                 fault.outcome = "no real-node training in this soak"
+                return
+            if any(undo.is_alive() for undo in self.pending):
+                fault.outcome = "no node to lose: the real node is lost already (an earlier fault)"
                 return
             fault.target = "kubelet"
             fault.outcome = self.cluster("stop", "kubelet")
@@ -433,10 +446,21 @@ class Invariant:
             self.broken.append(what)
 
 
+def listed(http: httpx.Client, path: str, key: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Every item of a REST list, page by page (the API serves at most [api] maximum_page_limit, 100, at once)."""
+    items: list[dict[str, Any]] = []
+    while True:
+        response = http.get(path, params={**(params or {}), "limit": 100, "offset": len(items)})
+        response.raise_for_status()
+        page = response.json()[key]
+        items += page
+        if len(page) < 100:
+            return items
+
+
 def task_instances(http: httpx.Client, run_id: str) -> list[dict[str, Any]]:
-    response = http.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances", params={"limit": 500})
-    response.raise_for_status()
-    return [ti for ti in response.json()["task_instances"] if ti["task_id"] in KINDS]
+    found = listed(http, f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances", "task_instances")
+    return [ti for ti in found if ti["task_id"] in KINDS]
 
 
 def ti_path(ti: dict[str, Any]) -> str:
@@ -508,7 +532,7 @@ def check(soak: Soak, jobs: JobWatch, core: client.CoreV1Api, custom: client.Cus
     for run_id in sorted({case.run_id for case in soak.cases.values()}):
         for ti in task_instances(http, run_id):
             found[(ti["dag_run_id"], ti["task_id"], ti["map_index"])] = ti
-    events = http.get("/api/v2/assets/events", params={"source_dag_id": DAG_ID, "limit": 10000}).json()["asset_events"]
+    events = listed(http, "/api/v2/assets/events", "asset_events", {"source_dag_id": DAG_ID})
     events_of: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
     for event in events:
         events_of[(event["source_run_id"], event["source_task_id"], event["source_map_index"])].append(event)
@@ -620,10 +644,11 @@ def real_node_placement() -> dict[str, Any]:
 
 
 def runs_state(http: httpx.Client, run_ids: list[str]) -> dict[str, str]:
-    response = http.get(f"/api/v2/dags/{DAG_ID}/dagRuns", params={"limit": 1000})
-    if response.status_code != 200:
+    try:
+        runs = listed(http, f"/api/v2/dags/{DAG_ID}/dagRuns", "dag_runs")
+    except httpx.HTTPError:  # the api-server busy: asked again at the next look
         return {}
-    return {run["dag_run_id"]: run["state"] for run in response.json()["dag_runs"] if run["dag_run_id"] in run_ids}
+    return {run["dag_run_id"]: run["state"] for run in runs if run["dag_run_id"] in run_ids}
 
 
 def report(seed: int, size_name: str, cases: list[Case], faults: list[Fault], invariants: list[Invariant],

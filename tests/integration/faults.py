@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
+from aiohttp import ClientConnectorError, ClientSession, ClientTimeout, TCPConnector, web
 
 HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "keep-alive"}
 
@@ -130,6 +130,10 @@ class FaultyProxy:
             self._streams[id(request)] = request
         try:
             return await self._forward(request, headers, log_read)
+        except ClientConnectorError:  # the apiserver is down (restarting): what a load balancer would answer
+            return web.Response(status=503, text=json.dumps({
+                "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 503,
+                "message": "the apiserver cannot be reached"}), content_type="application/json")
         finally:
             self._streams.pop(id(request), None)
 
