@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import importlib
 import time
+import traceback
 from collections.abc import AsyncIterator, Coroutine
 from typing import TYPE_CHECKING, Any
 
@@ -202,6 +203,9 @@ class VolcanoJobTrigger(BaseTrigger):
                 await _finish_despite_cancellation(self._kill_if_task_left_deferral(ref), ON_KILL_SECONDS)
             raise
         except Exception as error:  # noqa: BLE001 - reported to the worker, which fails the task
+            # The event carries the error's one line; where it came from goes into the task log (found by the
+            # chaos soak: "AssertionError: " alone said nothing).
+            self._say(f"The wait for Volcano Job {ref.namespace}/{ref.name} failed:\n{traceback.format_exc()}")
             outcome = WaitOutcome(Verdict.WAIT_FAILED, message=f"{type(error).__name__}: {error}")
         if self.get_logs:
             outcome.log_cursor = copies[0].cursor

@@ -86,7 +86,9 @@ class FaultyProxy:
 
     async def _start(self) -> None:
         context = ssl.create_default_context(cafile=str(self.ca_file))
-        self._session = ClientSession(connector=TCPConnector(ssl=context), timeout=ClientTimeout(total=None))
+        # The body is passed on as the apiserver sent it (gzip and all), under the headers it came with.
+        self._session = ClientSession(connector=TCPConnector(ssl=context), timeout=ClientTimeout(total=None),
+                                      auto_decompress=False)
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, shutdown_timeout=1.0, access_log=None)
