@@ -54,7 +54,7 @@ from airflow_volcano.hooks.retry import backoff
 from airflow_volcano.logs import Emit, LogCursor
 from airflow_volcano.manifest import optional_seconds, seconds, stall_seconds
 from airflow_volcano.manifest.checks import choice
-from airflow_volcano.queueing import QueueSnapshot, WaitingReport, queue_of, waiting_report
+from airflow_volcano.queueing import INQUEUE, QueueSnapshot, WaitingReport, queue_of, waiting_report
 from airflow_volcano.stalls import describe_silence, kept_lines
 from airflow_volcano.status import (
     JobProgress,
@@ -88,7 +88,7 @@ SCHEDULER_VIEW_SECONDS = 60.0
 # controller missed that change, as it can when it loses the apiserver at that moment (found by the chaos
 # soak: a Job submitted during an apiserver restart stayed Pending with no pod until startup_timeout).
 ADMITTED_WITHOUT_PODS_SECONDS = 120.0
-ADMITTED_PHASES = ("Inqueue", "Running")
+ADMITTED_PHASES = (INQUEUE, "Running")
 
 
 @dataclass(frozen=True)

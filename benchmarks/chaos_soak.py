@@ -545,6 +545,7 @@ def check(soak: Soak, jobs: JobWatch, core: client.CoreV1Api, custom: client.Cus
     for event in events:
         events_of[(event["source_run_id"], event["source_task_id"], event["source_map_index"])].append(event)
     overlapping = {ti for _, ti, _ in jobs.overlaps}
+    tries_of: dict[tuple[str, str, int], dict[int, str]] = {}  # task instance -> try number -> its state
 
     for key, case in sorted(soak.cases.items()):
         ti = found.get(key)
@@ -555,6 +556,7 @@ def check(soak: Soak, jobs: JobWatch, core: client.CoreV1Api, custom: client.Cus
                     f"{case.name}: {ti['state']}, expected {case.expected_state} ({case.outcome} exit "
                     f"{case.exit_code}, deferrable={case.deferrable}, actions {case.actions})")
         all_tries = tries(http, ti)
+        tries_of[key] = {one["try_number"]: one["state"] for one in all_tries}
         for one in all_tries:
             limits.check(seconds_between(one.get("start_date"), one.get("end_date")) <= EXECUTION_TIMEOUT + SLACK,
                          f"{case.name} try {one['try_number']}: "
@@ -584,7 +586,6 @@ def check(soak: Soak, jobs: JobWatch, core: client.CoreV1Api, custom: client.Cus
     time.sleep(20)
     left = custom.list_namespaced_custom_object("batch.volcano.sh", "v1alpha1", namespace, "jobs")["items"]
     left_uids = {job["metadata"]["uid"] for job in left}
-    tries_of = {key: {one["try_number"]: one["state"] for one in tries(http, ti)} for key, ti in found.items()}
     per_try: Counter = Counter((identity(job), try_label(job)) for job in left)
     for job in left:
         ti_key, try_number = identity(job), try_label(job)
