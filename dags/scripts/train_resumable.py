@@ -9,9 +9,12 @@ result's `resumed_from`:
     [airflow-volcano] resumed from /checkpoints/<dag>/<task>/<run>/epoch-3.pt
 
 On SIGTERM (the Job deleted, a restart, a preemption: the operator passes it on to the script) it
-finishes the step under way, saves, and exits, within `termination_grace_period`. It stops before a
-collective rather than in one: the peers are being stopped too, and a collective with a missing peer
-fails with a gloo/NCCL error (exit code 1), which Volcano reads as a failure of its own.
+finishes the epoch under way (none if asked before the epoch's first step), saves, and exits, within
+`termination_grace_period`. The ranks agree to stop: before every step they reduce "has any rank been
+asked to stop", and all stop at the same step, before its collectives. The signal reaches each pod at
+its own moment; a rank that stopped alone would leave its peers in a collective with a missing peer,
+which fails with a gloo/NCCL error (exit code 1) before rank 0 has saved, and Volcano reads it as a
+failure of its own.
 
 Checkpoints belong to the newest generation (README "Checkpoints and resuming"): a gang's generation is
 (AIRFLOW_TRY_NUMBER, VOLCANO_RESTART_COUNT), rank 0 claims CHECKPOINT_DIR for it at start, and a rank
@@ -89,6 +92,17 @@ def on_sigterm(signum: int, frame: object) -> None:
     stop_requested = True  # finish the step under way, save, exit
 
 
+def any_rank_stopping(dist: object) -> bool:
+    """Whether any rank has been asked to stop: every rank calls it at the same step, so all stop together."""
+    if WORLD_SIZE == 1:
+        return stop_requested
+    import torch
+
+    flag = torch.tensor([1 if stop_requested else 0])
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
+
+
 def latest_checkpoint() -> Path | None:
     found = [(int(match[1]), path) for path in CHECKPOINTS.glob("epoch-*.pt")
              if (match := re.fullmatch(r"epoch-(\d+)\.pt", path.name))]
@@ -140,16 +154,19 @@ def main() -> int:
     print(f"rank {RANK}/{WORLD_SIZE} starts at epoch {first_epoch} of {EPOCHS} (VOLCANO_RESTART_COUNT={RESTARTS}, "
           f"AIRFLOW_TRY_NUMBER={TRY_NUMBER})", flush=True)
     total_steps = EPOCHS * STEPS_PER_EPOCH
+    stopping = False
     if RANK == 0:
         report_progress((first_epoch - 1) * STEPS_PER_EPOCH, total_steps)
     for epoch in range(first_epoch, EPOCHS + 1):
         for step in range(1, STEPS_PER_EPOCH + 1):
             time.sleep(EPOCH_SECONDS / STEPS_PER_EPOCH)  # where a real step reads its data
-            if stop_requested and step == 1:  # before the epoch's collectives: a peer may be stopping too
-                if RANK == 0 and epoch > 1:
-                    path = save(epoch - 1, model, optimizer, "SIGTERM")
-                    print(f"SIGTERM: saved checkpoint {path}, exiting", flush=True)
-                return 143
+            if not stopping and any_rank_stopping(dist):
+                stopping = True  # on every rank at this same step
+                if step == 1:  # nothing of this epoch done yet: the previous one is the checkpoint
+                    if RANK == 0 and epoch > 1:
+                        path = save(epoch - 1, model, optimizer, "SIGTERM")
+                        print(f"SIGTERM: saved checkpoint {path}, exiting", flush=True)
+                    return 143
             inputs = torch.randn(64, 16, generator=torch.Generator().manual_seed(epoch * 100 + step * 10 + RANK))
             loss = ((model(inputs) - inputs.sum(1, keepdim=True)) ** 2).mean()
             optimizer.zero_grad()
@@ -161,12 +178,12 @@ def main() -> int:
             optimizer.step()
             if RANK == 0:
                 report_progress((epoch - 1) * STEPS_PER_EPOCH + step, total_steps)
-        if RANK == 0 and (stop_requested or epoch % CHECKPOINT_EVERY == 0 or epoch == EPOCHS):
-            path = save(epoch, model, optimizer, "SIGTERM" if stop_requested else "epoch end")
+        if RANK == 0 and (stopping or epoch % CHECKPOINT_EVERY == 0 or epoch == EPOCHS):
+            path = save(epoch, model, optimizer, "SIGTERM" if stopping else "epoch end")
             print(f"epoch {epoch}/{EPOCHS} loss {loss.item():.4f}, saved {path}", flush=True)
         elif RANK == 0:
             print(f"epoch {epoch}/{EPOCHS} loss {loss.item():.4f}", flush=True)
-        if stop_requested:
+        if stopping:  # asked in the middle of the epoch: it was finished and saved
             print(f"rank {RANK}: SIGTERM, stopping after epoch {epoch} (checkpoint saved)", flush=True)
             return 143
         if WORLD_SIZE > 1:
