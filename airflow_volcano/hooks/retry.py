@@ -10,7 +10,8 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Iterator
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import aiohttp
 from kubernetes.client.rest import ApiException
@@ -24,11 +25,17 @@ RETRIABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 # moment: right after losing the connection, those are retried too (never otherwise, so a missing
 # permission still fails at once).
 AUTH_WARMUP_SECONDS = 30.0
+# Credentials the apiserver accepted before and now refuses (401) have expired or are being
+# rotated (a projected token file, an exec plugin's short-lived token), or the apiserver cannot check
+# them for a while (its OIDC or webhook authenticator down): a waiter cannot see for that long, which
+# is no reason to give up on a Job. They are read again and retried for this long; credentials never
+# accepted in this hook fail after one re-reading, so a wrong token is said at once.
+AUTH_REFUSED_SECONDS = 180.0
 # The longest Retry-After honoured: an apiserver (or a proxy) asking for an hour must not park a task.
 MAX_RETRY_AFTER_SECONDS = 30.0
 # What a 404 means when a Call does not say (`Call.absent`): an error.
 REQUIRED: Any = object()
-ABSENT, RELOAD = "absent", "reload"  # what Attempts.after may say besides a delay
+ABSENT = "absent"  # what Attempts.after says of a 404 where the call gives `absent`
 
 
 def api_error(error: BaseException) -> bool:
@@ -45,7 +52,7 @@ def not_found(error: BaseException) -> bool:
 
 
 def refused_credentials(error: BaseException) -> bool:
-    """A 401: the credentials are no longer valid (an expired token), worth reading once more."""
+    """A 401: the credentials are not (or no longer) valid, e.g. an expired token: worth reading again."""
     return status_of(error) == 401
 
 
@@ -96,24 +103,43 @@ def backoff_delays(attempts: int, base: float = 0.5, cap: float = 10.0, until: f
         attempt += 1
 
 
+@dataclass(frozen=True)
+class Retry:
+    """What Attempts.after says of a failure worth another attempt: wait `delay` seconds, having read
+    the credentials again first if `reload`."""
+
+    delay: float
+    reload: bool = False
+
+
 class Attempts:
     """One API call's attempts. After each failure `after(error)` says: ABSENT (a 404 where the call
-    gives `absent`), RELOAD (a 401: read the credentials again, once), or how long to wait before the
-    next attempt (transient errors, `retries` times or for `retry_for` seconds, the delay logged as
-    waited); anything else is raised, an API error as VolcanoApiError (never with its headers)."""
+    gives `absent`), or a Retry: after a 401 the credentials are read again (once at once; then, if the
+    hook's credentials were accepted before, with back-off for up to AUTH_REFUSED_SECONDS), after a
+    transient error the back-off (`retries` times or for `retry_for` seconds, the delay logged as
+    waited). Anything else is raised, an API error as VolcanoApiError (never with its headers)."""
 
     def __init__(self, hook: Any, what: str, *, retry_for: float | None = None, if_absent: Any = REQUIRED) -> None:
         self.hook, self.what, self.if_absent = hook, what, if_absent
         self.delays = backoff_delays(getattr(hook, "retries", 6),
                                      until=None if retry_for is None else time.monotonic() + retry_for)
         self.reloaded = False
+        self.refused_delays: Iterator[float] | None = None  # the back-off of a 401 that stays
 
-    def after(self, error: Exception) -> float | str:
+    def after(self, error: Exception) -> Retry | str:
         if self.if_absent is not REQUIRED and not_found(error):
             return ABSENT
-        if refused_credentials(error) and not self.reloaded:
-            self.reloaded = True
-            return RELOAD
+        if refused_credentials(error):
+            if not self.reloaded:
+                self.reloaded = True
+                return Retry(0.0, reload=True)
+            if self.hook.credentials_accepted:
+                if self.refused_delays is None:
+                    self.refused_delays = backoff_delays(0, until=time.monotonic() + AUTH_REFUSED_SECONDS)
+                if (delay := next(self.refused_delays, None)) is not None:
+                    self.hook.log.warning("%s failed (%s): the credentials accepted before are refused; reading "
+                                          "them again in %.1fs", self.what, short(error), delay)
+                    return Retry(delay, reload=True)
         delay = next(self.delays, None) if self.hook.retriable(error) else None
         if delay is None:
             if api_error(error):
@@ -121,7 +147,7 @@ class Attempts:
             raise error
         delay = retry_delay(error, delay)
         self.hook.log.warning("%s failed (%s); retrying in %.1fs", self.what, short(error), delay)
-        return delay
+        return Retry(delay)
 
 
 class ConnectionLossAware:
@@ -132,9 +158,21 @@ class ConnectionLossAware:
     only one to see the apiserver go away, and every trigger's next call may meet the cold cache."""
 
     _connection_lost_at: float = float("-inf")
+    # The connections whose credentials the apiserver accepted in this process (a 401 after that is
+    # retried longer: Attempts), whichever hook made the call. A trigger, or a task resumed after one,
+    # says so before its first call: its connection created the Job.
+    _accepted: ClassVar[set[str | None]] = set()
+    conn_id: str | None
+
+    @property
+    def credentials_accepted(self) -> bool:
+        return self.conn_id in ConnectionLossAware._accepted
 
     def note_connection_lost(self) -> None:
         ConnectionLossAware._connection_lost_at = time.monotonic()
+
+    def note_credentials_accepted(self) -> None:
+        ConnectionLossAware._accepted.add(self.conn_id)
 
     def retriable(self, error: BaseException) -> bool:
         if is_transient(error):

@@ -45,12 +45,12 @@ from airflow_volcano.exceptions import VolcanoApiError, WatchExpired
 from airflow_volcano.hooks import calls
 from airflow_volcano.hooks.calls import Call, Program, Sleep
 from airflow_volcano.hooks.retry import (
-    ABSENT,
-    RELOAD,
     REQUIRED,
     Attempts,
     ConnectionLossAware,
+    Retry,
     api_error,
+    refused_credentials,
     short,
     status_of,
 )
@@ -113,15 +113,17 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
         attempts = Attempts(self, call.what, retry_for=call.retry_for, if_absent=call.absent)
         while True:
             try:
-                return once()
+                answer = once()
             except Exception as error:  # noqa: BLE001 - Attempts.after raises what is not retried
                 step = attempts.after(error)
-                if step is ABSENT:
+                if not isinstance(step, Retry):  # ABSENT
                     return call.absent
-                if step is RELOAD:
+                time.sleep(step.delay)
+                if step.reload:
                     self.reload_credentials()
-                else:
-                    time.sleep(float(step))
+            else:
+                self.note_credentials_accepted()
+                return answer
 
     def drive(self, program: Program[T]) -> T:
         """Run a program of calls (hooks.calls), handing it each answer, or each error where it asked."""
@@ -297,7 +299,9 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
                     version = ""
                     continue
                 if api_error(error):
-                    if status_of(error) != 410 and not self.retriable(error):
+                    if refused_credentials(error) and self.credentials_accepted:
+                        self.reload_credentials()  # the re-read after the engine's back-off retries them
+                    elif status_of(error) != 410 and not self.retriable(error):
                         raise VolcanoApiError.from_api_exception(f"watch Job {namespace}/{name}", error) from None
                 elif not self.retriable(error) and not isinstance(error, ValueError):
                     raise
@@ -358,6 +362,10 @@ def _list_call(api: Any, resource: str, namespace: str) -> tuple[Callable[..., A
     return custom.list_namespaced_custom_object, (JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL)
 
 
+# The triggers sharing a client all meet a refused token at once: it is read again once in this time.
+SHARED_RELOAD_SECONDS = 1.0
+
+
 class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
     """The triggerer's side of VolcanoHook: the same calls (`run`, `drive`) on kubernetes_asyncio,
     the same JSON dicts, the same retry policy.
@@ -373,6 +381,8 @@ class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
         super().__init__(kubernetes_conn_id=kubernetes_conn_id)
         self.retries = retries
         self._shared: tuple[Any, Any] | None = None  # (its context, the client) while shared_client() is open
+        self._reloaded_at = float("-inf")
+        self._retired: list[tuple[Any, Any]] = []  # clients replaced by reload_credentials, still in use
 
     @contextlib.asynccontextmanager
     async def get_conn(self) -> AsyncIterator[Any]:
@@ -391,7 +401,9 @@ class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
             yield self
         finally:
             shared, self._shared = self._shared, None
-            await shared[0].__aexit__(None, None, None)
+            retired, self._retired = self._retired, []
+            for client in (shared, *retired):
+                await client[0].__aexit__(None, None, None)
 
     async def _open_client(self) -> tuple[Any, Any]:
         opening = AsyncKubernetesHook.get_conn(self)
@@ -400,12 +412,17 @@ class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
     async def reload_credentials(self) -> None:
         """Load the connection again and, if one client is shared, replace it: a token that expired
         (a rotated token file, an exec plugin's short-lived token) is read anew, as kubectl does."""
+        if time.monotonic() - self._reloaded_at < SHARED_RELOAD_SECONDS:
+            return  # another trigger's call just did: its calls would fail on the client closed under them
+        self._reloaded_at = time.monotonic()
         self.log.info("The apiserver refused the connection's credentials; reading them again")
         self._config_loaded = False
         self.client_configuration = None
         if self._shared is not None:
-            old, self._shared = self._shared, await self._open_client()
-            await old[0].__aexit__(None, None, None)
+            # The old client is closed with the shared one, not now: the watches open on it keep
+            # streaming (closing it under them left them hanging, silent, until their timeout).
+            self._retired.append(self._shared)
+            self._shared = await self._open_client()
 
     # -- carrying calls out -----------------------------------------------------------------------
 
@@ -415,15 +432,17 @@ class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
         attempts = Attempts(self, what, retry_for=retry_for, if_absent=absent)
         while True:
             try:
-                return await once()
+                answer = await once()
             except Exception as error:  # noqa: BLE001 - Attempts.after raises what is not retried
                 step = attempts.after(error)
-                if step is ABSENT:
+                if not isinstance(step, Retry):  # ABSENT
                     return absent
-                if step is RELOAD:
+                await asyncio.sleep(step.delay)
+                if step.reload:
                     await self.reload_credentials()
-                else:
-                    await asyncio.sleep(float(step))
+            else:
+                self.note_credentials_accepted()
+                return answer
 
     async def run(self, call: Call[T]) -> T:
         """As VolcanoHook.run, on the event loop."""

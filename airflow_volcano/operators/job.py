@@ -693,6 +693,7 @@ class VolcanoJobOperator(BaseOperator):
         self._job_ref, self._ti = ref, context["ti"]
         self.log.info("Resumed: the trigger reports Volcano Job %s/%s %s", ref.namespace, ref.name, outcome.describe())
         hook = self.hook
+        hook.note_credentials_accepted()  # they created the Job: a 401 now is an expired token, retried
         try:
             job = hook.get_job(ref.name, ref.namespace)
             self._link_urls = self._links(hook, ref, job or {"metadata": {"name": ref.name}})

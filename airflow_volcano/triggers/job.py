@@ -177,7 +177,9 @@ class VolcanoJobTrigger(BaseTrigger):
         # The first import of the Kubernetes clients takes seconds; in a thread, so the triggerer's
         # other triggers keep running meanwhile (its event loop would report itself blocked).
         hooks = await asyncio.to_thread(importlib.import_module, "airflow_volcano.hooks.volcano")
-        return hooks.AsyncVolcanoHook(self.kubernetes_conn_id)
+        hook = hooks.AsyncVolcanoHook(self.kubernetes_conn_id)
+        hook.note_credentials_accepted()  # they created the Job: a 401 now is an expired token, retried
+        return hook
 
     async def _shared_hook(self, namespace: str) -> AsyncVolcanoHook:
         """The hook of this connection's shared watch: its calls share one client with the watch."""

@@ -139,6 +139,7 @@ class SharedWatch:
             from airflow_volcano.hooks.volcano import AsyncVolcanoHook  # loaded by the trigger already
 
             self._hook = AsyncVolcanoHook(self.kubernetes_conn_id)
+            self._hook.note_credentials_accepted()  # they created the Jobs watched: a 401 is retried
         return self._hook
 
     async def close(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,42 @@ def test_task_retries_through_injected_429_and_5xx(cluster, operator_kubeconfig,
     assert proxy.injected >= 3, "the proxy must really have failed requests"
     assert "retrying in" in run.log
     assert len([j for j in cluster.jobs() if j["metadata"]["name"].startswith("flaky")]) <= 1, "no duplicate Job"
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferred"])
+def test_a_token_refused_for_longer_than_one_reading_of_the_credentials_ends_no_wait(
+        cluster, operator_kubeconfig, kubeconfig, run_task, monkeypatch, deferrable):
+    """Found by the chaos soak: the apiserver refused the connection's token for 15 s (expired, or its
+    authenticator down) while a task waited; the credentials were read again once, refused again, and
+    the wait failed, leaving the Job to run unwatched. Now a token accepted before and refused while
+    waiting is "cannot see": read again and retried with back-off. Here it is refused for 25 s across
+    the Job's end, and the task still gets the Job's real end, with one Job and none left."""
+    from .faults import through, upstream_of
+
+    name = f"expired{int(deferrable)}"
+    window: dict[str, float] = {}
+    with FaultyProxy(upstream_of(operator_kubeconfig), kubeconfig.parent / "pki" / "ca.crt", every=0) as proxy:
+        through(proxy, operator_kubeconfig, cluster.namespace, monkeypatch)
+
+        def expire() -> None:
+            cluster.wait_phase(name, {"Running"}, timeout=120)
+            time.sleep(3)
+            proxy.token_expired.set()
+            window["from"] = time.time()
+            time.sleep(25)
+            proxy.token_expired.clear()
+            window["to"] = time.time()
+
+        faults = threading.Thread(target=expire)
+        faults.start()
+        run = run_task(lambda: seed_operator(cluster.namespace, name, deferrable=deferrable, worker_replicas=1,
+                                             annotations={SIM + "run-for": "15s"}))
+        faults.join()
+
+    assert window.get("to"), "the token was refused while the task waited"
+    assert run.state == "success", run.log
+    assert "HTTP 401 Unauthorized" in run.log, "the refusal is said"
+    assert not [job for job in cluster.jobs() if job["metadata"]["name"] == name], "deleted at the end, none left"
 
 
 @pytest.mark.disruptive

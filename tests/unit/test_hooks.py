@@ -35,11 +35,12 @@ def test_both_hooks_follow_one_attempts_policy():
     from kubernetes.client.rest import ApiException
     from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 
-    from airflow_volcano.hooks.retry import ABSENT, RELOAD, REQUIRED, Attempts, ConnectionLossAware
+    from airflow_volcano.hooks.retry import ABSENT, REQUIRED, Attempts, ConnectionLossAware, Retry
 
     class Hook(ConnectionLossAware):
         retries = 2
         log = logging.getLogger("test")
+        conn_id = "never-accepted"
 
     def error(kind: type, status: int, retry_after: str | None = None) -> Exception:
         failure = kind(status=status, reason="x")
@@ -50,16 +51,80 @@ def test_both_hooks_follow_one_attempts_policy():
     for kind in (ApiException, AsyncApiException):
         attempts = Attempts(Hook(), "get Job ml/a", if_absent=None)
         assert attempts.after(error(kind, 404)) is ABSENT
-        assert attempts.after(error(kind, 401)) is RELOAD
+        assert attempts.after(error(kind, 401)) == Retry(0.0, reload=True)
         with pytest.raises(VolcanoApiError, match="get Job ml/a failed: HTTP 401 x: said the apiserver"):
-            attempts.after(error(kind, 401))  # once only
+            attempts.after(error(kind, 401))  # credentials never accepted: read again once only
         throttled = Attempts(Hook(), "list Jobs")
-        assert throttled.after(error(kind, 429, retry_after="3600")) == 30.0, "Retry-After, capped"
-        assert 0 <= throttled.after(error(kind, 503)) <= 1.0
+        assert throttled.after(error(kind, 429, retry_after="3600")) == Retry(30.0), "Retry-After, capped"
+        assert 0 <= throttled.after(error(kind, 503)).delay <= 1.0
         with pytest.raises(VolcanoApiError, match="HTTP 503"):
             throttled.after(error(kind, 503))  # retries spent
         with pytest.raises(VolcanoApiError, match="HTTP 404"):
             Attempts(Hook(), "delete Job ml/a", if_absent=REQUIRED).after(error(kind, 404))
+
+
+def test_credentials_accepted_before_and_refused_now_are_read_again_with_back_off_for_a_bounded_time(monkeypatch):
+    """An expired token (or an apiserver that cannot check tokens for a while) must not end a wait:
+    the credentials are read again before every retry, for AUTH_REFUSED_SECONDS, then the 401 is said."""
+    import logging
+
+    from kubernetes.client.rest import ApiException
+
+    from airflow_volcano.hooks import retry
+    from airflow_volcano.hooks.retry import AUTH_REFUSED_SECONDS, Attempts, ConnectionLossAware
+
+    class Hook(ConnectionLossAware):
+        retries = 2
+        log = logging.getLogger("test")
+        conn_id = "accepted-before"
+
+    now = [1000.0]
+    monkeypatch.setattr(retry.time, "monotonic", lambda: now[0])
+    hook = Hook()
+    hook.note_credentials_accepted()
+    attempts = Attempts(hook, "get Job ml/a")
+    refused = ApiException(status=401, reason="Unauthorized")
+    first = attempts.after(refused)
+    assert first.reload and first.delay == 0
+    steps = []
+    while now[0] < 1000.0 + AUTH_REFUSED_SECONDS - 10:
+        step = attempts.after(refused)
+        steps.append(step)
+        now[0] += step.delay
+    assert len(steps) > 10, "more than the 6 retries of a transient error"
+    assert all(step.reload and 0 < step.delay <= 10.0 for step in steps), "every retry reads them again, backed off"
+    now[0] = 1000.0 + AUTH_REFUSED_SECONDS + 1
+    with pytest.raises(VolcanoApiError, match="HTTP 401 Unauthorized"):
+        attempts.after(refused)
+
+
+def test_a_hook_whose_call_succeeded_retries_a_401_that_outlasts_one_reading_of_the_credentials(monkeypatch):
+    """Through the async hook: a success marks its credentials accepted; a 401 on three reads in a row
+    (longer than one re-reading) is then retried until the apiserver accepts them again."""
+    monkeypatch.setattr(asyncio, "sleep", _no_sleep)
+    job = {"metadata": {"name": "train", "namespace": "ml"}}
+
+    def refused() -> AsyncApiException:
+        failure = AsyncApiException(status=401, reason="Unauthorized")
+        failure.headers = {}
+        return failure
+
+    async def scenario() -> tuple[Any, Any, int]:
+        transport = ScriptedTransport(job, refused(), refused(), refused(), job)
+        hook = async_hook(transport)
+        reloads = 0
+
+        async def reload_credentials() -> None:
+            nonlocal reloads
+            reloads += 1
+
+        hook.reload_credentials = reload_credentials
+        first = await hook.run(calls.get_job("train", "ml"))
+        return first, await hook.run(calls.get_job("train", "ml")), reloads
+
+    first, again, reloads = asyncio.run(scenario())
+    assert first == again == job
+    assert reloads == 3, "read again before each retry"
 
 
 class ScriptedTransport(async_client.ApiClient):
@@ -239,3 +304,26 @@ def test_a_quiet_jobs_watch_whose_version_expired_starts_again_from_now():
     seen = list(hook.watch_job("train", "ml", resource_version="5", timeout_seconds=60))
     assert versions == ["5", ""], "then from now"
     assert [j["metadata"]["resourceVersion"] for j in seen] == ["5"]
+
+
+def test_a_jobs_watch_refused_for_credentials_accepted_before_ends_for_a_re_read_and_otherwise_says_the_401():
+    """The worker's watch of its Job: a 401 after the credentials worked reads them again and ends the
+    watch (the wait engine re-reads the Job after its back-off, which retries the 401); with
+    credentials never accepted the 401 is said at once."""
+    from kubernetes.client.rest import ApiException
+
+    from airflow_volcano.hooks.volcano import VolcanoHook
+
+    class CustomObjects:
+        def list_namespaced_custom_object(self, *args: Any, **kwargs: Any) -> Any:
+            raise ApiException(status=401, reason="Unauthorized")
+
+    hook = VolcanoHook("watch-refused")  # a connection of its own: acceptance is remembered per process
+    hook.__dict__["custom_objects"] = CustomObjects()
+    with pytest.raises(VolcanoApiError, match="watch Job ml/train failed: HTTP 401"):
+        list(hook.watch_job("train", "ml", resource_version="5", timeout_seconds=60))
+
+    hook.note_credentials_accepted()
+    hook.__dict__["custom_objects"] = CustomObjects()
+    assert list(hook.watch_job("train", "ml", resource_version="5", timeout_seconds=60)) == []
+    assert "custom_objects" not in hook.__dict__, "the client is built again from the connection"
