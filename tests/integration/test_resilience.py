@@ -37,6 +37,44 @@ def test_task_retries_through_injected_429_and_5xx(cluster, operator_kubeconfig,
     assert len([j for j in cluster.jobs() if j["metadata"]["name"].startswith("flaky")]) <= 1, "no duplicate Job"
 
 
+def test_reading_the_credentials_again_fails_no_call_of_the_triggers_sharing_the_client(cluster, operator_kubeconfig,
+                                                                                      monkeypatch):
+    """Found by the chaos soak: a trigger's wait failed with "AssertionError: " alone. One trigger (or the
+    shared watch) met a 401 and read the credentials again, which closed the client the triggers share
+    while others' calls were in flight on it: aiohttp fails those with a bare AssertionError (or
+    "Connector is closed"), not retried. The client replaced is now closed with the shared one."""
+    import asyncio
+
+    from airflow_volcano.hooks import calls, volcano
+    from airflow_volcano.hooks.volcano import AsyncVolcanoHook
+
+    monkeypatch.setattr(volcano, "SHARED_RELOAD_SECONDS", 0.0)  # every reload replaces the client
+
+    async def calls_across_reloads() -> tuple[list[str], int]:
+        failures: list[str] = []
+        answered = 0
+        hook = AsyncVolcanoHook("kubernetes_default", retries=0)  # no retry hides a failure
+        async with hook.shared_client():
+            async def one() -> None:
+                nonlocal answered
+                try:
+                    await hook.run(calls.list_jobs(cluster.namespace, "app=none"))
+                    answered += 1
+                except Exception as error:  # noqa: BLE001 - what the test counts
+                    failures.append(f"{type(error).__name__}: {error}")
+
+            for round_ in range(10):
+                in_flight = [asyncio.ensure_future(one()) for _ in range(20)]
+                await asyncio.sleep(0.002 * round_)  # some calls sent, some answered, some not yet started
+                await hook.reload_credentials()
+                await asyncio.gather(*in_flight)
+        return failures, answered
+
+    failures, answered = asyncio.run(calls_across_reloads())
+    assert not failures, failures[:5]
+    assert answered == 200
+
+
 @pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferred"])
 def test_a_token_refused_for_longer_than_one_reading_of_the_credentials_ends_no_wait(
         cluster, operator_kubeconfig, kubeconfig, run_task, monkeypatch, deferrable):
