@@ -326,6 +326,7 @@ class VolcanoJobOperator(BaseOperator):
         self.script_manifest = ""
         self._manifests: JobManifests | None = None
         self._job_ref: JobRef | None = None
+        self._kill_requested = False  # on_kill ran (Airflow's SIGTERM handler): submit nothing after it
         self._ti: Any = None
         self._link_urls: dict[str, str] | None = None  # known once this process knows the Job (links.py)
         self._lineage_run: dict[str, Any] | None = None  # the Job's uid, phase, restarts, failure (OpenLineage)
@@ -524,9 +525,11 @@ class VolcanoJobOperator(BaseOperator):
         ti = context["ti"]
         self._ti = ti
         try:
+            self._stop_if_killed()
             ref = submit_or_reattach(hook, manifests, namespace, if_job_exists=IfJobExists(self.if_job_exists),
                                      state_store=context.get("task_state_store"), on_found=self._watching)
             self._watching(ref)
+            self._stop_if_killed()
             # main_pod: the pod whose log is followed and whose termination message is the result (the
             # master's, for PyTorch and DeepSpeed); master_pod is its former name, kept for one release.
             for key, value in (("job_name", ref.name), ("namespace", ref.namespace), ("main_pod", ref.main_pod),
@@ -549,6 +552,16 @@ class VolcanoJobOperator(BaseOperator):
         except BaseException as error:  # AirflowTaskTimeout (execution_timeout) is a BaseException too
             self._settle_after_failure(error)
             raise
+
+    def _stop_if_killed(self) -> None:
+        """Airflow's SIGTERM handler only calls on_kill: the task runs on until it is SIGKILLed. A kill that
+        came before the Job was known (a user's "Mark failed" while the try was starting, or submitting)
+        must not be followed by a submission, nor by a Job left running: it is settled as on_kill does."""
+        if not self._kill_requested:
+            return
+        if self._job_ref is not None:
+            self.on_kill()
+        raise VolcanoJobError("The task was killed while it was starting: nothing more is submitted")
 
     def _watching(self, ref: JobRef) -> None:
         """This try's Job (or an earlier try's it found): from now on a failure or a kill settles what
@@ -723,6 +736,7 @@ class VolcanoJobOperator(BaseOperator):
         training is not deleted on a guess (the next try, or the user, finds it by its labels)."""
         from airflow_volcano.finalize import delete_job_and_script
 
+        self._kill_requested = True
         ref = self._job_ref
         if ref is None or self.on_kill_action == OnKillAction.KEEP_JOB:
             return

@@ -41,6 +41,10 @@ class FaultyProxy:
         self._codes = itertools.cycle([429, 503, 500])
         self.retry_after = "0"  # the Retry-After of an injected 429, in seconds
         self.latency = 0.0  # seconds added before each request is forwarded
+        # Seconds each create of a Volcano Job is held before it is forwarded (a create in flight), and
+        # how many such creates arrived.
+        self.job_create_delay = 0.0
+        self.job_creates_seen = 0
         # While set, each request carries a token the apiserver does not accept (one that expired).
         self.token_expired = threading.Event()
         self.streams_cut = 0
@@ -123,6 +127,9 @@ class FaultyProxy:
                                 headers={"Retry-After": self.retry_after} if code == 429 else None)
         if self.latency:
             await asyncio.sleep(self.latency)
+        if request.method == "POST" and "/batch.volcano.sh/" in request.path and request.path.endswith("/jobs"):
+            self.job_creates_seen += 1
+            await asyncio.sleep(self.job_create_delay)
         self.forwarded += 1
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
         if self.token_expired.is_set():

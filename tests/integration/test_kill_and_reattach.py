@@ -171,6 +171,42 @@ def test_user_killing_the_task_deletes_job_pods_and_configmap(cluster, operator_
                      timeout=WORKER_WAIT)
 
 
+def test_a_user_kill_while_the_job_is_being_created_leaves_no_job(cluster, operator_kubeconfig, kubeconfig,
+                                                                   airflow_db, tmp_path, monkeypatch):
+    """Found by the chaos soak: "Mark failed" while a try was starting. Airflow's SIGTERM handler only
+    calls on_kill, which found no Job yet; the task ran on, created its Job and waited (deferred, in the
+    soak) until Airflow's SIGKILL, and the Job trained on with nobody to delete it. Here the real SIGTERM
+    reaches the task while its create request is in flight (held by the proxy): the Job it creates is
+    deleted and the task stops, saying why."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    from .faults import FaultyProxy, through, upstream_of
+
+    script = tmp_path / "train.py"
+    script.write_text("print('training')\n")
+    dag_id = "kill_during_create"
+    dag_file = write_dag(tmp_path, dag_id, cluster.namespace, name="killcreate", training_script=str(script),
+                         annotations={SIM + "outcome": "run-forever"})
+    log = tmp_path / "worker.log"
+    with FaultyProxy(upstream_of(operator_kubeconfig), kubeconfig.parent / "pki" / "ca.crt", every=0) as proxy:
+        proxy.job_create_delay = 5.0
+        through(proxy, operator_kubeconfig, cluster.namespace, monkeypatch)
+        worker = start_worker(dag_file, dag_id, datetime.datetime.now(datetime.UTC).isoformat(), log)
+        cluster.wait_for("the Job's create in flight", lambda: proxy.job_creates_seen > 0, timeout=WORKER_WAIT)
+        with create_session() as session:  # what "Mark failed" does: the state, then SIGTERM
+            session.query(TaskInstance).filter_by(dag_id=dag_id, task_id="train").update({"state": "failed"})
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=WORKER_WAIT)
+
+    cluster.wait_for("the Job created after the kill to be gone", lambda: cluster.job("killcreate") is None
+                     and not cluster.pods("killcreate") and "killcreate-script" not in cluster.configmap_names(),
+                     timeout=60)
+    output = log.read_text()
+    assert "The task was killed while it was starting: nothing more is submitted" in output, output[-3000:]
+    assert "Task killed: deleting Volcano Job" in output, output[-3000:]
+
+
 @pytest.mark.parametrize("if_job_exists", ["fail", "replace"])
 def test_if_job_exists_fail_refuses_and_replace_resubmits(cluster, operator_kubeconfig, airflow_db, tmp_path,
                                                            if_job_exists):
