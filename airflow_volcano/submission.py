@@ -161,6 +161,8 @@ def _stored_job(hook: VolcanoHook, state_store: Any) -> dict | None:
     saved = state_store.get(STATE_STORE_KEY) if state_store is not None else None
     if not isinstance(saved, dict) or not saved.get("name"):
         return None
+    # The connection's credentials created that Job: a 401 now means they expired (retried, not failed at once).
+    hook.note_credentials_accepted()
     job = hook.get_job(saved["name"], saved["namespace"])
     return job if job is not None and job["metadata"].get("uid") == saved.get("uid") else None
 

@@ -30,6 +30,11 @@ class Hook:
     def get_queue(self, name: str) -> dict | None:
         return self.queues.get(name)
 
+    credentials_accepted = False
+
+    def note_credentials_accepted(self) -> None:
+        self.credentials_accepted = True
+
     def list_jobs(self, namespace: str, label_selector: str) -> list[dict]:
         wanted = dict(part.split("=") for part in label_selector.split(","))
         return [job for job in self.jobs.values() if wanted.items() <= job["metadata"]["labels"].items()]
@@ -134,6 +139,8 @@ def test_the_state_store_names_the_job_before_the_labels_do():
     ref = submit_or_reattach(hook, manifests, "ml", if_job_exists=IfJobExists.REATTACH,
                              state_store=Store({"name": "retrain-train-0ld", "namespace": "ml", "uid": "old-uid"}))
     assert ref.uid == "old-uid" and hook.created == []
+    # The connection created that Job: a 401 on this try's first read is an expired token, retried.
+    assert hook.credentials_accepted
 
 
 def test_a_job_its_queue_would_never_take_is_refused_before_anything_is_submitted():
