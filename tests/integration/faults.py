@@ -16,6 +16,7 @@ import json
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from aiohttp import ClientConnectorError, ClientSession, ClientTimeout, TCPConnector, web
@@ -176,3 +177,22 @@ def through(proxy: FaultyProxy, operator_kubeconfig: Path, namespace: str, monke
 
 def upstream_of(operator_kubeconfig: Path) -> str:
     return json.loads(operator_kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+
+
+def fault_window(fault: threading.Event, seconds: float, after: Callable[[], object]) -> tuple[threading.Thread,
+                                                                                         dict[str, float]]:
+    """On a thread, started: once `after()` returns, set `fault` (one of the proxy's) for `seconds`, then
+    clear it. Returns the thread and the window, which gets "from" and "to" (epoch seconds) as they happen."""
+    window: dict[str, float] = {}
+
+    def strike() -> None:
+        after()
+        fault.set()
+        window["from"] = time.time()
+        time.sleep(seconds)
+        fault.clear()
+        window["to"] = time.time()
+
+    thread = threading.Thread(target=strike)
+    thread.start()
+    return thread, window

@@ -83,24 +83,13 @@ def test_a_token_refused_for_longer_than_one_reading_of_the_credentials_ends_no_
     the wait failed, leaving the Job to run unwatched. Now a token accepted before and refused while
     waiting is "cannot see": read again and retried with back-off. Here it is refused for 25 s across
     the Job's end, and the task still gets the Job's real end, with one Job and none left."""
-    from .faults import through, upstream_of
+    from .faults import fault_window, through, upstream_of
 
     name = f"expired{int(deferrable)}"
-    window: dict[str, float] = {}
     with FaultyProxy(upstream_of(operator_kubeconfig), kubeconfig.parent / "pki" / "ca.crt", every=0) as proxy:
         through(proxy, operator_kubeconfig, cluster.namespace, monkeypatch)
-
-        def expire() -> None:
-            cluster.wait_phase(name, {"Running"}, timeout=120)
-            time.sleep(3)
-            proxy.token_expired.set()
-            window["from"] = time.time()
-            time.sleep(25)
-            proxy.token_expired.clear()
-            window["to"] = time.time()
-
-        faults = threading.Thread(target=expire)
-        faults.start()
+        faults, window = fault_window(proxy.token_expired, 25, lambda: (
+            cluster.wait_phase(name, {"Running"}, timeout=120), time.sleep(3)))
         run = run_task(lambda: seed_operator(cluster.namespace, name, deferrable=deferrable, worker_replicas=1,
                                              annotations={SIM + "run-for": "15s"}))
         faults.join()

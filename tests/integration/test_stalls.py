@@ -169,22 +169,12 @@ def test_time_the_logs_cannot_be_read_is_not_silence_and_a_real_hang_is_still_ca
     """Every pod log read fails for 45 s (longer than stall_timeout, 30 s) while the script is healthy:
     no stall meanwhile (it used to delete the Job). The script then really hangs: caught, 30 s of
     silence after the waiter could see again, with its stack."""
-    from .faults import FaultyProxy, through, upstream_of
+    from .faults import FaultyProxy, fault_window, through, upstream_of
 
     with FaultyProxy(upstream_of(operator_kubeconfig), kubeconfig.parent / "pki" / "ca.crt", every=0) as proxy:
         through(proxy, operator_kubeconfig, cluster.namespace, monkeypatch)
-        seen: dict[str, float] = {}
-
-        def outage() -> None:
-            cluster.wait_for("the first ticks", lambda: cluster.log_shows("outage-master-0", "tick 2"), timeout=120)
-            proxy.logs_fail.set()
-            seen["from"] = time.time()
-            time.sleep(45)
-            proxy.logs_fail.clear()
-            seen["to"] = time.time()
-
-        faults = threading.Thread(target=outage)
-        faults.start()
+        faults, seen = fault_window(proxy.logs_fail, 45, lambda: cluster.wait_for(
+            "the first ticks", lambda: cluster.log_shows("outage-master-0", "tick 2"), timeout=120))
         run = run_task(lambda: real_operator(real_node, cluster.namespace, "outage",
                                              training_script=script(tmp_path, TICKS_THEN_HANG), worker_replicas=0,
                                              stall_timeout=30, job_timeout=300, deferrable=deferrable))
@@ -280,7 +270,6 @@ def test_a_deepspeed_ranks_progress_bar_makes_heartbeats_on_its_worker(cluster, 
     """The worker pod's own log (its sshd's container), read while it runs, gets a heartbeat line every
     10 s while its rank writes nothing but `\\r`-redrawn progress. (sshd's own login messages, at the
     start, make one or two: the rank's 50 s of progress make at least four.)"""
-    import threading
 
     from airflow_volcano.operators.deepspeed import VolcanoDeepSpeedJobOperator
 
