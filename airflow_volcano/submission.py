@@ -3,10 +3,10 @@ replace it, or submit anew; never two Jobs for one task instance, never someone 
 
 How an earlier try's Job is found: on Airflow 3.3+ a try records the Job's name and uid in the task
 instance's durable task state store right after submitting; the labels naming the task instance
-(dag, task, run, map index) find it otherwise (older Airflow, or a try that died between creating
-the Job and recording it). A Job labelled reported (`checked`) is history, not a try's to take
-over; a Job built from another request (its hash differs: the DAG changed between tries) is not
-reattached to.
+(dag, task, run, map index) find it too (older Airflow, or a try that died between creating the Job
+and recording it, after an earlier try recorded its own). A Job labelled reported (`checked`) is
+history, not a try's to take over; a Job built from another request (its hash differs: the DAG
+changed between tries) is not reattached to.
 
 No Airflow operator state lives here: the operator passes what it knows.
 """
@@ -45,13 +45,14 @@ def submit_or_reattach(hook: VolcanoHook, manifests: JobManifests, namespace: st
     main = manifests.main_task
     wanted = manifests.request_hash
     stored = _stored_job(hook, state_store)
-    if stored is not None:
-        candidates, found_by = [stored], "the task state store"
-    else:
-        identity = identity_labels(job["metadata"]["labels"])
-        selector = ",".join(f"{key}={value}" for key, value in sorted(identity.items()))
-        candidates, found_by = hook.list_jobs(namespace, selector), "its labels"
-    for existing in candidates:
+    identity = identity_labels(job["metadata"]["labels"])
+    selector = ",".join(f"{key}={value}" for key, value in sorted(identity.items()))
+    # The labels too when the store names a Job: a later try may have died (or been cleared) between
+    # creating its own and recording it, so the store names an older one, reported since.
+    candidates = [(stored, "the task state store")] if stored is not None else []
+    candidates += [(labelled, "its labels") for labelled in hook.list_jobs(namespace, selector)
+                   if stored is None or labelled["metadata"].get("uid") != stored["metadata"].get("uid")]
+    for existing, found_by in candidates:
         if (existing["metadata"].get("labels") or {}).get(CHECKED_LABEL) == "true":
             continue  # an earlier try already reported this Job's result: history, not this try's
         # Unchecked: submitted by a try that died before reporting; running or finished since.

@@ -511,12 +511,14 @@ FAULT_CAUSES = ("Volcano's job controller created no pod",)
 
 
 def cause_named(case: Case, last_log: str, earlier_logs: list[str]) -> bool:
-    """The failure's cause, as the user reads it in the task log: the user's own action; or the exit code of
-    the pod that failed; or, when a fault ended the last try, that fault, where an earlier try named the
-    exit code."""
-    if case.actions and case.actions[-1] == "mark failed":
-        return any(words in last_log for words in MARKED_FAILED_SAYS)
+    """The failure's cause, as the user reads it in the task log: the user's own action (or, when the try was
+    already failing on its own as the mark came, before Airflow's kill reached it, the script's exit code);
+    or the exit code of the pod that failed; or, when a fault ended the last try, that fault, where an
+    earlier try named the exit code."""
     exit_code = f"exit code {case.exit_code}"
+    if case.actions and case.actions[-1] == "mark failed":
+        return any(words in last_log for words in MARKED_FAILED_SAYS) or (
+            case.outcome == "fail" and exit_code in last_log)
     if exit_code in last_log:
         return True
     return any(cause in last_log for cause in FAULT_CAUSES) and any(exit_code in log for log in earlier_logs)

@@ -46,6 +46,9 @@ class FaultyProxy:
         # how many such creates arrived.
         self.job_create_delay = 0.0
         self.job_creates_seen = 0
+        # Seconds the answer to each create of a Volcano Job is held once the apiserver made it (a Job
+        # that exists before its creator knows it).
+        self.job_create_answer_delay = 0.0
         # While set, each request carries a token the apiserver does not accept (one that expired).
         self.token_expired = threading.Event()
         self.streams_cut = 0
@@ -128,7 +131,9 @@ class FaultyProxy:
                                 headers={"Retry-After": self.retry_after} if code == 429 else None)
         if self.latency:
             await asyncio.sleep(self.latency)
-        if request.method == "POST" and "/batch.volcano.sh/" in request.path and request.path.endswith("/jobs"):
+        job_create = (request.method == "POST" and "/batch.volcano.sh/" in request.path
+                      and request.path.endswith("/jobs"))
+        if job_create:
             self.job_creates_seen += 1
             await asyncio.sleep(self.job_create_delay)
         self.forwarded += 1
@@ -139,7 +144,7 @@ class FaultyProxy:
         if streaming:
             self._streams[id(request)] = request
         try:
-            return await self._forward(request, headers, log_read)
+            return await self._forward(request, headers, log_read, self.job_create_answer_delay if job_create else 0)
         except ClientConnectorError:  # the apiserver is down (restarting): what a load balancer would answer
             return web.Response(status=503, text=json.dumps({
                 "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 503,
@@ -147,9 +152,11 @@ class FaultyProxy:
         finally:
             self._streams.pop(id(request), None)
 
-    async def _forward(self, request: web.Request, headers: dict[str, str], log_read: bool) -> web.StreamResponse:
+    async def _forward(self, request: web.Request, headers: dict[str, str], log_read: bool,
+                       hold: float) -> web.StreamResponse:
         async with self._session.request(request.method, self.upstream + request.rel_url.raw_path_qs,
                                          headers=headers, data=await request.read()) as upstream:
+            await asyncio.sleep(hold)
             response = web.StreamResponse(status=upstream.status, headers={
                 k: v for k, v in upstream.headers.items() if k.lower() not in HOP_HEADERS})
             await response.prepare(request)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -205,6 +206,50 @@ def test_a_user_kill_while_the_job_is_being_created_leaves_no_job(cluster, opera
     output = log.read_text()
     assert "The task was killed while it was starting: nothing more is submitted" in output, output[-3000:]
     assert "Task killed: deleting Volcano Job" in output, output[-3000:]
+
+
+def test_a_try_killed_before_recording_its_job_is_reattached_though_an_earlier_try_recorded_its_own(
+        cluster, operator_kubeconfig, kubeconfig, airflow_db, tmp_path, monkeypatch):
+    """Found by the chaos soak: a Clear made a try's write to the task state store fail right after it
+    created its Job; the store still named the Job of the try before, reported since, and the next
+    try, reading the labels only when the store named nothing, submitted a second Job beside the
+    first. Here: try 1's Job fails (reported, recorded); try 2 is killed -9 while the answer to its
+    create is held (its Job exists, unrecorded); try 3 must reattach to try 2's Job."""
+    from airflow_volcano.constants import CHECKED_LABEL
+
+    from .faults import FaultyProxy, through, upstream_of
+
+    dag_id = "unrecorded_job"
+    dag_file = write_dag(tmp_path, dag_id, cluster.namespace, annotations={SIM + "outcome": "run-forever"},
+                         retries=2, retry_delay=0)
+    logical_date = datetime.datetime.now(datetime.UTC).isoformat()
+    log = tmp_path / "worker.log"
+    with FaultyProxy(upstream_of(operator_kubeconfig), kubeconfig.parent / "pki" / "ca.crt", every=0) as proxy:
+        through(proxy, operator_kubeconfig, cluster.namespace, monkeypatch)
+        worker = start_worker(dag_file, dag_id, logical_date, log)  # tries 1 and 2 (retry_delay=0)
+        first = running_job(cluster)
+        proxy.job_create_answer_delay = WORKER_WAIT
+        for pod in cluster.pods(first["metadata"]["name"]):  # try 1's Job fails: exit code 1, not retryable
+            cluster.core.patch_namespaced_pod(pod.metadata.name, cluster.namespace, {"metadata": {"annotations": {
+                SIM + "outcome": "fail", SIM + "exit-code": "1", SIM + "run-for": "1s"}}})
+        second = cluster.wait_for("try 2's Job", lambda: next(
+            (job for job in our_jobs(cluster) if job["metadata"]["uid"] != first["metadata"]["uid"]), None),
+            timeout=WORKER_WAIT)
+        worker.kill()
+        worker.wait(timeout=WORKER_WAIT)
+        proxy.job_create_answer_delay = 0
+        assert cluster.job(first["metadata"]["name"])["metadata"]["labels"].get(CHECKED_LABEL) == "true", \
+            "try 1 reported its Job"
+
+        third = start_worker(dag_file, dag_id, logical_date, log, retry=True)
+        cluster.wait_for("try 3 to reattach or submit", lambda: "Reattaching to Volcano Job" in log.read_text()
+                         or proxy.job_creates_seen > 2, timeout=WORKER_WAIT)
+        assert proxy.job_creates_seen == 2, "try 3 created a Job of its own beside try 2's"
+        cluster.finish_simulated_pods(second["metadata"]["name"])
+        assert third.wait(timeout=WORKER_WAIT) == 0, log.read_text()[-5000:]
+    text = log.read_text()
+    assert re.search(rf"Reattaching to Volcano Job {cluster.namespace}/{second['metadata']['name']} submitted by an "
+                     r"earlier try \(\w+; found by its labels\)", text), text[-5000:]
 
 
 @pytest.mark.parametrize("if_job_exists", ["fail", "replace"])

@@ -124,14 +124,17 @@ def test_replace_deletes_the_earlier_job_and_submits_anew():
     assert hook.jobs[ref.name]["metadata"]["annotations"][REQUEST_HASH_ANNOTATION] == manifests.request_hash
 
 
+class Store:
+    """A task instance's task state store holding one value."""
+
+    def __init__(self, value: dict) -> None:
+        self.value = value
+
+    def get(self, key: str) -> dict:
+        return self.value
+
+
 def test_the_state_store_names_the_job_before_the_labels_do():
-    class Store:
-        def __init__(self, value: dict) -> None:
-            self.value = value
-
-        def get(self, key: str) -> dict:
-            return self.value
-
     manifests = built(args=["--lr", "0.1"])
     old = earlier_try(manifests)
     old["metadata"]["labels"] = {}  # labels that no longer name it (edited by hand, say)
@@ -141,6 +144,20 @@ def test_the_state_store_names_the_job_before_the_labels_do():
     assert ref.uid == "old-uid" and hook.created == []
     # The connection created that Job: a 401 on this try's first read is an expired token, retried.
     assert hook.credentials_accepted
+
+
+def test_a_try_that_died_before_recording_its_job_is_found_by_its_labels_though_the_store_names_an_older_one():
+    """Found by the chaos soak: try 2 reported its Job (checked), try 3 created its own and died before
+    recording it (a Clear refused the store's write). Try 4 skipped the store's reported Job and
+    submitted a second Job beside try 3's, as the labels were read only when the store was empty."""
+    manifests = built(args=["--lr", "0.1"])
+    reported = earlier_try(manifests)
+    reported["metadata"]["labels"] = {**reported["metadata"]["labels"], CHECKED_LABEL: "true"}
+    unrecorded = earlier_try(manifests, name="retrain-train-n3w", uid="new-uid")
+    hook = Hook(reported, unrecorded)
+    ref = submit_or_reattach(hook, manifests, "ml", if_job_exists=IfJobExists.REATTACH,
+                             state_store=Store({"name": "retrain-train-0ld", "namespace": "ml", "uid": "old-uid"}))
+    assert (ref.uid, hook.created, hook.deleted) == ("new-uid", [], [])
 
 
 def test_a_job_its_queue_would_never_take_is_refused_before_anything_is_submitted():
