@@ -517,7 +517,10 @@ def cause_named(case: Case, last_log: str, earlier_logs: list[str]) -> bool:
     earlier try named the exit code."""
     exit_code = f"exit code {case.exit_code}"
     if case.actions and case.actions[-1] == "mark failed":
-        return any(words in last_log for words in MARKED_FAILED_SAYS) or (
+        # A last try whose worker was killed -9 before the mark ends mid-way (no Post Execute): no process
+        # was left to hear the kill, and the task's state is the only word of it.
+        died_unheard = "kill-9 worker" in case.struck and "Post Execute" not in last_log
+        return any(words in last_log for words in MARKED_FAILED_SAYS) or died_unheard or (
             case.outcome == "fail" and exit_code in last_log)
     if exit_code in last_log:
         return True
@@ -590,9 +593,12 @@ def check(soak: Soak, jobs: JobWatch, core: client.CoreV1Api, custom: client.Cus
         ti_key, try_number = identity(job), try_label(job)
         ti = found.get(ti_key) if ti_key else None
         phase = ((job.get("status") or {}).get("state") or {}).get("phase", "")
-        # A failed Job is kept for its logs (on_finish_action delete_succeeded_job): the try it failed owns it.
+        # A failed Job is kept for its logs (on_finish_action delete_succeeded_job): the try it failed owns it;
+        # or, when Airflow ended that try before it reported the Job, the later try that reattached and
+        # reported it (labelled checked).
         try_state = tries_of.get(ti_key, {}).get(try_number) if ti_key else None
-        owned = (ti is not None and phase in FAILED_PHASES and try_state in ("failed", "up_for_retry")
+        reported = (job["metadata"].get("labels") or {}).get(LABEL_PREFIX + "checked") == "true"
+        owned = (ti is not None and phase in FAILED_PHASES and (try_state in ("failed", "up_for_retry") or reported)
                  and per_try[(ti_key, try_number)] == 1)
         orphans.check(owned, f"Job {job['metadata']['name']} ({phase}) of {ti_key} try {try_number}: task instance "
                               f"{ti['state'] if ti else 'unknown'}, that try {try_state}")
