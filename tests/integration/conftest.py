@@ -220,12 +220,16 @@ class Cluster:
                 return False
             raise
 
-    def finish_simulated_pods(self, job_name: str) -> None:
-        """Let a Job's kwok pods that run forever (sim outcome run-forever) succeed now: kwok acts on
-        the changed annotations, so a test ends a Job when it is done with it, not on a guessed clock."""
+    def finish_simulated_pods(self, job_name: str, exit_code: int = 0) -> None:
+        """Let a Job's kwok pods that run forever (sim outcome run-forever) end now, succeeding or failing
+        with `exit_code`: kwok acts on the changed annotations, so a test ends a Job when it is done with
+        it, not on a guessed clock."""
+        ending = {"sim.airflow-volcano.io/outcome": "fail" if exit_code else "succeed",
+                  "sim.airflow-volcano.io/run-for": "1s"}
+        if exit_code:
+            ending["sim.airflow-volcano.io/exit-code"] = str(exit_code)
         for pod in self.pods(job_name):
-            self.core.patch_namespaced_pod(pod.metadata.name, self.namespace, {"metadata": {"annotations": {
-                "sim.airflow-volcano.io/outcome": "succeed", "sim.airflow-volcano.io/run-for": "1s"}}})
+            self.core.patch_namespaced_pod(pod.metadata.name, self.namespace, {"metadata": {"annotations": ending}})
 
     def configmap_names(self) -> set[str]:
         return {cm.metadata.name for cm in self.core.list_namespaced_config_map(self.namespace).items}

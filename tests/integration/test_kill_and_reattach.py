@@ -229,9 +229,7 @@ def test_a_try_killed_before_recording_its_job_is_reattached_though_an_earlier_t
         worker = start_worker(dag_file, dag_id, logical_date, log)  # tries 1 and 2 (retry_delay=0)
         first = running_job(cluster)
         proxy.job_create_answer_delay = WORKER_WAIT
-        for pod in cluster.pods(first["metadata"]["name"]):  # try 1's Job fails: exit code 1, not retryable
-            cluster.core.patch_namespaced_pod(pod.metadata.name, cluster.namespace, {"metadata": {"annotations": {
-                SIM + "outcome": "fail", SIM + "exit-code": "1", SIM + "run-for": "1s"}}})
+        cluster.finish_simulated_pods(first["metadata"]["name"], exit_code=1)  # try 1's Job fails: not retryable
         second = cluster.wait_for("try 2's Job", lambda: next(
             (job for job in our_jobs(cluster) if job["metadata"]["uid"] != first["metadata"]["uid"]), None),
             timeout=WORKER_WAIT)
