@@ -693,9 +693,25 @@ class VolcanoJobOperator(BaseOperator):
             log_pods=[[pod, container] for pod, container in self._log_pods(job, ref.main_task)],
             probe_pods=[[pod, container] for pod, container in self._probed_pods(job, ref.main_task)],
         )
+        self._stop_if_killed_on_server(ref)
         self.log.info("Deferring: the triggerer waits for Volcano Job %s/%s; this worker slot is free",
                       ref.namespace, ref.name)
         self.defer(trigger=trigger, method_name="execute_complete")
+
+    def _stop_if_killed_on_server(self, ref: JobRef) -> None:
+        """A user's "Mark failed" or "Clear" that changed the task instance's state after Airflow's last
+        heartbeat has not reached this process yet (no SIGTERM): Airflow would refuse the deferral ("not
+        in the running state") and call nothing of the task after it, neither a trigger nor on_kill, so
+        the Job would train on with nobody to delete it (found by the chaos soak). Settled here as
+        on_kill settles a kill. A state that cannot be read is no kill: the task defers."""
+        state = self._state_on_server()
+        if state in (None, "running"):
+            return
+        self.on_kill()
+        kept = " and kept (on_kill_action='keep_job')" if self.on_kill_action == OnKillAction.KEEP_JOB else ""
+        raise VolcanoJobError(f"The task instance is {state} on the server (a user marked it, or cleared it) as "
+                              f"it was about to defer: Airflow would run no trigger for Volcano Job "
+                              f"{ref.namespace}/{ref.name}{kept}")
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Resume after the trigger fired: the same finalize as the synchronous path."""

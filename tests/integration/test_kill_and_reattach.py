@@ -40,11 +40,13 @@ def write_dag(tmp_path: Path, dag_id: str, namespace: str, **operator_kwargs) ->
 
 
 def start_worker(dag_file: Path, dag_id: str, logical_date: str, log: Path, *, retry: bool = False,
-                 env: dict[str, str] | None = None) -> subprocess.Popen:
-    """A worker running the DAG's task; `retry` runs the next try of the same task instance."""
+                 external_triggerer: bool = False, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """A worker running the DAG's task; `retry` runs the next try of the same task instance;
+    `external_triggerer` leaves a deferred task to a triggerer (none runs unless the test starts one)."""
     out = log.open("ab")
     return subprocess.Popen([sys.executable, str(RUNNER), str(dag_file), dag_id, logical_date,
-                             *(["--retry"] if retry else [])],
+                             *(["--retry"] if retry else []),
+                             *(["--external-triggerer"] if external_triggerer else [])],
                             stdout=out, stderr=subprocess.STDOUT,
                             env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})))
 
@@ -205,6 +207,48 @@ def test_a_user_kill_while_the_job_is_being_created_leaves_no_job(cluster, opera
                      timeout=60)
     output = log.read_text()
     assert "The task was killed while it was starting: nothing more is submitted" in output, output[-3000:]
+    assert "Task killed: deleting Volcano Job" in output, output[-3000:]
+
+
+def test_a_user_kill_landing_as_the_task_defers_leaves_no_job(cluster, operator_kubeconfig, kubeconfig,
+                                                               airflow_db, tmp_path, monkeypatch):
+    """Found by the chaos soak: "Mark failed" changed the task instance's state just before the task
+    deferred, and before Airflow's heartbeat could SIGTERM it. Airflow refused the deferral (409, "not in
+    the running state"): no trigger ran, no on_kill was called, and the Job trained on to Completed with
+    nobody to delete it. Here the server's state changes while the Job's create is held by the proxy, and
+    no SIGTERM follows: the task must see the kill before deferring, delete its Job and say why."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    from .faults import FaultyProxy, through, upstream_of
+
+    dag_id = "kill_as_deferring"
+    dag_file = write_dag(tmp_path, dag_id, cluster.namespace, name="killdefer", deferrable=True, retries=0,
+                         annotations={SIM + "outcome": "run-forever"})
+    log = tmp_path / "worker.log"
+    with FaultyProxy(upstream_of(operator_kubeconfig), kubeconfig.parent / "pki" / "ca.crt", every=0) as proxy:
+        proxy.job_create_answer_delay = 5.0
+        through(proxy, operator_kubeconfig, cluster.namespace, monkeypatch)
+        # As a real worker does: the trigger is left to a triggerer (dag.test would run it in line, even
+        # after Airflow refused the deferral). None runs: a refused deferral makes no trigger.
+        worker = start_worker(dag_file, dag_id, datetime.datetime.now(datetime.UTC).isoformat(), log,
+                              external_triggerer=True)
+        cluster.wait_for("the Job created, its answer held", lambda: cluster.job("killdefer") is not None,
+                         timeout=WORKER_WAIT)
+        with create_session() as session:  # "Mark failed": the server's state only (the SIGTERM comes late)
+            session.query(TaskInstance).filter_by(dag_id=dag_id, task_id="train").update({"state": "failed"})
+        try:
+            worker.wait(timeout=WORKER_WAIT)
+        except subprocess.TimeoutExpired:  # dag.test waits on for the trigger a refused deferral never made
+            worker.kill()
+            worker.wait()
+
+    cluster.wait_for("the Job to be gone", lambda: cluster.job("killdefer") is None and not cluster.pods("killdefer")
+                     and "killdefer-script" not in cluster.configmap_names(), timeout=60)
+    output = log.read_text()
+    assert (f"The task instance is failed on the server (a user marked it, or cleared it) as it was about to "
+            f"defer: Airflow would run no trigger for Volcano Job {cluster.namespace}/killdefer") in output, \
+        output[-3000:]
     assert "Task killed: deleting Volcano Job" in output, output[-3000:]
 
 
