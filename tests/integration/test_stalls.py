@@ -15,11 +15,19 @@ import pytest
 from .real_node import real_operator, script
 
 HANGS = """
-    import os, pathlib, time
+    import os, pathlib, threading, time
+
+    def starting():
+        while not started.wait(5):
+            print("starting", flush=True)
+
+    started = threading.Event()
+    threading.Thread(target=starting, daemon=True).start()
     import torch
     import torch.distributed as dist
 
     dist.init_process_group("gloo")
+    started.set()
     rank = dist.get_rank()
     marker = pathlib.Path("/state/hung-once")
     print(f"rank {rank} of {dist.get_world_size()} starts", flush=True)
@@ -32,6 +40,10 @@ HANGS = """
     print(f"rank {rank} done", flush=True)
     os._exit(0)
 """
+# Until the group is up (every rank started: init_process_group waits for all), a line every 5 s: the
+# hang is the only silence. CI (stop 40) once missed ranks of a torchrun run's stacks, beside three
+# other tests on 2 cores: the likeliest cause, a start (torchrun's agent importing torch, then each rank)
+# silent for stall_timeout, so that the stall came before those ranks existed.
 # os._exit after "done", no teardown: destroy_process_group() of rank 0, its peers already gone, once sat
 # in gloo for over stall_timeout on every attempt (the stall watcher rightly restarted it); without it,
 # the interpreter's exit aborts gloo's threads now and then (exit 134, a failed Job). Neither is the test.

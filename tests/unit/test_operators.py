@@ -62,3 +62,30 @@ def test_on_kill_deletes_the_job_only_when_no_later_try_will_watch_it(monkeypatc
     operator._ti = _TaskInstance(try_number, max_tries, state)
     operator.on_kill()
     assert ("delete Job ml/train" in hook.done) == deleted, hook.done
+
+
+@pytest.mark.parametrize(("state", "stopped"), [
+    ("running", False),                        # the deferral goes on
+    ("failed", True),                          # marked failed since the last heartbeat: Airflow would refuse it
+    ("none", True),                            # cleared
+    (TimeoutError("read timed out"), False),   # unknown is no kill: the task defers
+], ids=["running", "marked-failed", "cleared", "unreadable"])
+def test_a_task_about_to_defer_that_is_no_longer_running_settles_its_job_instead(monkeypatch, state, stopped):
+    from airflow_volcano.exceptions import VolcanoJobError
+    from airflow_volcano.job_ref import JobRef
+
+    from .test_finalize import Hook
+
+    hook = Hook()
+    monkeypatch.setattr(VolcanoPyTorchJobOperator, "hook", property(lambda _: hook))
+    operator = VolcanoPyTorchJobOperator(task_id="train", name="train", namespace="ml", deferrable=True)
+    ref = JobRef(name="train", namespace="ml", uid="u1", script_configmap=None)
+    operator._job_ref = ref
+    operator._ti = _TaskInstance(1, 1, state)
+    if stopped:
+        with pytest.raises(VolcanoJobError, match=f"The task instance is {state} on the server .* as it was about "
+                                                  "to defer: Airflow would run no trigger for Volcano Job ml/train"):
+            operator._stop_if_killed_on_server(ref)
+    else:
+        operator._stop_if_killed_on_server(ref)
+    assert ("delete Job ml/train" in hook.done) == stopped, hook.done
