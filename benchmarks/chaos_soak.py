@@ -503,7 +503,10 @@ def seconds_between(start: str | None, end: str | None) -> float:
 
 # What the last try's log says of a task instance a user marked failed: Airflow's words in a worker, the
 # provider's on the kill (in a worker, or the trigger's when it was deferred).
-MARKED_FAILED_SAYS = ("shouldn't be running anymore", "Task killed", "Trigger cancelled by user action")
+# Or Airflow's refusal of the try's own report, when the mark came as the try was ending on its own.
+MARKED_FAILED_SAYS = ("shouldn't be running anymore", "Task killed", "Trigger cancelled by user action",
+                      "TI was not in the running state")
+DEFERRED = "Pausing task as DEFERRED"
 
 
 # A try a fault ended, in its own words: a Job Volcano's controller never made pods for (an apiserver restart).
@@ -520,7 +523,11 @@ def cause_named(case: Case, last_log: str, earlier_logs: list[str]) -> bool:
         # A last try whose worker was killed -9 before the mark ends mid-way (no Post Execute): no process
         # was left to hear the kill, and the task's state is the only word of it.
         died_unheard = "kill-9 worker" in case.struck and "Post Execute" not in last_log
-        return any(words in last_log for words in MARKED_FAILED_SAYS) or died_unheard or (
+        # A mark landing after Airflow recorded the deferral and before a triggerer took the trigger up: no
+        # trigger ran (Airflow calls on_kill only of a running one), and the log ends with the deferral.
+        deferred_unheard = DEFERRED in last_log and not last_log.rpartition(DEFERRED)[2].replace(
+            "::endgroup::", "").strip(" .\n")
+        return any(words in last_log for words in MARKED_FAILED_SAYS) or died_unheard or deferred_unheard or (
             case.outcome == "fail" and exit_code in last_log)
     if exit_code in last_log:
         return True

@@ -404,10 +404,7 @@ class VolcanoJobTrigger(BaseTrigger):
                           "keeping Volcano Job %s/%s", ref.namespace, ref.name)
         else:
             self.log.info("Cancelled while the task is %s: treating it as a kill", state)
-            try:
-                await self.on_kill()
-            except Exception:  # noqa: BLE001 - the cancellation must still go on
-                self.log.exception("Could not delete Volcano Job %s/%s after the kill", ref.namespace, ref.name)
+            await self._delete_job()
 
     async def _task_state(self) -> str | None:
         from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
@@ -423,12 +420,23 @@ class VolcanoJobTrigger(BaseTrigger):
         return None if state is None else str(getattr(state, "value", state))
 
     async def on_kill(self) -> None:
-        """A user marked the deferred task failed/success or cleared it: stop the training."""
+        """A user marked the deferred task failed/success or cleared it: stop the training. The triggerer
+        may cancel this trigger again while on_kill runs (found by the chaos soak: a delete retrying a
+        refused token was cut off after a second, and the Job trained on), so the deletion runs to its
+        end regardless, within ON_KILL_SECONDS."""
         if self.on_kill_action == OnKillAction.KEEP_JOB:
             return
+        await _finish_despite_cancellation(self._delete_job(), ON_KILL_SECONDS)
+
+    async def _delete_job(self) -> None:
+        """The Job and the script's ConfigMap, after a kill; a failure is said in the task log."""
         ref = JobRef.from_dict(self.job)
-        hook = await self._hook()
-        await hook.run(calls.delete_job(ref.name, ref.namespace))
-        if ref.script_configmap:
-            await hook.run(calls.delete_configmap(ref.script_configmap, ref.namespace))
+        try:
+            hook = await self._hook()
+            await hook.run(calls.delete_job(ref.name, ref.namespace))
+            if ref.script_configmap:
+                await hook.run(calls.delete_configmap(ref.script_configmap, ref.namespace))
+        except Exception:  # noqa: BLE001 - said; the kill goes on
+            self.log.exception("Could not delete Volcano Job %s/%s after the kill", ref.namespace, ref.name)
+            return
         self.log.info("Task killed: deleted Volcano Job %s/%s", ref.namespace, ref.name)

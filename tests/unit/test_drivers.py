@@ -261,3 +261,38 @@ def test_a_stack_read_is_capped_and_the_report_says_so():
     assert any(f"passed {STACKS_MAX_BYTES // 1024} KiB, the most read for stacks" in line for line in reported)
     assert pods and where == ""
     assert lines == reported[1:], "the report's lines, as shown (after the stall's notice), for the wait's outcome"
+
+
+def test_a_kill_deletes_the_job_though_the_triggerer_cancels_the_trigger_again_meanwhile(monkeypatch):
+    """Found by the chaos soak: a user's "Mark failed" of a deferred task; the trigger's on_kill was
+    deleting the Job (retrying a refused token) when the triggerer cancelled it again, and the Job was
+    left. The deletion now runs to its end (within ON_KILL_SECONDS) whatever cancels it meanwhile."""
+    import contextlib
+
+    from airflow_volcano.triggers.job import VolcanoJobTrigger
+
+    trigger = VolcanoJobTrigger(JobRef(name="train", namespace="ml", uid="job-uid", script_configmap="train-script")
+                                .to_dict(), "kubernetes_default", limits=WaitLimits().to_dict())
+    done: list[str] = []
+
+    class SlowHook:
+        async def run(self, call: calls.Call[Any]) -> bool:
+            await asyncio.sleep(0.3)  # a call retrying, as against a token the apiserver refuses
+            done.append(call.what)
+            return True
+
+    async def slow_hook() -> SlowHook:
+        return SlowHook()
+
+    monkeypatch.setattr(trigger, "_hook", slow_hook)
+
+    async def user_kill() -> None:
+        kill = asyncio.ensure_future(trigger.on_kill())
+        for _ in range(4):  # the triggerer cancelling the trigger again and again
+            await asyncio.sleep(0.1)
+            kill.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await kill
+
+    asyncio.run(user_kill())
+    assert done == ["delete Job ml/train", "delete ConfigMap ml/train-script"]
