@@ -46,6 +46,12 @@ def gang_needs(resources: Mapping[str, Any] | None) -> dict[str, Decimal]:
     return needs
 
 
+def ended_pods(status: Mapping[str, Any] | None) -> int:
+    """How many of a PodGroup's pods have succeeded or failed (the scheduler's count of its status)."""
+    status = status or {}
+    return sum(count for count in (status.get("succeeded"), status.get("failed")) if isinstance(count, int))
+
+
 def quantity_text(name: str, value: Decimal) -> str:
     """A quantity of a resource as a person reads it: `2` or `500m` (cpu), `24Gi` (memory), `16`."""
     if name == "memory" or name.startswith("hugepages-") or name == "ephemeral-storage":
@@ -81,6 +87,7 @@ class Gang:
     created: float
     uid: str = ""
     needs: Mapping[str, Decimal] = field(default_factory=dict)
+    ended_pods: int = 0  # pods of it that have succeeded or failed
 
     @classmethod
     def of(cls, podgroup: Mapping[str, Any]) -> Gang:
@@ -97,7 +104,7 @@ class Gang:
                    phase=(podgroup.get("status") or {}).get("phase") or PENDING,
                    priority_class=spec.get("priorityClassName") or "",
                    created=parse_time(metadata.get("creationTimestamp")) or 0.0, uid=metadata.get("uid", ""),
-                   needs=gang_needs(spec.get("minResources")))
+                   needs=gang_needs(spec.get("minResources")), ended_pods=ended_pods(podgroup.get("status")))
         if key[0] and key[1]:
             if len(_GANGS) >= MAX_REMEMBERED_GANGS:
                 _GANGS.clear()
@@ -106,7 +113,10 @@ class Gang:
 
     @property
     def waiting(self) -> bool:
-        return self.phase in WAITING_PHASES
+        """Not placed yet, and not a Job that has ended: Volcano's scheduler sets a finished Job's
+        PodGroup back to Pending once fewer than its minMember pods are left (the master succeeded,
+        CompleteJob removed the workers) and leaves it so until the Job is deleted; its ended pods tell."""
+        return self.phase in WAITING_PHASES and not self.ended_pods
 
     def order(self, priorities: Priorities) -> tuple[int, int, float, str]:
         """The scheduler's order (see the module's docstring): smaller first."""
@@ -381,6 +391,7 @@ def podgroup_view(podgroup: Mapping[str, Any]) -> dict[str, Any]:
                                              for owner in (metadata.get("ownerReferences") or [])[:1]]},
             "spec": {key: spec[key] for key in ("queue", "priorityClassName", "minResources") if key in spec},
             "status": {"phase": status.get("phase"),
+                       **{key: status[key] for key in ("succeeded", "failed") if key in status},
                        "conditions": [{key: condition[key] for key in ("type", "status", "reason", "message")
                                        if key in condition} for condition in status.get("conditions") or []
                                       if condition.get("type") == "Unschedulable"]}}

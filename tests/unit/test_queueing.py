@@ -83,6 +83,20 @@ def test_position_follows_priority_then_creation_and_admitted_jobs_come_first():
             "more set aside for Jobs admitted before it; the Jobs ahead of it need 8 nvidia.com/gpu") in text
 
 
+def test_a_finished_job_whose_podgroup_volcano_set_back_to_pending_is_not_waiting():
+    """What Volcano v1.14 does (seen in the local cluster): the master succeeds, CompleteJob removes the
+    worker, and the Completed Job's PodGroup is Pending with `succeeded: 1` until the Job is deleted."""
+    mine = podgroup("mine", "Pending", created="2026-01-01T10:05:00Z", needs={GPU: "2"})
+    completed = podgroup("completed", "Pending", created="2026-01-01T09:00:00Z", needs={GPU: "2"})
+    completed["status"].update(succeeded=1)
+    aborted = podgroup("aborted", "Pending", created="2026-01-01T09:01:00Z", needs={GPU: "2"})
+    aborted["status"].update(failed=1, succeeded=0)
+    rival = podgroup("rival", "Pending", created="2026-01-01T10:00:00Z", needs={GPU: "2"})
+    for podgroups in ((completed, aborted, rival), tuple(map(podgroup_view, (completed, aborted, rival)))):
+        report = waiting_report(mine, snapshot(*podgroups, capability={GPU: "4"}, allocated={GPU: "0"}))
+        assert (report.position, report.waiting, report.ahead) == (2, 2, ("ml/rival",))
+
+
 def test_a_job_that_fits_the_queue_names_no_shortage_and_an_admitted_job_blames_no_queue():
     mine = podgroup("mine", "Pending", created="2026-01-01T10:05:00Z", needs={"cpu": "2"})
     report = waiting_report(mine, snapshot(capability={"cpu": "4"}, allocated={"cpu": "1"}))
