@@ -8,7 +8,6 @@ serialisable; the follower thread is the only part that does I/O.
 
 from __future__ import annotations
 
-import math
 import re
 import threading
 import time
@@ -75,12 +74,10 @@ class LogCursor:
         """Epoch seconds of the newest line read (a hidden heartbeat too), if any."""
         return self.last_ns / 1e9 if self.last_ns else None
 
-    def since_seconds(self, now: float | None = None) -> int | None:
-        """How far back to re-read so the stream restarts at or before the last line shown."""
-        if not self.last_ns:
-            return None
-        now = time.time() if now is None else now
-        return max(1, math.ceil(now - self.last_ns / 1e9) + 1)
+    @property
+    def read_from(self) -> float | None:
+        """Where a read resumes (epoch seconds): at or before the last line shown; None: from the start."""
+        return self.last_ns / 1e9 if self.last_ns else None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"last_ns": self.last_ns, "seen_at_last": self.seen_at_last,
@@ -154,13 +151,13 @@ class OutputSight(Protocol):
 class LogFollower(threading.Thread):
     """Follows one pod's log in the background until stopped, reconnecting when the stream drops.
 
-    `open_stream(since_seconds)` returns an iterable of raw lines (and may have a `close()`); it
-    raises LookupError while the pod does not exist or has not started yet (nothing to see), anything
-    else when the log cannot be read. `output` (if given) is told what this follower sees, as
+    `open_stream(since)` (an epoch time, None: from the start) returns an iterable of raw lines (and
+    may have a `close()`); it raises LookupError while the pod does not exist or has not started yet
+    (nothing to see), anything else when the log cannot be read. `output` (if given) is told what this follower sees, as
     `source`: each new line, and whether the log can be read.
     """
 
-    def __init__(self, open_stream: Callable[[int | None], Any], cursor: LogCursor, emit: LineEmit,
+    def __init__(self, open_stream: Callable[[float | None], Any], cursor: LogCursor, emit: LineEmit,
                  retry_interval: float = 2.0, *, output: OutputSight | None = None, source: str = "") -> None:
         super().__init__(name="volcano-log-follower", daemon=True)
         self.open_stream = open_stream
@@ -179,7 +176,7 @@ class LogFollower(threading.Thread):
     def run(self) -> None:
         while not self._stop_event.is_set():
             try:
-                stream = self.open_stream(self.cursor.since_seconds())
+                stream = self.open_stream(self.cursor.read_from)
                 with self._lock:
                     if self._stop_event.is_set():
                         _close(stream)

@@ -59,15 +59,15 @@ def main_log_copy(ref: JobRef, logger: Any, cursor: LogCursor | None = None) -> 
                       cursor or LogCursor())
 
 
-def pod_log_stream(hook: VolcanoHook, namespace: str, copy: PodLogCopy) -> Callable[[int | None], Any]:
-    """What a LogFollower opens: the pod's log followed from `since_seconds` ago; LookupError while the
-    pod has not started (nothing to see yet)."""
-    def open_stream(since_seconds: int | None) -> Any:
+def pod_log_stream(hook: VolcanoHook, namespace: str, copy: PodLogCopy) -> Callable[[float | None], Any]:
+    """What a LogFollower opens: the pod's log followed from the epoch time `since`; LookupError while
+    the pod has not started (nothing to see yet)."""
+    def open_stream(since: float | None) -> Any:
         pod = hook.get_pod(copy.pod, namespace)
         phase = ((pod or {}).get("status") or {}).get("phase")
         if phase not in STARTED_POD_PHASES:
             raise LookupError(f"pod {copy.pod} is not running yet ({phase or 'absent'})")
-        return hook.stream_pod_log(copy.pod, namespace, container=copy.container, since_seconds=since_seconds)
+        return hook.stream_pod_log(copy.pod, namespace, container=copy.container, since=since)
 
     return open_stream
 
@@ -77,7 +77,7 @@ def read_remaining_log(hook: VolcanoHook, namespace: str, copy: PodLogCopy) -> N
     Streamed and split like every other read: one chunk in memory, each line bounded and escaped."""
     try:
         chunks = hook.pod_log_chunks(copy.pod, namespace, container=copy.container,
-                                     since_seconds=copy.cursor.since_seconds())
+                                     since=copy.cursor.read_from)
         emit_new_lines(iter_lines(chunks), copy.cursor, copy.emit)
     except VolcanoApiError as error:
         if error.status != 404:

@@ -25,6 +25,8 @@ from airflow_volcano.stalls import (
 from airflow_volcano.timestamps import parse_timestamp_ns
 from airflow_volcano.wait_engine import BLIND, PodRef, scheduling_subjects
 
+# A stacks read starts this long before the request: slack for the node's clock.
+STACKS_READ_SLACK_SECONDS = 10.0
 # A probe reads a pod's last line: this many bytes are plenty (a line longer is cut by the reader).
 PROBE_MAX_BYTES = 64 * 1024
 
@@ -92,12 +94,13 @@ def probe_output(namespace: str, pods: Iterable[tuple[str, str | None]]) -> Prog
 
 
 def collect_stacks(ref: JobRef, silent_for: float, report: Emit,
-                   request: str) -> Program[tuple[str, tuple[PodRef, ...], list[str]]]:
+                   requested_at: float) -> Program[tuple[str, tuple[PodRef, ...], list[str]]]:
     """For CollectStacks: ask every Running training pod for its Python stacks (the pod annotation its
-    forward-signals.sh watches), read them from the pods' logs (at most STACKS_MAX_BYTES a read), show
-    them; returns where each process was, briefly, the pods asked (what a restart deletes) and the
-    report's lines."""
+    forward-signals.sh watches, set to `requested_at`, epoch seconds, as the request's id), read them
+    from the pods' logs (at most STACKS_MAX_BYTES a read), show them; returns where each process was,
+    briefly, the pods asked (what a restart deletes) and the report's lines."""
     report(stall_notice(ref.namespace, ref.name, silent_for))
+    request = str(int(requested_at))
     collection = StackCollection.of((yield calls.list_job_pods(ref.name, ref.namespace)), request,
                                     skip_tasks=[TENSORBOARD_TASK])
     for pod, _container in collection.pods:
@@ -111,10 +114,9 @@ def collect_stacks(ref: JobRef, silent_for: float, report: Emit,
         yield Sleep(STACKS_POLL_SECONDS)
         polls += 1
         for pod, container in collection.waiting_for():
-            # Since the request (with slack for the reads themselves): the answer comes after it.
-            since = int(polls * STACKS_POLL_SECONDS) + 10
-            try:
-                data = yield calls.read_pod_log(pod, ref.namespace, container=container, since_seconds=since,
+            try:  # from the request on (with slack: the node's clock is not ours): the answer comes after it
+                data = yield calls.read_pod_log(pod, ref.namespace, container=container,
+                                                since=requested_at - STACKS_READ_SLACK_SECONDS,
                                                 limit_bytes=STACKS_MAX_BYTES)
             except Exception:  # noqa: BLE001 - a pod that cannot be read now may be read at the next poll
                 continue

@@ -158,8 +158,7 @@ def _drive(hook: VolcanoHook, ref: JobRef, limits: WaitLimits, clock: Callable[[
             case ProbeOutput(pods=pods):
                 action = engine.output_probed(hook.drive(wait_steps.probe_output(ref.namespace, pods)), clock())
             case CollectStacks(silent_for=silent_for):
-                where, running, lines = hook.drive(wait_steps.collect_stacks(ref, silent_for, report,
-                                                                            str(int(clock()))))
+                where, running, lines = hook.drive(wait_steps.collect_stacks(ref, silent_for, report, clock()))
                 action = engine.stacks_collected(where, clock(), running, lines)
             case RestartJob(pods=pods):
                 action = engine.restart_requested(clock(), hook.drive(wait_steps.restart_gang(ref.namespace, pods)))

@@ -91,8 +91,8 @@ def read_with(reader: str, kubeconfig: str, lines: int) -> dict:
         hook = VolcanoHook()
         log = structlog.get_logger("airflow.task")
 
-        def open_stream(since_seconds: int | None) -> object:
-            return hook.stream_pod_log(POD, NAMESPACE, container=CONTAINER, since_seconds=since_seconds)
+        def open_stream(since: float | None) -> object:
+            return hook.stream_pod_log(POD, NAMESPACE, container=CONTAINER, since=since)
 
         from airflow_volcano.pod_logs import pod_line_emit
 

@@ -14,6 +14,7 @@ by either hook (`hook.drive(program)`). Pure: no client is imported, no clock is
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
@@ -78,6 +79,22 @@ class Call(Generic[T]):
     absent: Any = REQUIRED
     retry_for: float | None = None
     raw: bool = False
+    # A log read's start, as an epoch time: made relative (`since_seconds`, what the kubelet takes) at
+    # each attempt, so that a read retried after a back-off still starts there (a relative one worked
+    # out before the first attempt skipped what the pod printed during the retries).
+    since: float | None = None
+
+    def arguments(self, now: float) -> Mapping[str, Any]:
+        """The keyword arguments to send at epoch time `now`."""
+        if self.since is None:
+            return self.kwargs
+        return {**self.kwargs, "since_seconds": since_seconds(self.since, now)}
+
+
+def since_seconds(since: float, now: float) -> int:
+    """The `sinceSeconds` of a log read sent at `now` that starts at or before the epoch time `since`
+    (whole seconds, at least 1, and one more for the kubelet's rounding)."""
+    return max(1, math.ceil(now - since) + 1)
 
 
 @dataclass(frozen=True)
@@ -178,20 +195,21 @@ def annotate_pod(name: str, namespace: str, annotations: dict[str, str]) -> Call
                 (name, namespace, {"metadata": {"annotations": annotations}}), shape=done, absent=False)
 
 
-def log_options(container: str | None, since_seconds: int | None, **options: Any) -> dict[str, Any]:
+def log_options(container: str | None, **options: Any) -> dict[str, Any]:
     """The arguments of a pod log read: with timestamps (the cursor needs them) and undecoded (the
     client's own decoding mangles non-UTF-8 logs); options left out when unset."""
-    wanted = {"container": container, "since_seconds": since_seconds, **options}
+    wanted = {"container": container, **options}
     return {"timestamps": True, "_preload_content": False} | {key: value for key, value in wanted.items() if value}
 
 
-def read_pod_log(name: str, namespace: str, *, container: str | None, since_seconds: int | None = None,
+def read_pod_log(name: str, namespace: str, *, container: str | None, since: float | None = None,
                  tail_lines: int | None = None, limit_bytes: int | None = None, follow: bool = False) -> Call[bytes]:
-    """The pod's log (with timestamps), undecoded: as bytes from `run` (bound it with `tail_lines` or
-    `limit_bytes`), or streamed (`pod_log_chunks`; followed with `follow`)."""
+    """The pod's log (with timestamps), undecoded, from the epoch time `since` (None: from its start):
+    as bytes from `run` (bound it with `tail_lines` or `limit_bytes`), or streamed (`pod_log_chunks`;
+    followed with `follow`)."""
     return Call(f"read log of pod {namespace}/{name}", "core", "read_namespaced_pod_log", (name, namespace),
-                log_options(container, since_seconds, tail_lines=tail_lines, limit_bytes=limit_bytes, follow=follow),
-                raw=True)
+                log_options(container, tail_lines=tail_lines, limit_bytes=limit_bytes, follow=follow),
+                raw=True, since=since)
 
 
 # -- what explains a Job ----------------------------------------------------------------------------

@@ -106,7 +106,7 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
         return self._attempts(call, once)
 
     def _send(self, call: Call[Any]) -> Any:
-        return getattr(_api(client, self.api_client, call.api), call.method)(*call.args, **call.kwargs)
+        return getattr(_api(client, self.api_client, call.api), call.method)(*call.args, **call.arguments(time.time()))
 
     def _attempts(self, call: Call[Any], once: Callable[[], Any]) -> Any:
         """`once()` until it succeeds, as the retry policy says (AsyncVolcanoHook._attempts is the async side)."""
@@ -247,14 +247,13 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
     # -- streams: logs and watches ------------------------------------------------------------------
 
     def pod_log_chunks(
-        self, name: str, namespace: str, *, container: str | None = None, since_seconds: int | None = None,
+        self, name: str, namespace: str, *, container: str | None = None, since: float | None = None,
         tail_lines: int | None = None, chunk_bytes: int = LOG_CHUNK_BYTES,
     ) -> Iterator[bytes]:
-        """The log (with timestamps) to its end as of now, not followed, as raw bytes in chunks of at
-        most `chunk_bytes` (one in memory at a time however much was written; undecoded: a chunk may
-        end inside a character)."""
-        call = calls.read_pod_log(name, namespace, container=container, since_seconds=since_seconds,
-                                  tail_lines=tail_lines)
+        """The log (with timestamps) from the epoch time `since` to its end as of now, not followed, as
+        raw bytes in chunks of at most `chunk_bytes` (one in memory at a time however much was written;
+        undecoded: a chunk may end inside a character)."""
+        call = calls.read_pod_log(name, namespace, container=container, since=since, tail_lines=tail_lines)
         response = self._attempts(call, lambda: self._send(call))
         try:
             yield from response.stream(chunk_bytes, decode_content=True)
@@ -262,10 +261,11 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
             response.release_conn()
 
     def stream_pod_log(
-        self, name: str, namespace: str, *, container: str | None = None, since_seconds: int | None = None
+        self, name: str, namespace: str, *, container: str | None = None, since: float | None = None
     ) -> Any:
-        """An open, following log stream (urllib3 response); the caller reads and closes it."""
-        call = calls.read_pod_log(name, namespace, container=container, since_seconds=since_seconds, follow=True)
+        """An open log stream followed from the epoch time `since` (urllib3 response); the caller reads
+        and closes it."""
+        call = calls.read_pod_log(name, namespace, container=container, since=since, follow=True)
         return self._attempts(call, lambda: self._send(call))
 
     def watch_job(
@@ -448,7 +448,8 @@ class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
         """As VolcanoHook.run, on the event loop."""
         async def once() -> Any:
             async with self.get_conn() as api:
-                answer = await getattr(_api(async_client, api, call.api), call.method)(*call.args, **call.kwargs)
+                answer = await getattr(_api(async_client, api, call.api), call.method)(
+                    *call.args, **call.arguments(time.time()))
                 if not call.raw:
                     return call.shape(answer, api.sanitize_for_serialization)
                 response = await _checked(answer)
@@ -481,20 +482,19 @@ class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
     # -- streams: logs and the shared watches -------------------------------------------------------
 
     async def pod_log_chunks(
-        self, name: str, namespace: str, *, container: str | None, since_seconds: int | None,
+        self, name: str, namespace: str, *, container: str | None, since: float | None,
         chunk_bytes: int = LOG_CHUNK_BYTES, tail_lines: int | None = None,
     ) -> AsyncIterator[bytes]:
-        """The log (with timestamps) from `since_seconds` ago (its last `tail_lines` lines, if given)
+        """The log (with timestamps) from the epoch time `since` (its last `tail_lines` lines, if given)
         to its end as of now, not followed, as raw bytes in chunks of at most `chunk_bytes` as they
         arrive: one chunk in memory at a time however much was written, and no decoding here (a
         chunk may end inside a character). Opening it is retried like any call; a stream that drops
         midway ends it (the cursor resumes at the next read)."""
-        call = calls.read_pod_log(name, namespace, container=container, since_seconds=since_seconds,
-                                  tail_lines=tail_lines)
+        call = calls.read_pod_log(name, namespace, container=container, since=since, tail_lines=tail_lines)
         async with self.get_conn() as api:
             async def once() -> Any:
                 return await _checked(await getattr(_api(async_client, api, call.api), call.method)(
-                    *call.args, **call.kwargs))
+                    *call.args, **call.arguments(time.time())))
 
             response = await self._attempts(call.what, once)
             try:

@@ -293,7 +293,7 @@ class VolcanoJobTrigger(BaseTrigger):
                         action = engine.output_probed(newest, time.time())
                     case CollectStacks(silent_for=silent_for):
                         where, running, lines = await hook.drive(
-                            wait_steps.collect_stacks(ref, silent_for, self._say, str(int(time.time()))))
+                            wait_steps.collect_stacks(ref, silent_for, self._say, time.time()))
                         action = engine.stacks_collected(where, time.time(), running, lines)
                     case RestartJob(pods=pods):
                         refused = await hook.drive(wait_steps.restart_gang(ref.namespace, pods))
@@ -365,7 +365,7 @@ class VolcanoJobTrigger(BaseTrigger):
 
         try:
             async for chunk in hook.pod_log_chunks(copy.pod, namespace, container=copy.container,
-                                                   since_seconds=copy.cursor.since_seconds(),
+                                                   since=copy.cursor.read_from,
                                                    chunk_bytes=LOG_CHUNK_BYTES):
                 emit_unseen(splitter.feed(chunk), copy.cursor, emit, seen)
             emit_unseen(splitter.end(), copy.cursor, emit, seen)

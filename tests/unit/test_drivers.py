@@ -240,7 +240,7 @@ def test_a_stack_read_is_capped_and_the_report_says_so():
                "spec": {"containers": [{"name": "master"}]}, "status": {"phase": "Running"}}
     asked: list[Any] = []
     reported: list[str] = []
-    program = wait_steps.collect_stacks(REF, 60.0, reported.append, "123")
+    program = wait_steps.collect_stacks(REF, 60.0, reported.append, 123.0)
     answer: Any = None
     while True:
         try:
@@ -257,6 +257,7 @@ def test_a_stack_read_is_capped_and_the_report_says_so():
             answer = True
         else:
             assert step.kwargs["limit_bytes"] == STACKS_MAX_BYTES
+            assert step.since == 123.0 - wait_steps.STACKS_READ_SLACK_SECONDS, "from the request, however late read"
             answer = b"2026-11-24T10:00:00Z " + b"spam " * (STACKS_MAX_BYTES // 5)
     assert any(f"passed {STACKS_MAX_BYTES // 1024} KiB, the most read for stacks" in line for line in reported)
     assert pods and where == ""

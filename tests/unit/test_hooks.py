@@ -176,30 +176,58 @@ def test_the_async_delete_retries_transient_errors_and_answers_a_404_as_gone(mon
     assert again is False
 
 
+class LogResponse:
+    status, reason = 200, "OK"
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.content = self
+
+    async def iter_chunked(self, size: int) -> Any:
+        for start in range(0, len(self.body), size):
+            yield self.body[start:start + size]
+
+    def release(self) -> None:
+        pass
+
+
 def test_the_async_log_read_goes_through_the_retry_policy(monkeypatch):
     """It used to bypass it: one 503 from the apiserver lost a copy of the log."""
     monkeypatch.setattr(asyncio, "sleep", _no_sleep)
 
-    class Response:
-        status, reason = 200, "OK"
-
-        def __init__(self, body: bytes) -> None:
-            self.body = body
-            self.content = self
-
-        async def iter_chunked(self, size: int) -> Any:
-            for start in range(0, len(self.body), size):
-                yield self.body[start:start + size]
-
-        def release(self) -> None:
-            pass
-
     async def read() -> tuple[bytes, int]:
-        transport = ScriptedTransport(unavailable(), Response(b"2026-11-24T10:00:00Z hello\n"))
-        chunks = async_hook(transport).pod_log_chunks("train-master-0", "ml", container="master", since_seconds=None)
+        transport = ScriptedTransport(unavailable(), LogResponse(b"2026-11-24T10:00:00Z hello\n"))
+        chunks = async_hook(transport).pod_log_chunks("train-master-0", "ml", container="master", since=None)
         return b"".join([chunk async for chunk in chunks]), len(transport.asked)
 
     assert asyncio.run(read()) == (b"2026-11-24T10:00:00Z hello\n", 2)
+
+
+def test_a_log_read_retried_after_a_back_off_still_starts_at_the_last_line_shown(monkeypatch):
+    """A relative sinceSeconds worked out once, before the first attempt, skipped what the pod printed
+    while the read was retried (CI: the lines printed while the kubelet could not be reached, missing
+    from the task log). Each attempt reaches back to the same moment."""
+    import time
+
+    clock = [1000.0]
+
+    async def sleep(seconds: float) -> None:
+        clock[0] += seconds
+
+    monkeypatch.setattr(asyncio, "sleep", sleep)
+    monkeypatch.setattr(time, "time", lambda: clock[0])
+    refused = unavailable()
+    refused.headers = {"Retry-After": "5"}
+
+    async def read() -> list[str]:
+        transport = ScriptedTransport(refused, refused, LogResponse(b""))
+        chunks = async_hook(transport).pod_log_chunks("train-master-0", "ml", container="master", since=990.0)
+        assert [chunk async for chunk in chunks] == []
+        return [dict(query)["sinceSeconds"] for _, _, query, _ in transport.asked]
+
+    assert asyncio.run(read()) == [11, 16, 21], "10 s back (and one more), then 5 s more after each wait of 5 s"
+    assert calls.read_pod_log("p", "ml", container=None, since=990.0).arguments(1000.0)["since_seconds"] == 11
+    assert "since_seconds" not in calls.read_pod_log("p", "ml", container=None).arguments(1000.0)
 
 
 def test_an_api_error_that_stays_names_the_call_and_never_the_headers(monkeypatch):

@@ -57,11 +57,13 @@ def test_cursor_survives_serialisation_between_trigger_and_worker():
     assert shown == ["a", "b", "z"]
 
 
-def test_since_seconds_reaches_back_past_the_last_line():
+def test_a_read_resumes_at_or_before_the_last_line():
+    from airflow_volcano.hooks.calls import since_seconds
+
     cursor = LogCursor(last_ns=parse_timestamp_ns(stamp(10)))
     now = parse_timestamp_ns(stamp(20)) / 1e9
-    assert cursor.since_seconds(now) >= 10
-    assert LogCursor().since_seconds(now) is None
+    assert cursor.read_from is not None and since_seconds(cursor.read_from, now) >= 10
+    assert LogCursor().read_from is None
 
 
 def test_lines_split_across_chunks_anywhere_come_out_whole_and_decoded():
