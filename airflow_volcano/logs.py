@@ -153,8 +153,8 @@ class LogFollower(threading.Thread):
 
     `open_stream(since)` (an epoch time, None: from the start) returns an iterable of raw lines (and
     may have a `close()`); it raises LookupError while the pod does not exist or has not started yet
-    (nothing to see), anything else when the log cannot be read. `output` (if given) is told what this follower sees, as
-    `source`: each new line, and whether the log can be read.
+    (nothing to see), anything else when the log cannot be read. `output` (if given) is told what this
+    follower sees, as `source`: each new line, and whether the log can be read.
     """
 
     def __init__(self, open_stream: Callable[[float | None], Any], cursor: LogCursor, emit: LineEmit,
