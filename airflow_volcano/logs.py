@@ -71,12 +71,8 @@ class LogCursor:
 
     @property
     def last_line_at(self) -> float | None:
-        """Epoch seconds of the newest line read (a hidden heartbeat too), if any."""
-        return self.last_ns / 1e9 if self.last_ns else None
-
-    @property
-    def read_from(self) -> float | None:
-        """Where a read resumes (epoch seconds): at or before the last line shown; None: from the start."""
+        """Epoch seconds of the newest line read (a hidden heartbeat too), if any: where a read resumes
+        (None: from the start)."""
         return self.last_ns / 1e9 if self.last_ns else None
 
     def to_dict(self) -> dict[str, Any]:
@@ -176,7 +172,7 @@ class LogFollower(threading.Thread):
     def run(self) -> None:
         while not self._stop_event.is_set():
             try:
-                stream = self.open_stream(self.cursor.read_from)
+                stream = self.open_stream(self.cursor.last_line_at)
                 with self._lock:
                     if self._stop_event.is_set():
                         _close(stream)

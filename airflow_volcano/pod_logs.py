@@ -77,7 +77,7 @@ def read_remaining_log(hook: VolcanoHook, namespace: str, copy: PodLogCopy) -> N
     Streamed and split like every other read: one chunk in memory, each line bounded and escaped."""
     try:
         chunks = hook.pod_log_chunks(copy.pod, namespace, container=copy.container,
-                                     since=copy.cursor.read_from)
+                                     since=copy.cursor.last_line_at)
         emit_new_lines(iter_lines(chunks), copy.cursor, copy.emit)
     except VolcanoApiError as error:
         if error.status != 404:

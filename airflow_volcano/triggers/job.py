@@ -365,7 +365,7 @@ class VolcanoJobTrigger(BaseTrigger):
 
         try:
             async for chunk in hook.pod_log_chunks(copy.pod, namespace, container=copy.container,
-                                                   since=copy.cursor.read_from,
+                                                   since=copy.cursor.last_line_at,
                                                    chunk_bytes=LOG_CHUNK_BYTES):
                 emit_unseen(splitter.feed(chunk), copy.cursor, emit, seen)
             emit_unseen(splitter.end(), copy.cursor, emit, seen)

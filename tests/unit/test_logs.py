@@ -62,8 +62,8 @@ def test_a_read_resumes_at_or_before_the_last_line():
 
     cursor = LogCursor(last_ns=parse_timestamp_ns(stamp(10)))
     now = parse_timestamp_ns(stamp(20)) / 1e9
-    assert cursor.read_from is not None and since_seconds(cursor.read_from, now) >= 10
-    assert LogCursor().read_from is None
+    assert cursor.last_line_at is not None and since_seconds(cursor.last_line_at, now) >= 10
+    assert LogCursor().last_line_at is None
 
 
 def test_lines_split_across_chunks_anywhere_come_out_whole_and_decoded():
