@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from aiohttp import ClientConnectorError, ClientSession, ClientTimeout, TCPConnector, web
+from aiohttp import ClientConnectorError, ClientPayloadError, ClientSession, ClientTimeout, TCPConnector, web
 
 HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "keep-alive"}
 
@@ -159,8 +159,8 @@ class FaultyProxy:
             await asyncio.sleep(hold)
             response = web.StreamResponse(status=upstream.status, headers={
                 k: v for k, v in upstream.headers.items() if k.lower() not in HOP_HEADERS})
-            await response.prepare(request)
             try:
+                await response.prepare(request)
                 async for chunk in upstream.content.iter_any():
                     if log_read and self.logs_fail.is_set():
                         break  # the connection to the kubelet is gone: so is the stream
@@ -168,6 +168,9 @@ class FaultyProxy:
                 await response.write_eof()
             except ConnectionResetError:  # the client is gone (or its stream was cut): nothing to tell it
                 pass
+            except ClientPayloadError:  # the apiserver dropped the stream mid-way: so does the proxy, quietly
+                if request.transport is not None:
+                    request.transport.abort()
             return response
 
 
