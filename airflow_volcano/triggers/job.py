@@ -31,7 +31,7 @@ from airflow_volcano.job_ref import JobRef
 from airflow_volcano.logs import LOG_CHUNK_BYTES, LineSplitter, LogCursor, emit_unseen
 from airflow_volcano.masking import JobSecrets, secret_values
 from airflow_volcano.pod_logs import printed_at
-from airflow_volcano.status import Outcome, job_state, waited_view
+from airflow_volcano.status import Outcome, failed_pods, job_state, waited_view
 from airflow_volcano.task_state import task_state_key
 from airflow_volcano.triggers.job_watch import (
     DELETED,
@@ -266,7 +266,7 @@ class VolcanoJobTrigger(BaseTrigger):
                     case Done(outcome=outcome):
                         if outcome.verdict is Verdict.STALLED or (
                                 outcome.job is not None and job_state(outcome.job).outcome is Outcome.FAILED):
-                            await self._note_removed_failures(ref, watch, job_pods, outcome)
+                            await self._note_failures(ref, watch, job_pods, outcome)
                         return outcome
                     case CheckPods(scheduling=scheduling):
                         cached = await queue_view.podgroup(engine.job) if scheduling and engine.job else None
@@ -301,16 +301,26 @@ class VolcanoJobTrigger(BaseTrigger):
         finally:
             await queue_view.close()
 
-    async def _note_removed_failures(self, ref: JobRef, watch: Any, job_pods: JobPods, outcome: WaitOutcome) -> None:
+    async def _note_failures(self, ref: JobRef, watch: Any, job_pods: JobPods, outcome: WaitOutcome) -> None:
         """The failed pods Volcano has removed or is removing, as last seen (the failure report reads
-        the rest). One being deleted is still listed as the Job ends, and gone when the task resumes."""
+        the rest). One being deleted is still listed as the Job ends, and gone when the task resumes.
+        And the pod that failed first, said now: if the task is marked failed before a worker resumes it,
+        the full report is never written, and this line is what the log tells of the cause (found by the
+        chaos soak)."""
         try:
             async with watch.reads:
-                listed = {pod["metadata"]["name"] for pod in await job_pods.current()
-                          if not pod["metadata"].get("deletionTimestamp")}
-            outcome.failed_pods = {name: view for name, view in job_pods.failed.items() if name not in listed}
+                pods = await job_pods.current()
         except Exception as error:  # noqa: BLE001 - the report explains with what it finds
             self.log.warning("Could not read the pods of Volcano Job %s/%s: %s", ref.namespace, ref.name, error)
+            pods = []
+        else:
+            listed = {pod["metadata"]["name"] for pod in pods if not pod["metadata"].get("deletionTimestamp")}
+            outcome.failed_pods = {name: view for name, view in job_pods.failed.items() if name not in listed}
+        names = {pod["metadata"]["name"] for pod in pods}
+        problems = failed_pods([*pods, *(view for name, view in job_pods.failed.items() if name not in names)],
+                               ref.main_task)
+        if problems:
+            self._say(f"Volcano Job {ref.namespace}/{ref.name} failed; first to fail: {problems[0].describe()}")
 
     # -- copying the followed pods' logs -----------------------------------------------------------
 

@@ -182,3 +182,33 @@ def test_a_hostile_master_log_is_copied_whole_by_the_worker(cluster, operator_ku
     # Task log lines: "<time> [info] [hostilew-master-0] <line> [<logger>] loc=<file>"
     assert_whole([line.split("[hostilew-master-0] ", 1)[1].rsplit(" [airflow", 1)[0].rstrip()
                   for line in run.log.splitlines() if "[hostilew-master-0] " in line])
+
+
+def test_the_trigger_names_the_first_failure_before_it_fires(cluster, operator_kubeconfig, monkeypatch):
+    """Found by the chaos soak: a deferred task marked failed after its trigger saw the Job fail and
+    fired, before a worker resumed it, had a log naming no cause (the resume, which writes the failure
+    report, never ran). The trigger now says which pod failed first, and its exit code, before it fires."""
+    cluster.create_job(pytorch_job("saysfail", master_sim={"run-for": "4s", "outcome": "fail", "exit-code": "7"},
+                                   worker_sim={"outcome": "run-forever"}))
+    job = cluster.wait_phase("saysfail", {"Running", "Failed", "Terminating", "Terminated", "Aborting", "Aborted"})
+    said: list[str] = []
+
+    class TaskLog:
+        def info(self, message: str, *args: object, **fields: object) -> None:
+            said.append(message % args)
+
+        def __getattr__(self, name: str) -> object:
+            return lambda *args, **kwargs: None
+
+    monkeypatch.setattr(VolcanoJobTrigger, "log", TaskLog())
+    trigger = VolcanoJobTrigger(JobRef.from_job(job, "master").to_dict(), "kubernetes_default", get_logs=False)
+
+    async def first_event():
+        return await anext(trigger.run())
+
+    event = asyncio.run(asyncio.wait_for(first_event(), timeout=90))
+    assert event.payload["verdict"] == "finished", event.payload
+    first = [line for line in said if "first to fail" in line]
+    assert len(first) == 1, said
+    assert first[0].startswith(f"Volcano Job {cluster.namespace}/saysfail failed; first to fail: "
+                               "pod saysfail-master-0 (task master) Failed, container master, exit code 7"), first
