@@ -33,6 +33,9 @@ IDENTITY_KEYS = (MANAGED_BY_LABEL, *(f"{LABEL_PREFIX}{key}" for key in ("dag-id"
 DEBUG_ANNOTATION = f"{LABEL_PREFIX}debug-command"
 # What built a Job (its spec and script, hashed): a later try reattaches only to a Job of its own request.
 REQUEST_HASH_ANNOTATION = f"{LABEL_PREFIX}request-hash"
+# The task instance a Job belongs to, exactly (JSON; labels hold sanitized forms), and its on_kill_action:
+# what the orphan sweep (orphans.py) asks Airflow about.
+TASK_INSTANCE_ANNOTATION = f"{LABEL_PREFIX}task-instance"
 # How long a training container holds back a failure the Job's policies end it on, so that a peer's
 # retryable failure (an OOM kill, a preemption: the gang's other ranks then fail with a lost
 # connection) reaches Volcano first and restarts the gang (shell/forward-signals.sh).

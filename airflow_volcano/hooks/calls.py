@@ -122,11 +122,14 @@ def list_jobs(namespace: str, label_selector: str) -> Call[list[dict]]:
                 {"label_selector": label_selector}, shape=items)
 
 
-def delete_job(name: str, namespace: str, *, retry_for: float | None = None) -> Call[bool]:
-    """Its pods, PodGroup, Service and the script's ConfigMap go with it (owner references)."""
+def delete_job(name: str, namespace: str, *, retry_for: float | None = None, uid: str | None = None) -> Call[bool]:
+    """Its pods, PodGroup, Service and the script's ConfigMap go with it (owner references). With `uid`:
+    only that Job, not one of the same name made since (the apiserver refuses: 409)."""
+    options: dict[str, Any] = {"propagation_policy": "Background"}
+    if uid:
+        options["body"] = {"preconditions": {"uid": uid}}
     return Call(f"delete Job {namespace}/{name}", "custom", "delete_namespaced_custom_object",
-                _job_args(namespace, name), {"propagation_policy": "Background"}, shape=done, absent=False,
-                retry_for=retry_for)
+                _job_args(namespace, name), options, shape=done, absent=False, retry_for=retry_for)
 
 
 def label_job(name: str, namespace: str, labels: dict[str, str]) -> Call[bool]:

@@ -205,10 +205,10 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
     def list_jobs(self, namespace: str, label_selector: str) -> list[dict]:
         return self.run(calls.list_jobs(namespace, label_selector))
 
-    def delete_job(self, name: str, namespace: str, *, retry_for: float | None = None) -> bool:
-        """Delete a Job and, through owner references, its pods, PodGroup and ConfigMaps; False if it
-        was already gone."""
-        return self.run(calls.delete_job(name, namespace, retry_for=retry_for))
+    def delete_job(self, name: str, namespace: str, *, retry_for: float | None = None, uid: str | None = None) -> bool:
+        """Delete a Job (the one of `uid`, if given) and, through owner references, its pods, PodGroup and
+        ConfigMaps; False if it was already gone."""
+        return self.run(calls.delete_job(name, namespace, retry_for=retry_for, uid=uid))
 
     def label_job(self, name: str, namespace: str, labels: dict[str, str]) -> bool:
         return self.run(calls.label_job(name, namespace, labels))

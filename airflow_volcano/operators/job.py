@@ -35,6 +35,7 @@ from airflow_volcano.constants import (
     DEFAULT_POLL_INTERVAL,
     DEFAULT_SHM_SIZE,
     DEFAULT_STARTUP_TIMEOUT,
+    TASK_INSTANCE_ANNOTATION,
     IfJobExists,
     OnFinishAction,
     OnKillAction,
@@ -64,6 +65,7 @@ from airflow_volcano.manifest import (
 from airflow_volcano.manifest.names import pod_name
 from airflow_volcano.manifest.policies import restarts_on_eviction
 from airflow_volcano.masking import register_secrets, shown, shown_yaml
+from airflow_volcano.orphans import TaskInstanceId
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -171,6 +173,10 @@ class VolcanoJobOperator(BaseOperator):
     :param on_kill_action: `delete_job` (default) or `keep_job`.
     :param if_job_exists: an earlier try's Job of this task instance: `reattach` (default),
         `fail` or `replace`.
+    :param delete_orphaned_jobs: before submitting, delete the namespace's Jobs that no try will watch
+        again: another task instance's, which Airflow reports finished (a worker killed outright, then the
+        task marked failed or success), not kept on purpose (`on_finish_action`, `on_kill_action`).
+        Default True.
     :param debug: debug mode (as in T9k, a Kubernetes ML platform): the pods come up as configured
         but sleep instead of running their command; the task log says how to open a shell in each
         (`kubectl exec`); the Job is deleted after `debug_timeout` or when the task is marked
@@ -241,6 +247,7 @@ class VolcanoJobOperator(BaseOperator):
     node_lost_timeout: float | datetime.timedelta | None
     stall_timeout: float | datetime.timedelta | None
     stall_action: str
+    delete_orphaned_jobs: bool
     deferrable: bool
     poll_interval: float | datetime.timedelta
     model_asset: Asset | None
@@ -302,6 +309,7 @@ class VolcanoJobOperator(BaseOperator):
         on_finish_action: str = OnFinishAction.DELETE_SUCCEEDED_JOB,
         on_kill_action: str = OnKillAction.DELETE_JOB,
         if_job_exists: str = IfJobExists.REATTACH,
+        delete_orphaned_jobs: bool = True,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         poll_interval: float | datetime.timedelta = DEFAULT_POLL_INTERVAL,
         model_asset: Asset | str | None = None,
@@ -375,6 +383,9 @@ class VolcanoJobOperator(BaseOperator):
                                "policies do not answer an evicted pod with a restart: add a policy {'event': "
                                "'PodEvicted', 'action': 'RestartJob'}, or use stall_action='fail'")
         register_secrets(manifests.job)  # the task log hides them from now on
+        if ti is not None and self.has_dag():  # named exactly, for the orphan sweep of later tasks
+            manifests.job["metadata"].setdefault("annotations", {})[TASK_INSTANCE_ANNOTATION] = TaskInstanceId(
+                dag_id, self.task_id, run_id, map_index).annotation(self.on_kill_action)
         return manifests
 
     def _wait_limits(self) -> WaitLimits:
@@ -524,6 +535,7 @@ class VolcanoJobOperator(BaseOperator):
         namespace = manifests.job["metadata"].get("namespace") or hook.get_namespace() or "default"
         ti = context["ti"]
         self._ti = ti
+        self._sweep_orphans(hook, namespace, manifests.job, context)
         try:
             self._stop_if_killed()
             ref = submit_or_reattach(hook, manifests, namespace, if_job_exists=IfJobExists(self.if_job_exists),
@@ -552,6 +564,21 @@ class VolcanoJobOperator(BaseOperator):
         except BaseException as error:  # AirflowTaskTimeout (execution_timeout) is a BaseException too
             self._settle_after_failure(error)
             raise
+
+    def _sweep_orphans(self, hook: VolcanoHook, namespace: str, job: dict, context: Context) -> None:
+        """Delete the Jobs no try will watch again (orphans.py), freeing what they hold before this Job
+        queues. A sweep that cannot read or ask deletes nothing and never fails the task."""
+        from airflow_volcano.orphans import sweep_orphans
+
+        ti = context["ti"]
+        named = TaskInstanceId.from_job(job)
+        if not self.delete_orphaned_jobs or named is None or not hasattr(ti, "get_task_states"):
+            return
+        try:
+            sweep_orphans(hook, namespace, named[0], lambda dag_id, task_ids, run_ids: ti.get_task_states(
+                dag_id=dag_id, task_ids=task_ids, run_ids=run_ids))
+        except Exception as error:  # noqa: BLE001 - the sweep is a courtesy; this task's own Job comes first
+            self.log.warning("Could not look for orphaned Volcano Jobs in %s (left as they are): %s", namespace, error)
 
     def _stop_if_killed(self) -> None:
         """Airflow's SIGTERM handler only calls on_kill: the task runs on until it is SIGKILLed. A kill that

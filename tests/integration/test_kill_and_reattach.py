@@ -385,3 +385,54 @@ def test_a_retry_reattaches_only_to_a_job_of_its_own_request(cluster, operator_k
         assert f"Replacing Volcano Job {cluster.namespace}/{old['metadata']['name']} of an earlier try: a debug" in text
         assert old["metadata"]["uid"] not in uids, "the sleeping debug Job is gone"
         assert "Submitted Volcano Job" in text.split("Replacing Volcano Job")[1], "the retry trained anew"
+
+
+def test_a_job_left_by_a_task_marked_failed_after_its_worker_died_is_deleted_by_the_next_submission(
+        cluster, operator_kubeconfig, airflow_db, tmp_path):
+    """Found by the chaos soak: a worker killed -9, then its task instance marked failed before Airflow
+    retried it. No process was left to hear the mark, no try would reattach, and the Job trained on
+    unwatched, then stayed. The next task to submit in the namespace finds it by the task instance the
+    Job names, asks Airflow (which says failed), and deletes it with its script's ConfigMap; its own
+    Job, and a Job whose task instance still runs, it leaves alone."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    script = tmp_path / "train.py"
+    script.write_text("print('training')\n")
+    dag_id = "swept_after_mark"
+    dag_file = write_dag(tmp_path, dag_id, cluster.namespace, training_script=str(script), retries=0,
+                         annotations={SIM + "outcome": "run-forever"})
+    first_log = tmp_path / "first.log"
+    first = start_worker(dag_file, dag_id, "2026-11-01T00:00:00+00:00", first_log)
+    left = running_job(cluster)
+    first.kill()  # kill -9: no on_kill, no cleanup
+    first.wait(timeout=30)
+    # What "Mark failed" does on the server; no worker is left to signal.
+    with create_session() as session:
+        session.query(TaskInstance).filter_by(dag_id=dag_id, task_id="train").update({"state": "failed"})
+        run_id = session.query(TaskInstance.run_id).filter_by(dag_id=dag_id, task_id="train").scalar()
+
+    second_log = tmp_path / "second.log"
+    second = start_worker(dag_file, dag_id, "2026-11-02T00:00:00+00:00", second_log)
+    cluster.wait_for("the second task to submit", lambda: "Submitted Volcano Job" in second_log.read_text(),
+                     timeout=WORKER_WAIT)
+    name = left["metadata"]["name"]
+    assert (f"Deleted Volcano Job {cluster.namespace}/{name} (Running) of task instance {dag_id}.train in run "
+            f"{run_id}, which is failed with no try left watching it") in second_log.read_text()
+    cluster.wait_for("the orphan, its pods and ConfigMap gone", lambda: cluster.job(name) is None
+                     and not cluster.pods(name) and f"{name}-script" not in cluster.configmap_names(), timeout=60)
+    mine = running_job(cluster)
+    assert mine["metadata"]["uid"] != left["metadata"]["uid"]
+    # A third task instance, starting while the second runs: the second's Job is not an orphan.
+    third_log = tmp_path / "third.log"
+    third = start_worker(dag_file, dag_id, "2026-11-03T00:00:00+00:00", third_log)
+    cluster.wait_for("the third task to submit", lambda: "Submitted Volcano Job" in third_log.read_text(),
+                     timeout=WORKER_WAIT)
+    assert cluster.job(mine["metadata"]["name"]) is not None and "Deleted Volcano Job" not in third_log.read_text()
+    running = cluster.wait_for("both Jobs to run", lambda: len(jobs := [
+        job for job in our_jobs(cluster) if (job.get("status") or {}).get("state", {}).get("phase") == "Running"]) == 2
+        and jobs, timeout=WORKER_WAIT)
+    for job in running:
+        cluster.finish_simulated_pods(job["metadata"]["name"])
+    assert second.wait(timeout=WORKER_WAIT) == 0, second_log.read_text()[-3000:]
+    assert third.wait(timeout=WORKER_WAIT) == 0, third_log.read_text()[-3000:]

@@ -1,0 +1,146 @@
+"""Jobs no try of their task will ever watch again: left running (or finished and never cleaned up) because
+the task instance ended while no process of it was alive to hear it. A worker killed outright, then the
+task marked failed (or success) before Airflow retried it: nothing calls on_kill, no later try reattaches,
+and the Job trains on unwatched, then stays (found by the chaos soak).
+
+Each submission sweeps its namespace for such Jobs, before it submits its own. A Job is one only when
+Airflow itself says so: the Job names its task instance (an annotation written at submission), Airflow
+reports that task instance in a finished state, the Job was not kept on purpose (reported by a try, or
+`on_kill_action="keep_job"`), and it is not being deleted already. Anything the sweep cannot read or
+Airflow does not know is left alone. Pure, but for `sweep_orphans`, which reads and deletes through the hook.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from airflow_volcano.constants import (
+    CHECKED_LABEL,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    TASK_INSTANCE_ANNOTATION,
+    OnKillAction,
+)
+from airflow_volcano.exceptions import VolcanoApiError
+from airflow_volcano.status import job_state
+
+if TYPE_CHECKING:
+    from airflow_volcano.hooks.volcano import VolcanoHook
+
+log = structlog.get_logger(f"airflow.task.{__name__}")
+
+# The task instance states no try follows without a user's "Clear" (Airflow's `State.finished`, less
+# up_for_retry and up_for_reschedule, which a later try follows).
+FINISHED_TASK_STATES = frozenset({"success", "failed", "skipped", "upstream_failed", "removed"})
+
+# Airflow's answer to "what state are these task instances in": {run_id: {task_id or task_id_mapindex: state}}.
+TaskStates = Callable[[str, list[str], list[str]], Mapping[str, Mapping[str, Any]]]
+
+
+@dataclass(frozen=True)
+class TaskInstanceId:
+    """A task instance, exactly (labels hold sanitized, hashed forms), as its Job's annotation names it."""
+
+    dag_id: str
+    task_id: str
+    run_id: str
+    map_index: int = -1
+
+    @property
+    def state_key(self) -> str:
+        """Its key in Airflow's task states of a run (`get_task_states`)."""
+        return self.task_id if self.map_index < 0 else f"{self.task_id}_{self.map_index}"
+
+    def annotation(self, on_kill_action: str) -> str:
+        return json.dumps({**asdict(self), "on_kill_action": str(on_kill_action)}, sort_keys=True)
+
+    @classmethod
+    def from_job(cls, job: Mapping[str, Any]) -> tuple[TaskInstanceId, str] | None:
+        """The task instance a Job names and its on_kill_action; None when it names none (or not clearly)."""
+        text = ((job.get("metadata") or {}).get("annotations") or {}).get(TASK_INSTANCE_ANNOTATION)
+        try:
+            value = json.loads(text) if isinstance(text, str) else {}
+            ti = cls(str(value["dag_id"]), str(value["task_id"]), str(value["run_id"]), int(value["map_index"]))
+            return ti, str(value["on_kill_action"])
+        except (ValueError, TypeError, KeyError):
+            return None
+
+
+@dataclass(frozen=True)
+class Orphan:
+    name: str
+    namespace: str
+    uid: str
+    phase: str
+    task_instance: TaskInstanceId
+    task_state: str
+
+    def describe(self) -> str:
+        ti = self.task_instance
+        index = f"[{ti.map_index}]" if ti.map_index >= 0 else ""
+        return (f"Volcano Job {self.namespace}/{self.name} ({self.phase or 'no phase yet'}) of task instance "
+                f"{ti.dag_id}.{ti.task_id}{index} in run {ti.run_id}, which is {self.task_state} with no try "
+                "left watching it")
+
+
+def candidates(jobs: Iterable[Mapping[str, Any]], own: TaskInstanceId) -> list[tuple[Mapping[str, Any],
+                                                                                  TaskInstanceId]]:
+    """The Jobs that may be orphans, before Airflow is asked: another task instance's, not kept on purpose,
+    not being deleted."""
+    found = []
+    for job in jobs:
+        metadata = job.get("metadata") or {}
+        labels = metadata.get("labels") or {}
+        named = TaskInstanceId.from_job(job)
+        if (labels.get(MANAGED_BY_LABEL) != MANAGED_BY_VALUE or labels.get(CHECKED_LABEL) == "true"
+                or metadata.get("deletionTimestamp") or named is None):
+            continue
+        ti, on_kill_action = named
+        if ti != own and on_kill_action == OnKillAction.DELETE_JOB:
+            found.append((job, ti))
+    return found
+
+
+def orphans(found: Iterable[tuple[Mapping[str, Any], TaskInstanceId]],
+            states: Mapping[tuple[str, str], Mapping[str, Any]]) -> list[Orphan]:
+    """Of the candidates, those whose task instance Airflow reports finished. `states`: per (dag_id,
+    run_id), Airflow's states of that run's task instances; a task instance missing from it is unknown
+    (another Airflow's, or deleted from this one): not an orphan."""
+    result = []
+    for job, ti in found:
+        state = (states.get((ti.dag_id, ti.run_id)) or {}).get(ti.state_key)
+        if state is not None and str(state) in FINISHED_TASK_STATES:
+            metadata = job["metadata"]
+            result.append(Orphan(metadata["name"], metadata.get("namespace", ""), metadata.get("uid", ""),
+                                 job_state(job).phase if job.get("status") else "", ti, str(state)))
+    return result
+
+
+def sweep_orphans(hook: VolcanoHook, namespace: str, own: TaskInstanceId, task_states: TaskStates) -> list[Orphan]:
+    """Delete the namespace's orphaned Jobs (each with its script's ConfigMap); returns them. Raises what a
+    read raises: the caller logs it and goes on, as a sweep that cannot see deletes nothing."""
+    from airflow_volcano.manifest import script_configmap_name
+
+    found = candidates(hook.list_jobs(namespace, f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"), own)
+    wanted: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))  # dag -> run -> task ids
+    for _, ti in found:
+        wanted[ti.dag_id][ti.run_id].add(ti.task_id)
+    states: dict[tuple[str, str], Mapping[str, Any]] = {}
+    for dag_id, runs in wanted.items():
+        answer = task_states(dag_id, sorted({task for tasks in runs.values() for task in tasks}), sorted(runs))
+        states.update({(dag_id, run_id): run_states for run_id, run_states in answer.items()})
+    swept = orphans(found, states)
+    for orphan in swept:
+        try:
+            if hook.delete_job(orphan.name, namespace, uid=orphan.uid):
+                log.info("Deleted %s", orphan.describe())
+            hook.delete_configmap(script_configmap_name(orphan.name), namespace)
+        except VolcanoApiError as error:  # one not deleted (replaced since, or refused): the others still are
+            log.warning("Could not delete %s: %s", orphan.describe(), error)
+    return swept
