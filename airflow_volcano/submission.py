@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from airflow_volcano.constants import CHECKED_LABEL, REQUEST_HASH_ANNOTATION, IfJobExists
+from airflow_volcano.constants import CHECKED_LABEL, JOB_GROUP, JOB_VERSION, REQUEST_HASH_ANNOTATION, IfJobExists
 from airflow_volcano.exceptions import JobSpecError, VolcanoApiError, VolcanoJobError
 from airflow_volcano.finalize import delete_job_and_script
 from airflow_volcano.job_ref import JobRef
@@ -81,6 +81,9 @@ def submit_or_reattach(hook: VolcanoHook, manifests: JobManifests, namespace: st
         if if_job_exists == IfJobExists.REATTACH:
             log.info("Reattaching to Volcano Job %s/%s submitted by an earlier try (%s; found by %s)", namespace,
                      ref.name, phase, found_by)
+            if manifests.configmap is not None and not job_state(existing).finished:
+                # That try may have died between creating the Job and its script: its pods wait for it.
+                hook.ensure_configmap(namespace, _owned_script(manifests.configmap, existing))
             return ref
         if if_job_exists == IfJobExists.FAIL:
             raise VolcanoJobError(f"if_job_exists='fail': an earlier try of this task instance submitted Volcano Job "
@@ -112,20 +115,9 @@ def submit(hook: VolcanoHook, manifests: JobManifests, namespace: str,
     # Which request built it: a later try reattaches only to a Job of its own request.
     job["metadata"].setdefault("annotations", {})[REQUEST_HASH_ANNOTATION] = manifests.request_hash
     configmap = manifests.configmap
-    if configmap is not None:
-        configmap["metadata"]["namespace"] = namespace
-        try:
-            hook.create_configmap(namespace, configmap, replace_if=lambda found: same_task_instance(found, job))
-        except VolcanoApiError as error:
-            if error.status != 409:
-                raise
-            raise JobSpecError(f"name: a ConfigMap {namespace}/{configmap['metadata']['name']} already exists and was "
-                               "not created by this task; choose another Job name or delete it") from None
     try:
         created = hook.create_job(namespace, job)
     except VolcanoApiError as error:
-        if configmap is not None:
-            hook.delete_configmap(configmap["metadata"]["name"], namespace)
         if error.status in (400, 422):  # the CRD schema or Volcano's admission webhook said no
             raise JobSpecError(f"the cluster rejected Volcano Job {namespace}/{name}: "
                                f"{error.message or error.reason}") from None
@@ -136,9 +128,30 @@ def submit(hook: VolcanoHook, manifests: JobManifests, namespace: str,
     ref = JobRef.from_job(created, manifests.main_task, configmap["metadata"]["name"] if configmap else None)
     on_created(ref)
     if configmap is not None:
-        hook.set_configmap_owner(configmap["metadata"]["name"], namespace, created)
+        # The Job first, then its script, owned by it from the start: a try that dies in between leaves a
+        # Job (reattached by the next try, which makes the script, or swept as an orphan: orphans.py), never
+        # a ConfigMap nothing owns (found by the chaos soak). The pods wait for the script to mount.
+        try:
+            hook.create_configmap(namespace, _owned_script(configmap, created),
+                                  replace_if=lambda found: same_task_instance(found, job))
+        except VolcanoApiError as error:
+            if error.status != 409:
+                raise
+            hook.delete_job(name, namespace, uid=ref.uid)
+            raise JobSpecError(f"name: a ConfigMap {namespace}/{configmap['metadata']['name']} already exists and was "
+                               "not created by this task; choose another Job name or delete it") from None
     log.info("Submitted Volcano Job %s/%s (master pod %s)", namespace, name, ref.main_pod)
     return ref
+
+
+def _owned_script(configmap: dict, job: dict) -> dict:
+    """The script's ConfigMap as `job` mounts it (named after it: a reattached Job has an earlier try's
+    name), in its namespace, owned by it: deleting the Job (or its TTL) removes it too."""
+    reference = {"apiVersion": f"{JOB_GROUP}/{JOB_VERSION}", "kind": "Job", "name": job["metadata"]["name"],
+                 "uid": job["metadata"]["uid"], "blockOwnerDeletion": False}
+    metadata = {**configmap["metadata"], "name": script_configmap_name(job["metadata"]["name"]),
+                "namespace": job["metadata"]["namespace"], "ownerReferences": [reference]}
+    return {**configmap, "metadata": metadata}
 
 
 def check_queue(hook: VolcanoHook, job: dict) -> None:

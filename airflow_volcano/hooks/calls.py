@@ -327,12 +327,17 @@ def create_configmap(namespace: str, body: dict, *, replace_if: Callable[[dict],
         return replaced
 
 
-def set_configmap_owner(name: str, namespace: str, job: dict) -> Call[bool]:
-    """Make the Job own the ConfigMap, so deleting the Job (or its TTL) removes it too."""
-    reference = {"apiVersion": f"{JOB_GROUP}/{JOB_VERSION}", "kind": "Job", "name": job["metadata"]["name"],
-                 "uid": job["metadata"]["uid"], "blockOwnerDeletion": False}
-    return Call(f"set owner of ConfigMap {namespace}/{name}", "core", "patch_namespaced_config_map",
-                (name, namespace, {"metadata": {"ownerReferences": [reference]}}), shape=done)
+def ensure_configmap(namespace: str, body: dict) -> Program[bool]:
+    """Create the script ConfigMap unless one of that name is there (an earlier try made it); whether
+    it was created."""
+    try:
+        yield Call(f"create ConfigMap {namespace}/{body['metadata']['name']}", "core", "create_namespaced_config_map",
+                   (namespace, body), shape=done)
+    except VolcanoApiError as error:
+        if error.status != 409:
+            raise
+        return False
+    return True
 
 
 def delete_configmap(name: str, namespace: str) -> Call[bool]:

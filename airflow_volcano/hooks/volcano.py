@@ -231,8 +231,8 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
     def create_configmap(self, namespace: str, body: dict, *, replace_if: Callable[[dict], bool]) -> dict:
         return self.drive(calls.create_configmap(namespace, body, replace_if=replace_if))
 
-    def set_configmap_owner(self, name: str, namespace: str, job: dict) -> None:
-        self.run(calls.set_configmap_owner(name, namespace, job))
+    def ensure_configmap(self, namespace: str, body: dict) -> bool:
+        return self.drive(calls.ensure_configmap(namespace, body))
 
     def delete_configmap(self, name: str, namespace: str) -> bool:
         return self.run(calls.delete_configmap(name, namespace))

@@ -294,6 +294,49 @@ def test_a_try_killed_before_recording_its_job_is_reattached_though_an_earlier_t
                      r"earlier try \(\w+; found by its labels\)", text), text[-5000:]
 
 
+def test_a_try_killed_between_creating_its_job_and_its_script_is_reattached_and_the_script_made(
+        cluster, operator_kubeconfig, kubeconfig, airflow_db, tmp_path, monkeypatch):
+    """Found by the chaos soak: a try killed -9 between creating its script's ConfigMap and its Job left
+    the ConfigMap, owned by nothing. The Job comes first now, and its script after, owned by it from
+    the start: a try killed in between (here while the proxy holds the answer to its create) leaves a
+    Job without its script; the next try reattaches and makes it. (With no try left, the orphan sweep
+    deletes such a Job: test_a_job_left_by_a_task_marked_failed_after_its_worker_died_is_deleted...)"""
+    from .faults import FaultyProxy, through, upstream_of
+
+    script = tmp_path / "train.py"
+    script.write_text("print('training')\n")
+    dag_id = "killed_before_script"
+    dag_file = write_dag(tmp_path, dag_id, cluster.namespace, training_script=str(script), retries=1,
+                         annotations={SIM + "outcome": "run-forever"})
+    logical_date = datetime.datetime.now(datetime.UTC).isoformat()
+    log = tmp_path / "worker.log"
+    with FaultyProxy(upstream_of(operator_kubeconfig), kubeconfig.parent / "pki" / "ca.crt", every=0) as proxy:
+        through(proxy, operator_kubeconfig, cluster.namespace, monkeypatch)
+        proxy.job_create_answer_delay = WORKER_WAIT
+        worker = start_worker(dag_file, dag_id, logical_date, log)
+        job = cluster.wait_for("the Job created", lambda: next(iter(our_jobs(cluster)), None), timeout=WORKER_WAIT)
+        worker.kill()
+        worker.wait(timeout=WORKER_WAIT)
+        proxy.job_create_answer_delay = 0
+        name, uid = job["metadata"]["name"], job["metadata"]["uid"]
+        assert f"{name}-script" not in cluster.configmap_names(), "the script comes after the Job"
+
+        retry = start_worker(dag_file, dag_id, logical_date, log, retry=True)
+        made = cluster.wait_for("the retry to make the script", lambda: f"{name}-script" in cluster.configmap_names()
+                                and cluster.core.read_namespaced_config_map(f"{name}-script", cluster.namespace),
+                                timeout=WORKER_WAIT)
+        assert [(owner.kind, owner.uid) for owner in made.metadata.owner_references] == [("Job", uid)]
+        assert made.data["train.py"] == "print('training')\n"
+        running_job(cluster)
+        cluster.finish_simulated_pods(name)
+        assert retry.wait(timeout=WORKER_WAIT) == 0, log.read_text()[-5000:]
+    assert re.search(rf"Reattaching to Volcano Job {cluster.namespace}/{name} submitted by an earlier try",
+                     log.read_text())
+    assert [job["metadata"]["uid"] for job in our_jobs(cluster)] in ([], [uid]), "one Job for the task instance"
+    cluster.wait_for("Job and script gone", lambda: not our_jobs(cluster)
+                     and f"{name}-script" not in cluster.configmap_names(), timeout=60)
+
+
 @pytest.mark.parametrize("if_job_exists", ["fail", "replace"])
 def test_if_job_exists_fail_refuses_and_replace_resubmits(cluster, operator_kubeconfig, airflow_db, tmp_path,
                                                            if_job_exists):

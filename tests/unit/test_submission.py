@@ -24,6 +24,8 @@ class Hook:
         self.jobs = {job["metadata"]["name"]: job for job in jobs}
         self.created: list[str] = []
         self.deleted: list[str] = []
+        self.made: list[tuple[str, str, list[str]]] = []  # (kind, name, owners' uids), in order
+        self.theirs: set[str] = set()  # ConfigMaps of someone else's
         self.queues = {"default": {"metadata": {"name": "default"}, "status": {"state": "Open"}}} \
             if queues is None else queues
 
@@ -53,18 +55,27 @@ class Hook:
         return True
 
     def create_configmap(self, namespace: str, body: dict, **kwargs: Any) -> dict:
+        if body["metadata"]["name"] in self.theirs:
+            raise VolcanoApiError("create ConfigMap", 409, "AlreadyExists")
+        self.made.append(("ConfigMap", body["metadata"]["name"], owners(body)))
         return body
 
-    def set_configmap_owner(self, name: str, namespace: str, job: dict) -> None:
-        pass
+    def ensure_configmap(self, namespace: str, body: dict) -> bool:
+        self.made.append(("ConfigMap if missing", body["metadata"]["name"], owners(body)))
+        return True
 
     def create_job(self, namespace: str, body: dict) -> dict:
         created = copy.deepcopy(body)
         created["metadata"].update(uid=f"uid-{len(self.created)}", namespace=namespace,
                                    creationTimestamp="2026-11-25T10:00:00Z")
+        self.made.append(("Job", created["metadata"]["name"], []))
         self.created.append(created["metadata"]["name"])
         self.jobs[created["metadata"]["name"]] = created
         return created
+
+
+def owners(body: dict) -> list[str]:
+    return [owner["uid"] for owner in body["metadata"].get("ownerReferences") or []]
 
 
 def earlier_try(manifests: Any, **changes: Any) -> dict:
@@ -189,3 +200,34 @@ def test_a_queue_that_cannot_be_read_is_not_checked():
     hook = Refusing()
     manifests = built(args=["--lr", "0.1"], volcano_queue="research")
     assert submit_or_reattach(hook, manifests, "ml", if_job_exists=IfJobExists.REATTACH).name in hook.created
+
+
+def test_the_job_is_created_before_its_script_which_it_owns_from_the_start():
+    """Found by the chaos soak: a try killed between creating the script's ConfigMap and the Job left the
+    ConfigMap, owned by nothing. The Job comes first now: a try dying in between leaves a Job (the next
+    try reattaches and makes the script; or the orphan sweep deletes it), never a ConfigMap alone."""
+    manifests = built()
+    hook = Hook()
+    ref = submit_or_reattach(hook, manifests, "ml", if_job_exists=IfJobExists.REATTACH)
+    assert hook.made == [("Job", ref.name, []), ("ConfigMap", f"{ref.name}-script", [ref.uid])]
+
+
+def test_a_retry_reattaching_to_a_running_job_makes_its_script_if_the_earlier_try_died_before():
+    manifests = built()
+    hook = Hook(earlier_try(manifests))
+    ref = submit_or_reattach(hook, manifests, "ml", if_job_exists=IfJobExists.REATTACH)
+    assert hook.made == [("ConfigMap if missing", "retrain-train-0ld-script", ["old-uid"])] and ref.uid == "old-uid"
+    finished = earlier_try(manifests)
+    finished["status"] = {"state": {"phase": "Completed"}}
+    hook = Hook(finished)
+    submit_or_reattach(hook, manifests, "ml", if_job_exists=IfJobExists.REATTACH)
+    assert hook.made == []  # its pods are done: nothing waits for a script
+
+
+def test_someone_elses_configmap_of_the_scripts_name_refuses_the_submission_and_deletes_the_job_just_made():
+    manifests = built()
+    hook = Hook()
+    hook.theirs.add(f"{manifests.job['metadata']['name']}-script")
+    with pytest.raises(JobSpecError, match="already exists and was not created by this task"):
+        submit_or_reattach(hook, manifests, "ml", if_job_exists=IfJobExists.REATTACH)
+    assert hook.created == hook.deleted == [manifests.job["metadata"]["name"]] and hook.jobs == {}
