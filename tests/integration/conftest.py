@@ -342,6 +342,24 @@ class TaskRun:
     xcom: dict[str, Any]
 
 
+@pytest.fixture
+def trigger_log(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """What VolcanoJobTrigger writes into the task log (its info lines), filled as it writes them."""
+    from airflow_volcano.triggers.job import VolcanoJobTrigger
+
+    lines: list[str] = []
+
+    class TaskLog:
+        def info(self, message: str, *args: object, **fields: object) -> None:
+            lines.append(message % args)
+
+        def __getattr__(self, name: str) -> object:
+            return lambda *args, **kwargs: None
+
+    monkeypatch.setattr(VolcanoJobTrigger, "log", TaskLog())
+    return lines
+
+
 @pytest.fixture(scope="session")
 def airflow_db() -> None:
     from airflow.utils.db import initdb

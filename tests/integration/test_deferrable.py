@@ -144,25 +144,13 @@ def assert_whole(lines: list[str]) -> None:
     assert shown[500] == "0500 bad bytes \ufffd\ufffd then 训练", "invalid UTF-8 shown as U+FFFD"
 
 
-def test_a_hostile_master_log_is_copied_whole_by_the_trigger(cluster, operator_kubeconfig, monkeypatch):
+def test_a_hostile_master_log_is_copied_whole_by_the_trigger(cluster, operator_kubeconfig, trigger_log):
     """Larger than one chunk of the trigger's streamed read (chunks may end inside a character), with
     invalid UTF-8 inside: every line reaches the task log once (the client's strict decoding used
     to fail every read, and the trigger copied nothing more, silently)."""
     cluster.write_log("hostile-master-0", hostile_log())
     cluster.create_job(pytorch_job("hostile", master_sim={"run-for": "6s"}))
     job = cluster.wait_phase("hostile", {"Running", "Completed"})
-    shown: list[str] = []
-
-    class TaskLog:
-        def info(self, message: str, *args: object, **fields: object) -> None:
-            text = message % args
-            if text.startswith("[hostile-master-0] "):
-                shown.append(text.removeprefix("[hostile-master-0] "))
-
-        def __getattr__(self, name: str) -> object:
-            return lambda *args, **kwargs: None
-
-    monkeypatch.setattr(VolcanoJobTrigger, "log", TaskLog())
     trigger = VolcanoJobTrigger(JobRef.from_job(job, "master").to_dict(), "kubernetes_default", log_interval=1)
 
     async def first_event():
@@ -170,7 +158,8 @@ def test_a_hostile_master_log_is_copied_whole_by_the_trigger(cluster, operator_k
 
     event = asyncio.run(asyncio.wait_for(first_event(), timeout=90))
     assert event.payload["verdict"] == "finished", event.payload
-    assert_whole(shown)
+    assert_whole([line.removeprefix("[hostile-master-0] ") for line in trigger_log
+                  if line.startswith("[hostile-master-0] ")])
 
 
 def test_a_hostile_master_log_is_copied_whole_by_the_worker(cluster, operator_kubeconfig, run_task):
@@ -184,23 +173,13 @@ def test_a_hostile_master_log_is_copied_whole_by_the_worker(cluster, operator_ku
                   for line in run.log.splitlines() if "[hostilew-master-0] " in line])
 
 
-def test_the_trigger_names_the_first_failure_before_it_fires(cluster, operator_kubeconfig, monkeypatch):
+def test_the_trigger_names_the_first_failure_before_it_fires(cluster, operator_kubeconfig, trigger_log):
     """Found by the chaos soak: a deferred task marked failed after its trigger saw the Job fail and
     fired, before a worker resumed it, had a log naming no cause (the resume, which writes the failure
     report, never ran). The trigger now says which pod failed first, and its exit code, before it fires."""
     cluster.create_job(pytorch_job("saysfail", master_sim={"run-for": "4s", "outcome": "fail", "exit-code": "7"},
                                    worker_sim={"outcome": "run-forever"}))
     job = cluster.wait_phase("saysfail", {"Running", "Failed", "Terminating", "Terminated", "Aborting", "Aborted"})
-    said: list[str] = []
-
-    class TaskLog:
-        def info(self, message: str, *args: object, **fields: object) -> None:
-            said.append(message % args)
-
-        def __getattr__(self, name: str) -> object:
-            return lambda *args, **kwargs: None
-
-    monkeypatch.setattr(VolcanoJobTrigger, "log", TaskLog())
     trigger = VolcanoJobTrigger(JobRef.from_job(job, "master").to_dict(), "kubernetes_default", get_logs=False)
 
     async def first_event():
@@ -208,7 +187,7 @@ def test_the_trigger_names_the_first_failure_before_it_fires(cluster, operator_k
 
     event = asyncio.run(asyncio.wait_for(first_event(), timeout=90))
     assert event.payload["verdict"] == "finished", event.payload
-    first = [line for line in said if "first to fail" in line]
-    assert len(first) == 1, said
+    first = [line for line in trigger_log if "first to fail" in line]
+    assert len(first) == 1, trigger_log
     assert first[0].startswith(f"Volcano Job {cluster.namespace}/saysfail failed; first to fail: "
                                "pod saysfail-master-0 (task master) Failed, container master, exit code 7"), first

@@ -43,7 +43,7 @@ def test_a_deferred_masters_last_line_before_it_dies_is_in_the_task_log_at_its_o
 
 
 def test_the_trigger_copies_a_real_containers_log_whole_in_one_streamed_read(
-        cluster, operator_kubeconfig, real_node, monkeypatch):
+        cluster, operator_kubeconfig, real_node, trigger_log):
     """The triggerer's log copy on a container the kubelet ran: 3,000 lines of Chinese (more than
     one 64 KiB chunk, so chunks end inside characters) and one of invalid UTF-8, each shown once."""
     import asyncio
@@ -57,16 +57,6 @@ def test_the_trigger_copies_a_real_containers_log_whole_in_one_streamed_read(
              "    line = f'{i:04d} ' + '训练' * 10 + '\\n'\n"
              "    sys.stdout.buffer.write(line.encode() if i != 1500 else b'1500 bad \\xff\\xfe\\n')\n")
     run_writer_pod(cluster, real_node, "tlog-master-0", write)
-    shown: list[str] = []
-
-    class TaskLog:
-        def info(self, message: str, *args: object, **fields: object) -> None:
-            shown.append(message % args)
-
-        def __getattr__(self, name: str) -> object:
-            return lambda *args, **kwargs: None
-
-    monkeypatch.setattr(VolcanoJobTrigger, "log", TaskLog())
     ref = JobRef(name="tlog", namespace=cluster.namespace, main_container="master")
     trigger = VolcanoJobTrigger(ref.to_dict(), "kubernetes_default")
 
@@ -81,7 +71,7 @@ def test_the_trigger_copies_a_real_containers_log_whole_in_one_streamed_read(
 
     asyncio.run(copy())
     assert 3000 * len(("0000 " + "训练" * 10 + "\n").encode()) > LOG_CHUNK_BYTES, "more than one chunk"
-    lines = [line.removeprefix("[tlog-master-0] ") for line in shown]
+    lines = [line.removeprefix("[tlog-master-0] ") for line in trigger_log]
     assert [line[:4] for line in lines] == [f"{i:04d}" for i in range(3000)], "every line once, in order"
     assert lines[2999] == "2999 " + "训练" * 10
     assert lines[1500] == "1500 bad \ufffd\ufffd"
@@ -101,7 +91,7 @@ HOSTILE_WRITER = ("import sys\n"
 
 
 def test_a_hostile_real_log_is_copied_escaped_and_cut_in_bounded_memory_in_both_modes(
-        cluster, operator_kubeconfig, real_node, monkeypatch, caplog):
+        cluster, operator_kubeconfig, real_node, trigger_log, caplog):
     """What a real container wrote, through the kubelet: a carriage return followed by a forged
     timestamp, ANSI escapes, and an 8 MiB line without a newline (the kubelet joins its partial
     lines into one). Both copies, the worker's final read and the trigger's streamed read, show
@@ -141,16 +131,6 @@ def test_a_hostile_real_log_is_copied_escaped_and_cut_in_bounded_memory_in_both_
     worker_peak = copied(lambda: read_remaining_log(VolcanoHook(), cluster.namespace, worker_copy))
     assert "Could not read" not in caplog.text, caplog.text
 
-    trigger_lines: list[str] = []
-
-    class TaskLog:
-        def info(self, message: str, *args: object, **fields: object) -> None:
-            trigger_lines.append((message % args).removeprefix("[hostile-master-0] "))
-
-        def __getattr__(self, name: str) -> object:
-            return lambda *args, **kwargs: None
-
-    monkeypatch.setattr(VolcanoJobTrigger, "log", TaskLog())
     ref = JobRef(name="hostile", namespace=cluster.namespace, main_container="master")
     trigger = VolcanoJobTrigger(ref.to_dict(), "kubernetes_default")
     trigger_cursor = LogCursor()
@@ -165,12 +145,13 @@ def test_a_hostile_real_log_is_copied_escaped_and_cut_in_bounded_memory_in_both_
                                       _LogCopy(ref.main_pod, "master", trigger_cursor), OutputClock())
 
     asyncio.run(trigger_copy())  # the clients' first import, outside the measured copy
-    trigger_lines.clear()
+    trigger_log.clear()
     trigger_cursor = LogCursor()
     trigger_peak = copied(lambda: asyncio.run(trigger_copy()))
 
     for lines, cursor, peak in ((worker_lines, worker_copy.cursor, worker_peak),
-                                (trigger_lines, trigger_cursor, trigger_peak)):
+                                ([line.removeprefix("[hostile-master-0] ") for line in trigger_log], trigger_cursor,
+                                 trigger_peak)):
         assert cut(lines) == expected, [line[:80] + f"... ({len(line)})" for line in lines]
         assert peak < 8 << 20, f"copying held {peak >> 20} MiB"
         assert cursor.last_ns // 10**9 < datetime.datetime(2999, 1, 1, tzinfo=datetime.UTC).timestamp()
