@@ -36,6 +36,8 @@ REQUEST_HASH_ANNOTATION = f"{LABEL_PREFIX}request-hash"
 # The task instance a Job belongs to, exactly (JSON; labels hold sanitized forms), and its on_kill_action:
 # what the orphan sweep (orphans.py) asks Airflow about.
 TASK_INSTANCE_ANNOTATION = f"{LABEL_PREFIX}task-instance"
+# When a sweep first found the Job orphaned (epoch seconds): a later sweep deletes it after the grace below.
+ORPHANED_AT_ANNOTATION = f"{LABEL_PREFIX}orphaned-at"
 # How long a training container holds back a failure the Job's policies end it on, so that a peer's
 # retryable failure (an OOM kill, a preemption: the gang's other ranks then fail with a lost
 # connection) reaches Volcano first and restarts the gang (shell/forward-signals.sh).

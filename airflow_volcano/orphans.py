@@ -7,7 +7,12 @@ Each submission sweeps its namespace for such Jobs, before it submits its own. A
 Airflow itself says so: the Job names its task instance (an annotation written at submission), Airflow
 reports that task instance in a finished state, the Job was not kept on purpose (reported by a try, or
 `on_kill_action="keep_job"`), and it is not being deleted already. Anything the sweep cannot read or
-Airflow does not know is left alone. Pure, but for `sweep_orphans`, which reads and deletes through the hook.
+Airflow does not know is left alone. And not at first sight: a task instance just marked failed may still
+have a process settling its Job (a worker's or a trigger's on_kill, whose delete retries for up to two
+minutes), whose words the task log should keep (found by the chaos soak, when an immediate sweep beat a
+trigger's on_kill). The first sweep to find it marks the Job (`orphaned-at`); one at least ORPHAN_GRACE
+later, finding its task instance still finished, deletes it. A try that reattaches removes the mark.
+Pure, but for `sweep_orphans`, which reads and deletes through the hook.
 """
 
 from __future__ import annotations
@@ -24,11 +29,13 @@ from airflow_volcano.constants import (
     CHECKED_LABEL,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
+    ORPHANED_AT_ANNOTATION,
     TASK_INSTANCE_ANNOTATION,
     OnKillAction,
 )
 from airflow_volcano.exceptions import VolcanoApiError
 from airflow_volcano.status import job_state
+from airflow_volcano.timestamps import clock_text
 
 if TYPE_CHECKING:
     from airflow_volcano.hooks.volcano import VolcanoHook
@@ -38,6 +45,11 @@ log = structlog.get_logger(f"airflow.task.{__name__}")
 # The task instance states no try follows without a user's "Clear" (Airflow's `State.finished`, less
 # up_for_retry and up_for_reschedule, which a later try follows).
 FINISHED_TASK_STATES = frozenset({"success", "failed", "skipped", "upstream_failed", "removed"})
+
+# How long after a sweep first finds a Job orphaned a later one may delete it: beyond any process of its
+# task still settling it (a kill's delete retries for CLEANUP_RETRY_SECONDS, 120 s), and beyond any skew
+# between the clocks of the workers that mark and delete.
+ORPHAN_GRACE = 300.0
 
 # Airflow's answer to "what state are these task instances in": {run_id: {task_id or task_id_mapindex: state}}.
 TaskStates = Callable[[str, list[str], list[str]], Mapping[str, Mapping[str, Any]]]
@@ -80,6 +92,11 @@ class Orphan:
     phase: str
     task_instance: TaskInstanceId
     task_state: str
+    orphaned_at: float | None  # when a sweep first found it so (its mark), if one did
+
+    def due(self, now: float) -> bool:
+        """Whether it may be deleted now: marked at least ORPHAN_GRACE ago."""
+        return self.orphaned_at is not None and now - self.orphaned_at >= ORPHAN_GRACE
 
     def describe(self) -> str:
         ti = self.task_instance
@@ -118,13 +135,24 @@ def orphans(found: Iterable[tuple[Mapping[str, Any], TaskInstanceId]],
         if state is not None and str(state) in FINISHED_TASK_STATES:
             metadata = job["metadata"]
             result.append(Orphan(metadata["name"], metadata.get("namespace", ""), metadata.get("uid", ""),
-                                 job_state(job).phase if job.get("status") else "", ti, str(state)))
+                                 job_state(job).phase if job.get("status") else "", ti, str(state),
+                                 orphaned_at(job)))
     return result
 
 
-def sweep_orphans(hook: VolcanoHook, namespace: str, own: TaskInstanceId, task_states: TaskStates) -> list[Orphan]:
-    """Delete the namespace's orphaned Jobs (each with its script's ConfigMap); returns them. Raises what a
-    read raises: the caller logs it and goes on, as a sweep that cannot see deletes nothing."""
+def orphaned_at(job: Mapping[str, Any]) -> float | None:
+    text = ((job.get("metadata") or {}).get("annotations") or {}).get(ORPHANED_AT_ANNOTATION)
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def sweep_orphans(hook: VolcanoHook, namespace: str, own: TaskInstanceId, task_states: TaskStates,
+                  now: float) -> list[Orphan]:
+    """Mark the namespace's orphaned Jobs found for the first time; delete those marked ORPHAN_GRACE ago or
+    more (each with its script's ConfigMap); returns the orphans found. Raises what a read raises: the
+    caller logs it and goes on, as a sweep that cannot see deletes nothing."""
     from airflow_volcano.manifest import script_configmap_name
 
     found = candidates(hook.list_jobs(namespace, f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"), own)
@@ -138,9 +166,14 @@ def sweep_orphans(hook: VolcanoHook, namespace: str, own: TaskInstanceId, task_s
     swept = orphans(found, states)
     for orphan in swept:
         try:
-            if hook.delete_job(orphan.name, namespace, uid=orphan.uid):
-                log.info("Deleted %s", orphan.describe())
-            hook.delete_configmap(script_configmap_name(orphan.name), namespace)
-        except VolcanoApiError as error:  # one not deleted (replaced since, or refused): the others still are
-            log.warning("Could not delete %s: %s", orphan.describe(), error)
+            if orphan.orphaned_at is None:
+                hook.annotate_job(orphan.name, namespace, {ORPHANED_AT_ANNOTATION: f"{now:.0f}"})
+                log.info("Found %s: a submission in %s deletes it from %s on (unless the task instance runs "
+                         "again)", orphan.describe(), namespace, clock_text(now + ORPHAN_GRACE))
+            elif orphan.due(now):
+                if hook.delete_job(orphan.name, namespace, uid=orphan.uid):
+                    log.info("Deleted %s", orphan.describe())
+                hook.delete_configmap(script_configmap_name(orphan.name), namespace)
+        except VolcanoApiError as error:  # one not marked or deleted (replaced since, refused): the others still are
+            log.warning("Could not mark or delete %s: %s", orphan.describe(), error)
     return swept

@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from airflow_volcano.constants import CHECKED_LABEL, JOB_GROUP, JOB_VERSION, REQUEST_HASH_ANNOTATION, IfJobExists
+from airflow_volcano.constants import (
+    CHECKED_LABEL,
+    JOB_GROUP,
+    JOB_VERSION,
+    ORPHANED_AT_ANNOTATION,
+    REQUEST_HASH_ANNOTATION,
+    IfJobExists,
+)
 from airflow_volcano.exceptions import JobSpecError, VolcanoApiError, VolcanoJobError
 from airflow_volcano.finalize import delete_job_and_script
 from airflow_volcano.job_ref import JobRef
@@ -84,6 +91,9 @@ def submit_or_reattach(hook: VolcanoHook, manifests: JobManifests, namespace: st
             if manifests.configmap is not None and not job_state(existing).finished:
                 # That try may have died between creating the Job and its script: its pods wait for it.
                 hook.ensure_configmap(namespace, _owned_script(manifests.configmap, existing))
+            if ORPHANED_AT_ANNOTATION in (existing["metadata"].get("annotations") or {}):
+                # Its task instance had ended (a sweep marked it orphaned) and runs again: watched now.
+                hook.annotate_job(ref.name, namespace, {ORPHANED_AT_ANNOTATION: None})
             return ref
         if if_job_exists == IfJobExists.FAIL:
             raise VolcanoJobError(f"if_job_exists='fail': an earlier try of this task instance submitted Volcano Job "

@@ -137,6 +137,13 @@ def label_job(name: str, namespace: str, labels: dict[str, str]) -> Call[bool]:
                 _job_args(namespace, name, {"metadata": {"labels": labels}}), shape=done, absent=False)
 
 
+def annotate_job(name: str, namespace: str, annotations: Mapping[str, str | None]) -> Call[bool]:
+    """Set (or, with None, remove) annotations of a Job: a merge patch."""
+    return Call(f"annotate Job {namespace}/{name}", "custom", "patch_namespaced_custom_object",
+                _job_args(namespace, name, {"metadata": {"annotations": dict(annotations)}}), shape=done,
+                absent=False)
+
+
 def _create_job(namespace: str, body: dict) -> Call[dict]:
     return Call(f"create Job {namespace}/{body['metadata']['name']}", "custom", "create_namespaced_custom_object",
                 _job_args(namespace, body))

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Mapping
 from functools import cached_property
 from typing import Any, ClassVar, TypeVar
 
@@ -212,6 +212,9 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
 
     def label_job(self, name: str, namespace: str, labels: dict[str, str]) -> bool:
         return self.run(calls.label_job(name, namespace, labels))
+
+    def annotate_job(self, name: str, namespace: str, annotations: Mapping[str, str | None]) -> bool:
+        return self.run(calls.annotate_job(name, namespace, annotations))
 
     def list_job_pods(self, job_name: str, namespace: str, task: str | None = None) -> list[dict]:
         return self.run(calls.list_job_pods(job_name, namespace, task))

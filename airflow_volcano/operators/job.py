@@ -19,6 +19,7 @@ import functools
 import inspect
 import os
 import secrets
+import time
 from collections.abc import Iterable, Sequence
 from enum import StrEnum
 from pathlib import Path
@@ -173,10 +174,10 @@ class VolcanoJobOperator(BaseOperator):
     :param on_kill_action: `delete_job` (default) or `keep_job`.
     :param if_job_exists: an earlier try's Job of this task instance: `reattach` (default),
         `fail` or `replace`.
-    :param delete_orphaned_jobs: before submitting, delete the namespace's Jobs that no try will watch
+    :param delete_orphaned_jobs: before submitting, sweep the namespace for Jobs no try will watch
         again: another task instance's, which Airflow reports finished (a worker killed outright, then the
-        task marked failed or success), not kept on purpose (`on_finish_action`, `on_kill_action`).
-        Default True.
+        task marked failed or success), not kept on purpose (`on_finish_action`, `on_kill_action`). Each is
+        marked at first sight and deleted by a submission five minutes later or more. Default True.
     :param debug: debug mode (as in T9k, a Kubernetes ML platform): the pods come up as configured
         but sleep instead of running their command; the task log says how to open a shell in each
         (`kubectl exec`); the Job is deleted after `debug_timeout` or when the task is marked
@@ -566,8 +567,8 @@ class VolcanoJobOperator(BaseOperator):
             raise
 
     def _sweep_orphans(self, hook: VolcanoHook, namespace: str, job: dict, context: Context) -> None:
-        """Delete the Jobs no try will watch again (orphans.py), freeing what they hold before this Job
-        queues. A sweep that cannot read or ask deletes nothing and never fails the task."""
+        """Mark, then delete, the Jobs no try will watch again (orphans.py), freeing what they hold before
+        this Job queues. A sweep that cannot read or ask deletes nothing and never fails the task."""
         from airflow_volcano.orphans import sweep_orphans
 
         ti = context["ti"]
@@ -576,7 +577,7 @@ class VolcanoJobOperator(BaseOperator):
             return
         try:
             sweep_orphans(hook, namespace, named[0], lambda dag_id, task_ids, run_ids: ti.get_task_states(
-                dag_id=dag_id, task_ids=task_ids, run_ids=run_ids))
+                dag_id=dag_id, task_ids=task_ids, run_ids=run_ids), time.time())
         except Exception as error:  # noqa: BLE001 - the sweep is a courtesy; this task's own Job comes first
             self.log.warning("Could not look for orphaned Volcano Jobs in %s (left as they are): %s", namespace, error)
 

@@ -435,10 +435,13 @@ def test_a_job_left_by_a_task_marked_failed_after_its_worker_died_is_deleted_by_
     """Found by the chaos soak: a worker killed -9, then its task instance marked failed before Airflow
     retried it. No process was left to hear the mark, no try would reattach, and the Job trained on
     unwatched, then stayed. The next task to submit in the namespace finds it by the task instance the
-    Job names, asks Airflow (which says failed), and deletes it with its script's ConfigMap; its own
-    Job, and a Job whose task instance still runs, it leaves alone."""
+    Job names, asks Airflow (which says failed) and marks it; a submission ORPHAN_GRACE later deletes it
+    with its script's ConfigMap. A Job whose task instance still runs is left alone."""
     from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session
+
+    from airflow_volcano.constants import ORPHANED_AT_ANNOTATION
+    from airflow_volcano.orphans import ORPHAN_GRACE
 
     script = tmp_path / "train.py"
     script.write_text("print('training')\n")
@@ -448,31 +451,39 @@ def test_a_job_left_by_a_task_marked_failed_after_its_worker_died_is_deleted_by_
     first_log = tmp_path / "first.log"
     first = start_worker(dag_file, dag_id, "2026-11-01T00:00:00+00:00", first_log)
     left = running_job(cluster)
+    name = left["metadata"]["name"]
     first.kill()  # kill -9: no on_kill, no cleanup
     first.wait(timeout=30)
     # What "Mark failed" does on the server; no worker is left to signal.
     with create_session() as session:
         session.query(TaskInstance).filter_by(dag_id=dag_id, task_id="train").update({"state": "failed"})
         run_id = session.query(TaskInstance.run_id).filter_by(dag_id=dag_id, task_id="train").scalar()
+    found = (f"Volcano Job {cluster.namespace}/{name} (Running) of task instance {dag_id}.train in run {run_id}, "
+             "which is failed with no try left watching it")
 
+    # The next run's task: the orphan is marked, not deleted (a process of its task might still be settling it).
     second_log = tmp_path / "second.log"
     second = start_worker(dag_file, dag_id, "2026-11-02T00:00:00+00:00", second_log)
     cluster.wait_for("the second task to submit", lambda: "Submitted Volcano Job" in second_log.read_text(),
                      timeout=WORKER_WAIT)
-    name = left["metadata"]["name"]
-    assert (f"Deleted Volcano Job {cluster.namespace}/{name} (Running) of task instance {dag_id}.train in run "
-            f"{run_id}, which is failed with no try left watching it") in second_log.read_text()
-    cluster.wait_for("the orphan, its pods and ConfigMap gone", lambda: cluster.job(name) is None
-                     and not cluster.pods(name) and f"{name}-script" not in cluster.configmap_names(), timeout=60)
-    mine = running_job(cluster)
-    assert mine["metadata"]["uid"] != left["metadata"]["uid"]
-    # A third task instance, starting while the second runs: the second's Job is not an orphan.
+    assert f"Found {found}: a submission in {cluster.namespace} deletes it from" in second_log.read_text()
+    marked = cluster.job(name)
+    assert marked is not None and ORPHANED_AT_ANNOTATION in marked["metadata"]["annotations"]
+
+    # ORPHAN_GRACE later (the mark made older, as that much time would): a third run's task deletes it,
+    # and leaves the second's Job, whose task instance runs, alone.
+    aged = float(marked["metadata"]["annotations"][ORPHANED_AT_ANNOTATION]) - ORPHAN_GRACE
+    cluster.custom.patch_namespaced_custom_object("batch.volcano.sh", "v1alpha1", cluster.namespace, "jobs", name, {
+        "metadata": {"annotations": {ORPHANED_AT_ANNOTATION: f"{aged:.0f}"}}})
     third_log = tmp_path / "third.log"
     third = start_worker(dag_file, dag_id, "2026-11-03T00:00:00+00:00", third_log)
     cluster.wait_for("the third task to submit", lambda: "Submitted Volcano Job" in third_log.read_text(),
                      timeout=WORKER_WAIT)
-    assert cluster.job(mine["metadata"]["name"]) is not None and "Deleted Volcano Job" not in third_log.read_text()
-    running = cluster.wait_for("both Jobs to run", lambda: len(jobs := [
+    assert f"Deleted {found}" in third_log.read_text(), third_log.read_text()[-3000:]
+    assert third_log.read_text().count("Deleted Volcano Job") == 1, "the second's Job is its task instance's"
+    cluster.wait_for("the orphan, its pods and ConfigMap gone", lambda: cluster.job(name) is None
+                     and not cluster.pods(name) and f"{name}-script" not in cluster.configmap_names(), timeout=60)
+    running = cluster.wait_for("the second's and third's Jobs to run", lambda: len(jobs := [
         job for job in our_jobs(cluster) if (job.get("status") or {}).get("state", {}).get("phase") == "Running"]) == 2
         and jobs, timeout=WORKER_WAIT)
     for job in running:

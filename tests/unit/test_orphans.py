@@ -6,8 +6,14 @@ from typing import Any
 
 import pytest
 
-from airflow_volcano.constants import CHECKED_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, TASK_INSTANCE_ANNOTATION
-from airflow_volcano.orphans import TaskInstanceId, candidates, orphans
+from airflow_volcano.constants import (
+    CHECKED_LABEL,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    ORPHANED_AT_ANNOTATION,
+    TASK_INSTANCE_ANNOTATION,
+)
+from airflow_volcano.orphans import ORPHAN_GRACE, TaskInstanceId, candidates, orphans, sweep_orphans
 
 OWN = TaskInstanceId("train", "fit", "scheduled__2026-11-27T00:00:00+00:00")
 OLD = TaskInstanceId("train", "fit", "scheduled__2026-11-26T00:00:00+00:00")
@@ -25,45 +31,45 @@ def job(name: str, ti: TaskInstanceId | None, *, on_kill: str = "delete_job", ph
     return {"metadata": metadata, "status": {"state": {"phase": phase}}}
 
 
-def swept(jobs: list[dict], states: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
+def found(jobs: list[dict], states: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
     return [orphan.name for orphan in orphans(candidates(jobs, OWN), states)]
 
 
 @pytest.mark.parametrize("state", ["failed", "success", "upstream_failed", "skipped", "removed"])
 def test_a_job_whose_task_instance_airflow_reports_finished_is_an_orphan(state):
-    assert swept([job("left", OLD)], {("train", OLD.run_id): {"fit": state}}) == ["left"]
+    assert found([job("left", OLD)], {("train", OLD.run_id): {"fit": state}}) == ["left"]
 
 
 @pytest.mark.parametrize("state", ["running", "deferred", "queued", "scheduled", "up_for_retry", "up_for_reschedule",
                                    "restarting", None])
 def test_a_job_a_try_may_still_watch_is_left(state):
     """Running, deferred, or a later try coming (which reattaches), or cleared (no state yet)."""
-    assert swept([job("busy", OLD)], {("train", OLD.run_id): {"fit": state}}) == []
+    assert found([job("busy", OLD)], {("train", OLD.run_id): {"fit": state}}) == []
 
 
 def test_what_airflow_does_not_know_is_left():
     """Another Airflow's task instance, or one deleted from this one's database: not sure, so not touched."""
-    assert swept([job("unknown", OLD)], {}) == []
-    assert swept([job("unknown", OLD)], {("train", OLD.run_id): {"other_task": "failed"}}) == []
+    assert found([job("unknown", OLD)], {}) == []
+    assert found([job("unknown", OLD)], {("train", OLD.run_id): {"other_task": "failed"}}) == []
 
 
 def test_jobs_kept_on_purpose_or_not_the_providers_are_left():
     finished = {("train", OLD.run_id): {"fit": "failed"}}
-    assert swept([job("reported", OLD, checked=True, phase="Failed")], finished) == []  # kept by on_finish_action
-    assert swept([job("kept", OLD, on_kill="keep_job")], finished) == []
-    assert swept([job("going", OLD, deleting=True)], finished) == []
-    assert swept([job("users", OLD, managed=False)], finished) == []
-    assert swept([job("older-provider", None)], finished) == []  # made before Jobs named their task instance
+    assert found([job("reported", OLD, checked=True, phase="Failed")], finished) == []  # kept by on_finish_action
+    assert found([job("kept", OLD, on_kill="keep_job")], finished) == []
+    assert found([job("going", OLD, deleting=True)], finished) == []
+    assert found([job("users", OLD, managed=False)], finished) == []
+    assert found([job("older-provider", None)], finished) == []  # made before Jobs named their task instance
 
 
 def test_the_sweeping_task_instances_own_job_is_never_an_orphan():
-    assert swept([job("mine", OWN)], {("train", OWN.run_id): {"fit": "failed"}}) == []
+    assert found([job("mine", OWN)], {("train", OWN.run_id): {"fit": "failed"}}) == []
 
 
 def test_a_mapped_task_instance_is_looked_up_by_its_index():
     mapped = TaskInstanceId("train", "fit", OLD.run_id, map_index=3)
     states = {("train", OLD.run_id): {"fit_3": "failed", "fit_4": "running"}}
-    assert swept([job("three", mapped), job("four", TaskInstanceId("train", "fit", OLD.run_id, 4))], states) == [
+    assert found([job("three", mapped), job("four", TaskInstanceId("train", "fit", OLD.run_id, 4))], states) == [
         "three"]
 
 
@@ -75,3 +81,45 @@ def test_the_annotation_names_the_task_instance_exactly():
     assert TaskInstanceId.from_job(broken) is None
     broken["metadata"]["annotations"][TASK_INSTANCE_ANNOTATION] = "null"
     assert TaskInstanceId.from_job(broken) is None
+
+
+class Hook:
+    """A namespace's Jobs, as the sweep reads, marks and deletes them."""
+
+    def __init__(self, *jobs: dict) -> None:
+        self.jobs = {job["metadata"]["name"]: job for job in jobs}
+        self.deleted: list[str] = []
+
+    def list_jobs(self, namespace: str, label_selector: str) -> list[dict]:
+        return list(self.jobs.values())
+
+    def annotate_job(self, name: str, namespace: str, annotations: dict) -> bool:
+        self.jobs[name]["metadata"]["annotations"].update(annotations)
+        return True
+
+    def delete_job(self, name: str, namespace: str, *, uid: str | None = None) -> bool:
+        assert uid == self.jobs[name]["metadata"]["uid"]
+        self.deleted.append(name)
+        return self.jobs.pop(name, None) is not None
+
+    def delete_configmap(self, name: str, namespace: str) -> bool:
+        return True
+
+
+def test_an_orphan_is_marked_at_first_sight_and_deleted_only_a_grace_later_if_its_task_instance_is_still_finished():
+    """A task instance just marked failed may still have a process settling its Job (a kill's delete
+    retries for two minutes): the sweep waits ORPHAN_GRACE after it first found it."""
+    hook = Hook(job("left", OLD), job("busy", TaskInstanceId("train", "fit", "other-run")))
+    states = {OLD.run_id: {"fit": "failed"}, "other-run": {"fit": "running"}}
+    first = sweep_orphans(hook, "ml", OWN, lambda dag_id, task_ids, run_ids: states, now=1000.0)
+    assert [orphan.name for orphan in first] == ["left"] and hook.deleted == []
+    assert hook.jobs["left"]["metadata"]["annotations"][ORPHANED_AT_ANNOTATION] == "1000"
+    assert ORPHANED_AT_ANNOTATION not in hook.jobs["busy"]["metadata"]["annotations"]
+    sweep_orphans(hook, "ml", OWN, lambda dag_id, task_ids, run_ids: states, now=1000.0 + ORPHAN_GRACE - 1)
+    assert hook.deleted == []
+    states[OLD.run_id]["fit"] = "running"  # cleared meanwhile: watched again
+    sweep_orphans(hook, "ml", OWN, lambda dag_id, task_ids, run_ids: states, now=1000.0 + ORPHAN_GRACE)
+    assert hook.deleted == []
+    states[OLD.run_id]["fit"] = "failed"
+    sweep_orphans(hook, "ml", OWN, lambda dag_id, task_ids, run_ids: states, now=1000.0 + ORPHAN_GRACE)
+    assert hook.deleted == ["left"] and list(hook.jobs) == ["busy"]

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from airflow_volcano.constants import CHECKED_LABEL, REQUEST_HASH_ANNOTATION, IfJobExists
+from airflow_volcano.constants import CHECKED_LABEL, ORPHANED_AT_ANNOTATION, REQUEST_HASH_ANNOTATION, IfJobExists
 from airflow_volcano.exceptions import JobSpecError, VolcanoApiError, VolcanoJobError
 from airflow_volcano.job_ref import JobRef
 from airflow_volcano.submission import submit_or_reattach
@@ -26,6 +26,7 @@ class Hook:
         self.deleted: list[str] = []
         self.made: list[tuple[str, str, list[str]]] = []  # (kind, name, owners' uids), in order
         self.theirs: set[str] = set()  # ConfigMaps of someone else's
+        self.annotated: list[tuple[str, dict]] = []
         self.queues = {"default": {"metadata": {"name": "default"}, "status": {"state": "Open"}}} \
             if queues is None else queues
 
@@ -59,6 +60,10 @@ class Hook:
             raise VolcanoApiError("create ConfigMap", 409, "AlreadyExists")
         self.made.append(("ConfigMap", body["metadata"]["name"], owners(body)))
         return body
+
+    def annotate_job(self, name: str, namespace: str, annotations: dict) -> bool:
+        self.annotated.append((name, annotations))
+        return True
 
     def ensure_configmap(self, namespace: str, body: dict) -> bool:
         self.made.append(("ConfigMap if missing", body["metadata"]["name"], owners(body)))
@@ -231,3 +236,14 @@ def test_someone_elses_configmap_of_the_scripts_name_refuses_the_submission_and_
     with pytest.raises(JobSpecError, match="already exists and was not created by this task"):
         submit_or_reattach(hook, manifests, "ml", if_job_exists=IfJobExists.REATTACH)
     assert hook.created == hook.deleted == [manifests.job["metadata"]["name"]] and hook.jobs == {}
+
+
+def test_a_retry_reattaching_to_a_job_a_sweep_marked_orphaned_removes_the_mark():
+    """Its task instance had ended and was cleared: watched again, the mark must not let a later sweep
+    delete it without a grace the next time it ends."""
+    manifests = built()
+    old = earlier_try(manifests)
+    old["metadata"]["annotations"][ORPHANED_AT_ANNOTATION] = "1000"
+    hook = Hook(old)
+    submit_or_reattach(hook, manifests, "ml", if_job_exists=IfJobExists.REATTACH)
+    assert hook.annotated == [("retrain-train-0ld", {ORPHANED_AT_ANNOTATION: None})]
