@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -163,9 +163,17 @@ def sweep_orphans(hook: VolcanoHook, namespace: str, own: TaskInstanceId, task_s
     for dag_id, runs in wanted.items():
         answer = task_states(dag_id, sorted({task for tasks in runs.values() for task in tasks}), sorted(runs))
         states.update({(dag_id, run_id): run_states for run_id, run_states in answer.items()})
-    swept = orphans(found, states)
-    for orphan in swept:
+    swept = []
+    for listed in orphans(found, states):
         try:
+            # Read again, after Airflow's answer: the list may predate the end of the task's own try, which
+            # deletes its Job or labels it reported before its state changes (found by the chaos soak: a Job
+            # listed Running, its try ending as it was read, was taken for an orphan).
+            fresh = hook.get_job(listed.name, namespace)
+            if fresh is None or fresh["metadata"].get("uid") != listed.uid or not candidates([fresh], own):
+                continue
+            orphan = replace(listed, orphaned_at=orphaned_at(fresh))
+            swept.append(orphan)
             if orphan.orphaned_at is None:
                 hook.annotate_job(orphan.name, namespace, {ORPHANED_AT_ANNOTATION: f"{now:.0f}"})
                 log.info("Found %s: a submission in %s deletes it from %s on (unless the task instance runs "
@@ -175,5 +183,5 @@ def sweep_orphans(hook: VolcanoHook, namespace: str, own: TaskInstanceId, task_s
                     log.info("Deleted %s", orphan.describe())
                 hook.delete_configmap(script_configmap_name(orphan.name), namespace)
         except VolcanoApiError as error:  # one not marked or deleted (replaced since, refused): the others still are
-            log.warning("Could not mark or delete %s: %s", orphan.describe(), error)
+            log.warning("Could not mark or delete %s: %s", listed.describe(), error)
     return swept

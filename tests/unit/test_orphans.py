@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -89,9 +90,13 @@ class Hook:
     def __init__(self, *jobs: dict) -> None:
         self.jobs = {job["metadata"]["name"]: job for job in jobs}
         self.deleted: list[str] = []
+        self.listed: list[dict] | None = None  # what a list answers, if older than the Jobs are now
 
     def list_jobs(self, namespace: str, label_selector: str) -> list[dict]:
-        return list(self.jobs.values())
+        return self.listed if self.listed is not None else copy.deepcopy(list(self.jobs.values()))
+
+    def get_job(self, name: str, namespace: str) -> dict | None:
+        return copy.deepcopy(self.jobs.get(name))
 
     def annotate_job(self, name: str, namespace: str, annotations: dict) -> bool:
         self.jobs[name]["metadata"]["annotations"].update(annotations)
@@ -123,3 +128,20 @@ def test_an_orphan_is_marked_at_first_sight_and_deleted_only_a_grace_later_if_it
     states[OLD.run_id]["fit"] = "failed"
     sweep_orphans(hook, "ml", OWN, lambda dag_id, task_ids, run_ids: states, now=1000.0 + ORPHAN_GRACE)
     assert hook.deleted == ["left"] and list(hook.jobs) == ["busy"]
+
+
+@pytest.mark.parametrize("since", ["reported", "deleted"])
+def test_a_job_listed_before_its_try_ended_is_read_again_before_it_is_marked(since):
+    """Found by the chaos soak: the list showed a Job Running; its try then ended (deleting it, or labelling
+    it reported when kept) and its task instance turned success before Airflow was asked. The Job is read
+    again after Airflow's answer: it is no orphan."""
+    ended = job("ended", OLD)
+    hook = Hook(ended)
+    hook.listed = [copy.deepcopy(ended)]
+    if since == "reported":
+        hook.jobs["ended"]["metadata"]["labels"][CHECKED_LABEL] = "true"
+    else:
+        del hook.jobs["ended"]
+    states = {OLD.run_id: {"fit": "success"}}
+    assert sweep_orphans(hook, "ml", OWN, lambda dag_id, task_ids, run_ids: states, now=1000.0) == []
+    assert all(ORPHANED_AT_ANNOTATION not in j["metadata"]["annotations"] for j in hook.jobs.values())
