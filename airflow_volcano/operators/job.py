@@ -362,9 +362,8 @@ class VolcanoJobOperator(BaseOperator):
     def build_manifests(self, context: Context | None = None) -> JobManifests:
         """The ConfigMap and Job this task submits; raises JobSpecError before any API call."""
         ti = context.get("ti") if context else None
-        dag_id = self.dag_id if self.has_dag() else "no-dag"
-        run_id = str(context.get("run_id")) if context and context.get("run_id") else "manual"
-        map_index = int(getattr(ti, "map_index", -1) if getattr(ti, "map_index", None) is not None else -1)
+        own = self._task_instance_id(context)
+        dag_id, run_id, map_index = own.dag_id, own.run_id, own.map_index
         labels = run_labels(dag_id=dag_id, task_id=self.task_id, run_id=run_id,
                             try_number=int(getattr(ti, "try_number", 1) or 1), map_index=map_index)
         # Sized for the common task names; a template's longer ones shorten it (manifest._fit_default_name).
@@ -384,10 +383,15 @@ class VolcanoJobOperator(BaseOperator):
                                "policies do not answer an evicted pod with a restart: add a policy {'event': "
                                "'PodEvicted', 'action': 'RestartJob'}, or use stall_action='fail'")
         register_secrets(manifests.job)  # the task log hides them from now on
-        if ti is not None and self.has_dag():  # named exactly, for the orphan sweep of later tasks
-            manifests.job["metadata"].setdefault("annotations", {})[TASK_INSTANCE_ANNOTATION] = TaskInstanceId(
-                dag_id, self.task_id, run_id, map_index).annotation(self.on_kill_action)
         return manifests
+
+    def _task_instance_id(self, context: Context | None) -> TaskInstanceId:
+        """This task instance, as far as `context` tells ("no-dag", "manual" and -1 where it does not)."""
+        ti = context.get("ti") if context else None
+        return TaskInstanceId(
+            self.dag_id if self.has_dag() else "no-dag", self.task_id,
+            str(context.get("run_id")) if context and context.get("run_id") else "manual",
+            int(getattr(ti, "map_index", -1) if getattr(ti, "map_index", None) is not None else -1))
 
     def _wait_limits(self) -> WaitLimits:
         from airflow_volcano.wait_engine import WaitLimits  # not at DAG parse
@@ -536,7 +540,12 @@ class VolcanoJobOperator(BaseOperator):
         namespace = manifests.job["metadata"].get("namespace") or hook.get_namespace() or "default"
         ti = context["ti"]
         self._ti = ti
-        self._sweep_orphans(hook, namespace, manifests.job, context)
+        own = self._task_instance_id(context)
+        # Named exactly, for the orphan sweep of later tasks; at submission, as the request's hash is: the
+        # rendered manifest the UI shows stays the Job as built (and within Airflow's field limit).
+        manifests.job["metadata"].setdefault("annotations", {})[TASK_INSTANCE_ANNOTATION] = own.annotation(
+            self.on_kill_action)
+        self._sweep_orphans(hook, namespace, own, context)
         try:
             self._stop_if_killed()
             ref = submit_or_reattach(hook, manifests, namespace, if_job_exists=IfJobExists(self.if_job_exists),
@@ -566,17 +575,16 @@ class VolcanoJobOperator(BaseOperator):
             self._settle_after_failure(error)
             raise
 
-    def _sweep_orphans(self, hook: VolcanoHook, namespace: str, job: dict, context: Context) -> None:
+    def _sweep_orphans(self, hook: VolcanoHook, namespace: str, own: TaskInstanceId, context: Context) -> None:
         """Mark, then delete, the Jobs no try will watch again (orphans.py), freeing what they hold before
         this Job queues. A sweep that cannot read or ask deletes nothing and never fails the task."""
         from airflow_volcano.orphans import sweep_orphans
 
         ti = context["ti"]
-        named = TaskInstanceId.from_job(job)
-        if not self.delete_orphaned_jobs or named is None or not hasattr(ti, "get_task_states"):
+        if not self.delete_orphaned_jobs or not hasattr(ti, "get_task_states"):
             return
         try:
-            sweep_orphans(hook, namespace, named[0], lambda dag_id, task_ids, run_ids: ti.get_task_states(
+            sweep_orphans(hook, namespace, own, lambda dag_id, task_ids, run_ids: ti.get_task_states(
                 dag_id=dag_id, task_ids=task_ids, run_ids=run_ids), time.time())
         except Exception as error:  # noqa: BLE001 - the sweep is a courtesy; this task's own Job comes first
             self.log.warning("Could not look for orphaned Volcano Jobs in %s (left as they are): %s", namespace, error)
