@@ -133,15 +133,19 @@ def delete_job(name: str, namespace: str, *, retry_for: float | None = None, uid
 
 
 def label_job(name: str, namespace: str, labels: dict[str, str]) -> Call[bool]:
-    return Call(f"label Job {namespace}/{name}", "custom", "patch_namespaced_custom_object",
-                _job_args(namespace, name, {"metadata": {"labels": labels}}), shape=done, absent=False)
+    return _patch_job_metadata("label", name, namespace, "labels", labels)
 
 
 def annotate_job(name: str, namespace: str, annotations: Mapping[str, str | None]) -> Call[bool]:
-    """Set (or, with None, remove) annotations of a Job: a merge patch."""
-    return Call(f"annotate Job {namespace}/{name}", "custom", "patch_namespaced_custom_object",
-                _job_args(namespace, name, {"metadata": {"annotations": dict(annotations)}}), shape=done,
-                absent=False)
+    """Set (or, with None, remove) annotations of a Job."""
+    return _patch_job_metadata("annotate", name, namespace, "annotations", annotations)
+
+
+def _patch_job_metadata(verb: str, name: str, namespace: str, field: str,
+                        values: Mapping[str, str | None]) -> Call[bool]:
+    """A merge patch of one map of the Job's metadata; False if the Job is gone."""
+    return Call(f"{verb} Job {namespace}/{name}", "custom", "patch_namespaced_custom_object",
+                _job_args(namespace, name, {"metadata": {field: dict(values)}}), shape=done, absent=False)
 
 
 def _create_job(namespace: str, body: dict) -> Call[dict]:
