@@ -114,6 +114,7 @@ DEFAULT_CONN_ID = "kubernetes_default"  # the cncf-kubernetes `kubernetes` conne
 DEFAULT_STARTUP_TIMEOUT = 900.0  # pods may stay unscheduled this long
 DEFAULT_POLL_INTERVAL = 5.0  # pods of a Job that has not started are looked at this often
 DEFAULT_NODE_LOST_TIMEOUT = 180.0  # the pods of a node that stopped answering may stay lost this long
+DEFAULT_IMAGE_PULL_TIMEOUT = 300.0  # a pod may stay in image pull back-off that may clear this long
 # stall_timeout's floor: output is judged no finer (the pod's shell passes a heartbeat on every 10 s,
 # a deferred wait copies the log every quarter of stall_timeout).
 MIN_STALL_TIMEOUT = 30.0

@@ -15,10 +15,14 @@ class VolcanoApiError(RuntimeError):
     :param status: the HTTP status (0 when no answer came).
     :param reason: the HTTP reason phrase.
     :param message: the apiserver's own message (the `message` of its Status body), if any.
+    :param not_served: a 404 that names no object: the apiserver does not serve the resource at all
+        (its CRD removed, or unserved while Volcano is upgraded), which says nothing of the object.
     """
 
-    def __init__(self, what: str, status: int, reason: str, message: str | None = None) -> None:
+    def __init__(self, what: str, status: int, reason: str, message: str | None = None, *,
+                 not_served: bool = False) -> None:
         self.what, self.status, self.reason, self.message = what, status, reason, message
+        self.not_served = not_served
         super().__init__(self.describe())
 
     @classmethod
@@ -30,7 +34,9 @@ class VolcanoApiError(RuntimeError):
             message = json.loads(error.body).get("message")
         except (TypeError, ValueError, AttributeError):
             pass
-        return cls(what, int(getattr(error, "status", 0) or 0), str(getattr(error, "reason", "") or ""), message)
+        status = int(getattr(error, "status", 0) or 0)
+        return cls(what, status, str(getattr(error, "reason", "") or ""), message,
+                   not_served=status == 404 and not names_an_object(error))
 
     def denied_by_admission(self) -> bool:
         """A refusal by an admission policy (deploy/admission-policy.yaml) or webhook, after RBAC allowed
@@ -47,7 +53,10 @@ class VolcanoApiError(RuntimeError):
 
     def describe(self) -> str:
         text = self.brief()
-        if self.status == 403 and self.denied_by_admission():
+        if self.not_served:
+            text += (": the apiserver does not serve this resource now (Volcano's CRDs not installed, or being "
+                     "upgraded)")
+        elif self.status == 403 and self.denied_by_admission():
             pass  # the policy's or webhook's own message says why; no permission is missing
         elif self.status == 403:
             text += (". The Airflow connection's identity lacks this permission: grant it "
@@ -55,6 +64,19 @@ class VolcanoApiError(RuntimeError):
         elif self.status == 401:
             text += ". The Airflow connection's credentials were refused: check its kubeconfig or token"
         return text
+
+
+def names_an_object(error: Any) -> bool:
+    """Whether an error's Status body names the object it is about (`details.name`): the apiserver's
+    404 for an object that does not exist does; its 404 for a resource it does not serve (a path no
+    API group answers: "the server could not find the requested resource", or a bare "404 page not
+    found") does not."""
+    try:
+        body = json.loads(error.body)
+    except (TypeError, ValueError, AttributeError):
+        return False
+    details = body.get("details") if isinstance(body, dict) else None
+    return isinstance(details, dict) and bool(details.get("name"))
 
 
 class JobSpecError(ValueError):

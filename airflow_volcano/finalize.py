@@ -140,13 +140,17 @@ def mark_reported(hook: VolcanoHook, ref: JobRef) -> None:
 
 def delete_job_and_script(hook: VolcanoHook, ref: JobRef) -> None:
     """Delete the Job (its pods, PodGroup, Service go with it), retrying an unreachable apiserver for
-    up to CLEANUP_RETRY_SECONDS: a Job nobody deletes trains on unwatched."""
-    hook.delete_job(ref.name, ref.namespace, retry_for=CLEANUP_RETRY_SECONDS)
-    # The ConfigMap is owned by the Job, but a cluster without the garbage collector (or a Job that
-    # was never created) would leave it behind: delete it explicitly.
+    up to CLEANUP_RETRY_SECONDS: a Job nobody deletes trains on unwatched. Only that Job (its uid): a
+    Job of the same name made since (a later try's) is not touched."""
+    deleted = hook.delete_job(ref.name, ref.namespace, retry_for=CLEANUP_RETRY_SECONDS, uid=ref.uid)
+    # The ConfigMap is owned by the Job, but a cluster without the garbage collector would leave it
+    # behind: delete it explicitly (only the one this Job owns).
     if ref.script_configmap:
-        hook.delete_configmap(ref.script_configmap, ref.namespace)
-    log.info("Deleted Volcano Job %s/%s", ref.namespace, ref.name)
+        hook.delete_script_configmap(ref.script_configmap, ref.namespace, ref.uid)
+    if deleted:
+        log.info("Deleted Volcano Job %s/%s", ref.namespace, ref.name)
+    else:
+        log.info("Volcano Job %s/%s (uid %s) was gone already", ref.namespace, ref.name, ref.uid)
 
 
 def delete_if_still_running(hook: VolcanoHook, ref: JobRef) -> None:
@@ -159,6 +163,8 @@ def delete_if_still_running(hook: VolcanoHook, ref: JobRef) -> None:
         job = {}
     if job is None or (job and job_state(job).finished):
         return  # gone, or finished: on_finish_action has had its say
+    if job and ref.uid and job["metadata"].get("uid") != ref.uid:
+        return  # its name is another Job's now (a later try's): not this try's to delete
     log.info("No later try of this task will reattach: deleting Volcano Job %s/%s (%s), which would otherwise run "
              "unwatched", ref.namespace, ref.name, job_state(job).phase if job else "unreadable")
     try:

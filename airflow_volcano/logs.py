@@ -71,9 +71,10 @@ class LogCursor:
 
     @property
     def last_line_at(self) -> float | None:
-        """Epoch seconds of the newest line read (a hidden heartbeat too), if any: where a read resumes
-        (None: from the start)."""
-        return self.last_ns / 1e9 if self.last_ns else None
+        """The whole second (epoch, the node's clock) of the newest line read (a hidden heartbeat too), if
+        any: where a read resumes (None: from the start). Rounded down in integers: a float of the
+        nanoseconds rounds .999999999 up into the next second, whose read would skip that line."""
+        return float(self.last_ns // 1_000_000_000) if self.last_ns else None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"last_ns": self.last_ns, "seen_at_last": self.seen_at_last,
@@ -150,24 +151,26 @@ class LogFollower(threading.Thread):
     `open_stream(since)` (an epoch time, None: from the start) returns an iterable of raw lines (and
     may have a `close()`); it raises LookupError while the pod does not exist or has not started yet
     (nothing to see), anything else when the log cannot be read. `output` (if given) is told what this
-    follower sees, as `source`: each new line, and whether the log can be read.
+    follower sees, as `source`: each new line, and whether the log can be read, at `clock` (the
+    waiter's own).
     """
 
     def __init__(self, open_stream: Callable[[float | None], Any], cursor: LogCursor, emit: LineEmit,
-                 retry_interval: float = 2.0, *, output: OutputSight | None = None, source: str = "") -> None:
+                 retry_interval: float = 2.0, *, output: OutputSight | None = None, source: str = "",
+                 clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(name="volcano-log-follower", daemon=True)
         self.open_stream = open_stream
         self.cursor = cursor
         self.emit = emit
         self.retry_interval = retry_interval
-        self.output, self.source = output, source
+        self.output, self.source, self.clock = output, source, clock
         self._stop_event = threading.Event()
         self._lock = threading.Lock()
         self._stream: Any = None
 
     def _seen(self) -> None:
         if self.output is not None:
-            self.output.seen(time.time())
+            self.output.seen(self.clock())
 
     def run(self) -> None:
         while not self._stop_event.is_set():
@@ -179,14 +182,14 @@ class LogFollower(threading.Thread):
                         return
                     self._stream = stream
                 if self.output is not None:
-                    self.output.sighted(self.source, time.time())
+                    self.output.sighted(self.source, self.clock())
                 emit_new_lines(iter_lines(stream), self.cursor, self.emit, self._seen)
             except LookupError:  # the pod has not started (or is gone): nothing to see, not blind
                 if self.output is not None:
-                    self.output.sighted(self.source, time.time())
+                    self.output.sighted(self.source, self.clock())
             except Exception:  # noqa: BLE001 - the stream dropped or cannot be opened: blind until it is again
                 if self.output is not None and not self._stop_event.is_set():
-                    self.output.blind(self.source, time.time())
+                    self.output.blind(self.source, self.clock())
             finally:
                 with self._lock:
                     _close(self._stream)

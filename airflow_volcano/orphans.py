@@ -181,7 +181,7 @@ def sweep_orphans(hook: VolcanoHook, namespace: str, own: TaskInstanceId, task_s
             elif orphan.due(now):
                 if hook.delete_job(orphan.name, namespace, uid=orphan.uid):
                     log.info("Deleted %s", orphan.describe())
-                hook.delete_configmap(script_configmap_name(orphan.name), namespace)
+                hook.delete_script_configmap(script_configmap_name(orphan.name), namespace, orphan.uid)
         except VolcanoApiError as error:  # one not marked or deleted (replaced since, refused): the others still are
             log.warning("Could not mark or delete %s: %s", listed.describe(), error)
     return swept

@@ -27,6 +27,14 @@ from airflow_volcano.manifest import retryable_exit_codes
 from airflow_volcano.timestamps import clock_text, parse_time, parse_timestamp_ns
 
 IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
+# An image that cannot exist or cannot be read with the pod's credentials: the kubelet's retries cannot
+# help. Any other pull error (429, 5xx, a dropped connection, a registry that cannot be reached) may
+# clear by itself as the kubelet retries.
+FINAL_PULL_REASONS = frozenset({"InvalidImageName", "ErrImageNeverPull"})
+FINAL_PULL_SIGNS = (
+    "not found", "manifest unknown", "name unknown", "unauthorized", "access denied", "denied:", "forbidden",
+    "insufficient_scope", "invalid reference format", "repository does not exist", "401 ", "403 ",
+)
 LOG_TAIL_LINES = 20  # shown in a failure report
 LOG_SCAN_LINES = 200  # read for what they say of the cause (failure_hints)
 
@@ -97,12 +105,13 @@ def waited_view(job: Mapping[str, Any] | None) -> dict[str, Any] | None:
         return None
     metadata, spec = job.get("metadata") or {}, job.get("spec") or {}
     status = {key: value for key, value in (job.get("status") or {}).items() if key != "conditions"}
-    tasks = [{"name": task.get("name"), "replicas": task.get("replicas")}
+    tasks = [{key: task[key] for key in ("name", "replicas", "minAvailable") if key in task}
              for task in spec.get("tasks") or [] if isinstance(task, Mapping)]
     return {
         "metadata": {key: metadata[key] for key in ("name", "namespace", "uid", "resourceVersion",
                                                     "creationTimestamp") if key in metadata},
-        "spec": {key: spec[key] for key in ("maxRetry", "policies", "queue") if key in spec} | {"tasks": tasks},
+        "spec": {key: spec[key] for key in ("maxRetry", "policies", "queue", "minAvailable") if key in spec}
+        | {"tasks": tasks},
         "status": status,
     }
 
@@ -259,6 +268,52 @@ def image_pull_problem(pods: Iterable[Mapping[str, Any]]) -> PodProblem | None:
     return None
 
 
+def pull_is_final(problem: PodProblem) -> bool:
+    """Whether the kubelet says the image cannot exist or cannot be read (not found, manifest unknown,
+    unauthorized, an invalid name, a policy that forbids pulling): a passing registry error is not."""
+    if problem.reason in FINAL_PULL_REASONS:
+        return True
+    text = (problem.message or "").lower()
+    return any(sign in text for sign in FINAL_PULL_SIGNS)
+
+
+def pod_waiting_reason(pod: Mapping[str, Any]) -> str | None:
+    """Why a pod that has not started waits, in the words of the scheduler (its PodScheduled condition)
+    or the kubelet (its first waiting container)."""
+    status = pod.get("status") or {}
+    scheduled = _condition(status, "PodScheduled") or {}
+    if scheduled.get("status") == "False":
+        return scheduled.get("message") or scheduled.get("reason") or "not scheduled"
+    for container in status.get("containerStatuses") or []:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason"):
+            return f"{waiting['reason']}: {waiting['message']}" if waiting.get("message") else waiting["reason"]
+    return None
+
+
+def gang_cannot_form(job: Mapping[str, Any], hopeless: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether the Job can no longer reach its gang (its minAvailable, and each task's) without the
+    `hopeless` pods (ones that can never start): a pod outside the gang (TensorBoard, replicas above
+    minAvailable) is not needed to start it."""
+    spec = job.get("spec") or {}
+    missing: dict[str, int] = {}
+    for pod in hopeless:
+        task = _task_name(pod)
+        missing[task] = missing.get(task, 0) + 1
+    total = 0
+    for task in spec.get("tasks") or []:
+        replicas = int(task.get("replicas") or 0)
+        total += replicas
+        needed = task.get("minAvailable")
+        available = replicas - missing.get(task.get("name") or "", 0)
+        if needed is not None and available < int(needed):
+            return True
+    needed = spec.get("minAvailable")
+    if not spec.get("tasks") or needed is None:
+        return bool(missing)  # what the gang needs is unknown: every pod is needed
+    return total - sum(missing.values()) < int(needed)
+
+
 @dataclass(frozen=True)
 class LostPod:
     """A pod whose node stopped answering: the node controller marked it not Ready while its
@@ -268,6 +323,12 @@ class LostPod:
     node: str
     since: float  # epoch seconds: when it was marked not Ready
     uid: str = ""  # this pod exactly: a replacement of the same name is another pod
+    # The cluster's own eviction has begun: the taint manager deleted it (gracefully) once its
+    # toleration of the node's NoExecute taint ran out; its kubelet, silent, cannot finish that delete.
+    evicting: bool = False
+    # How long the cluster tolerates it on a lost node before evicting it (its NoExecute toleration of
+    # node.kubernetes.io/unreachable or not-ready: 300 s unless the pod says otherwise); None: forever.
+    tolerated_seconds: float | None = None
 
     @property
     def since_text(self) -> str:
@@ -301,8 +362,35 @@ def lost_pods(pods: Iterable[Mapping[str, Any]], owner_uid: str | None = None) -
             continue
         since = parse_time(ready.get("lastTransitionTime"))
         lost.append(LostPod(pod=metadata.get("name", ""), node=spec["nodeName"],
-                            since=since if since is not None else 0.0, uid=metadata.get("uid", "")))
+                            since=since if since is not None else 0.0, uid=metadata.get("uid", ""),
+                            evicting=bool(metadata.get("deletionTimestamp")),
+                            tolerated_seconds=node_loss_tolerated_seconds(spec)))
     return sorted(lost, key=lambda item: (item.node, item.pod))
+
+
+# The taint the node lifecycle controller puts on a node whose kubelet went silent (NoExecute: the taint
+# manager evicts the pods that do not tolerate it once their tolerationSeconds run out).
+UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
+
+
+def node_loss_tolerations(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The pod's tolerations of the taint of a node that stopped answering."""
+    return [dict(toleration) for toleration in spec.get("tolerations") or []
+            if toleration.get("effect") in (None, "", "NoExecute")
+            and (toleration.get("key") == UNREACHABLE_TAINT
+                 or (not toleration.get("key") and toleration.get("operator") == "Exists"))]
+
+
+def node_loss_tolerated_seconds(spec: Mapping[str, Any]) -> float | None:
+    """How long the cluster lets the pod stay on a node that stopped answering before its own eviction
+    begins: its longest toleration of that taint (the DefaultTolerationSeconds admission plugin gives
+    300 s to a pod that says nothing; none at all: at once); None: forever (the cluster never evicts it)."""
+    tolerations = node_loss_tolerations(spec)
+    if not tolerations:
+        return 0.0
+    if any(toleration.get("tolerationSeconds") is None for toleration in tolerations):
+        return None
+    return max(float(toleration["tolerationSeconds"]) for toleration in tolerations)
 
 
 def pod_view(pod: Mapping[str, Any]) -> dict[str, Any]:
@@ -318,12 +406,14 @@ def pod_view(pod: Mapping[str, Any]) -> dict[str, Any]:
                      "ownerReferences": [{"uid": owner.get("uid")} for owner in metadata.get("ownerReferences") or []]},
         "spec": {**({"nodeName": spec["nodeName"]} if "nodeName" in spec else {}),
                  **({"readinessGates": [{"conditionType": gate} for gate in gates]} if gates else {}),
+                 # How long the cluster lets it stay on a node that stopped answering (lost_pods).
+                 **({"tolerations": tolerated} if (tolerated := node_loss_tolerations(spec)) else {}),
                  # The first container (the training one) by name: a stall's stacks are read from its log.
                  "containers": [{"name": container.get("name")} for container in (spec.get("containers") or [])[:1]]},
         "status": {
             **{key: status[key] for key in ("phase", "reason", "message") if key in status},
             "conditions": [condition for condition in status.get("conditions") or []
-                           if condition.get("type") in ("Ready", *gates)],
+                           if condition.get("type") in ("Ready", "PodScheduled", *gates)],
             "containerStatuses": [{key: container[key] for key in ("name", "image", "ready", "state", "lastState")
                                    if key in container} for container in status.get("containerStatuses") or []],
         },

@@ -120,8 +120,9 @@ def submit(hook: VolcanoHook, manifests: JobManifests, namespace: str,
                                "task; choose another name or delete it")
         # The same name, finished by an earlier try (unfinished ones were reattached): make room.
         log.info("Deleting finished Volcano Job %s/%s of an earlier try", namespace, name)
-        hook.delete_job(name, namespace)
-        hook.wait_job_deleted(name, namespace)
+        uid = existing["metadata"].get("uid")
+        hook.delete_job(name, namespace, uid=uid)
+        hook.wait_job_deleted(name, namespace, uid=uid)
     # Which request built it: a later try reattaches only to a Job of its own request.
     job["metadata"].setdefault("annotations", {})[REQUEST_HASH_ANNOTATION] = manifests.request_hash
     configmap = manifests.configmap

@@ -4,6 +4,9 @@ Fed what a driver observed (the Job it read, each change a watch delivered, the 
 watch, what the followed logs showed) with the time it observed it on its own clock, the engine
 answers with the next action:
 
+- `ReadClock`: read the apiserver's clock (a response's Date header); then `clock_read`. Every
+  decision on the Job's age (job_timeout; startup_timeout of a Job that has not run yet) is taken on
+  that clock, never on the waiter's own, which may be skewed against it;
 - `Done`: the verdict (`events.WaitOutcome`: finished, job_timeout, the task's deadline, a pod that
   cannot start, a stall, deleted);
 - `CheckPods`: list the pods (and, while scheduling matters, the PodGroup and its events);
@@ -21,6 +24,12 @@ answers with the next action:
   its pods for their Python stacks and show them; then `stacks_collected`;
 - `RestartJob`: stall_action="restart": delete the Job's training pods, which its policies answer
   with a gang restart; then `restart_requested` (refused: the stall fails the task instead).
+
+The `now` of every observation is the waiter's own monotonic clock: intervals (the pod checks, a
+stall's silence, a restart's start, a pull's back-off) are measured on it from when this waiter first
+saw what they measure. Timestamps the cluster writes (the Job's creation, a pod's) are compared only
+with the apiserver's time, which the engine knows as an offset from that clock (`clock_read`). When it
+does not know it yet, no decision rests on it: the engine waits and reads the clock again.
 
 Output is what the followed logs showed, on the waiter's own clock (`OutputClock`, which the
 driver's log readers keep): a node's timestamps come from another clock. While the waiter cannot
@@ -42,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow_volcano.constants import (
+    DEFAULT_IMAGE_PULL_TIMEOUT,
     DEFAULT_POLL_INTERVAL,
     DEFAULT_STARTUP_TIMEOUT,
     MAX_STALL_RESTARTS,
@@ -50,6 +60,7 @@ from airflow_volcano.constants import (
 )
 from airflow_volcano.events import Verdict, WaitOutcome
 from airflow_volcano.goodput import RunTimeline
+from airflow_volcano.hooks.calls import owned_by
 from airflow_volcano.hooks.retry import backoff
 from airflow_volcano.logs import Emit, LogCursor
 from airflow_volcano.manifest import optional_seconds, seconds, stall_seconds
@@ -57,14 +68,19 @@ from airflow_volcano.manifest.checks import choice
 from airflow_volcano.queueing import INQUEUE, QueueSnapshot, WaitingReport, queue_of, waiting_report
 from airflow_volcano.stalls import describe_silence, kept_lines
 from airflow_volcano.status import (
+    IMAGE_PULL_REASONS,
     JobProgress,
     LostPod,
-    image_pull_problem,
+    gang_cannot_form,
     job_state,
     lost_pods,
+    pod_problem,
+    pod_waiting_reason,
+    pull_is_final,
     unschedulable_message,
     unstarted_pods,
 )
+from airflow_volcano.timestamps import parse_time
 
 if TYPE_CHECKING:
     from airflow_volcano.job_ref import JobRef
@@ -89,6 +105,9 @@ SCHEDULER_VIEW_SECONDS = 60.0
 # soak: a Job submitted during an apiserver restart stayed Pending with no pod until startup_timeout).
 ADMITTED_WITHOUT_PODS_SECONDS = 120.0
 ADMITTED_PHASES = (INQUEUE, "Running")
+# The phases in which a gang is starting (its first start, or again after a restart), which
+# startup_timeout bounds.
+RESTART_PHASES = (JobPhase.PENDING, JobPhase.RESTARTING)
 
 
 @dataclass(frozen=True)
@@ -98,6 +117,10 @@ class WaitLimits:
 
     startup_timeout: float | None = DEFAULT_STARTUP_TIMEOUT
     job_timeout: float | None = None
+    # How long a pod of the gang may stay in image pull back-off that may clear (a 429, a 5xx, an
+    # unreachable registry) before the Job counts as unable to start; an image that cannot exist or
+    # cannot be read ends it at once. None: waited for as long as startup_timeout allows.
+    image_pull_timeout: float | None = DEFAULT_IMAGE_PULL_TIMEOUT
     poll_interval: float = DEFAULT_POLL_INTERVAL  # how often to look at pods while the Job has not started
     # How long pods on a node that stopped answering stay before they are deleted (None: never
     # looked for; a sensor, which does not own the Job, leaves it None).
@@ -109,12 +132,14 @@ class WaitLimits:
     @classmethod
     def checked(cls, *, startup_timeout: Any, job_timeout: Any, poll_interval: Any,
                 node_lost_timeout: Any = None, stall_timeout: Any = None,
-                stall_action: Any = StallAction.FAIL) -> WaitLimits:
+                stall_action: Any = StallAction.FAIL,
+                image_pull_timeout: Any = DEFAULT_IMAGE_PULL_TIMEOUT) -> WaitLimits:
         """From the operator's arguments (each seconds or a timedelta); a bad value raises
         JobSpecError naming its parameter."""
         choice("stall_action", stall_action, set(StallAction))
         return cls(startup_timeout=optional_seconds("startup_timeout", startup_timeout),
                    job_timeout=optional_seconds("job_timeout", job_timeout),
+                   image_pull_timeout=optional_seconds("image_pull_timeout", image_pull_timeout),
                    poll_interval=seconds("poll_interval", poll_interval),
                    node_lost_timeout=optional_seconds("node_lost_timeout", node_lost_timeout),
                    stall_timeout=stall_seconds("stall_timeout", stall_timeout),
@@ -192,6 +217,11 @@ class Done:
 
 
 @dataclass(frozen=True)
+class ReadClock:
+    """Read the apiserver's time (a response's Date header), then `clock_read`."""
+
+
+@dataclass(frozen=True)
 class CheckPods:
     scheduling: bool  # also read the PodGroup and the events that explain scheduling
 
@@ -244,6 +274,7 @@ class ProbeOutput:
 @dataclass(frozen=True)
 class CollectStacks:
     silent_for: float  # seconds without output or change
+    requested_at: float  # epoch seconds (the apiserver's, as far as known): the request's id and log start
 
 
 @dataclass(frozen=True)
@@ -253,7 +284,8 @@ class RestartJob:
     pods: tuple[PodRef, ...]
 
 
-Action = Done | CheckPods | ReadQueue | Watch | Reread | DeletePods | ProbeOutput | CollectStacks | RestartJob
+Action = (Done | ReadClock | CheckPods | ReadQueue | Watch | Reread | DeletePods | ProbeOutput | CollectStacks
+          | RestartJob)
 
 
 @dataclass(frozen=True)
@@ -292,34 +324,6 @@ def output_probe_interval(limits: WaitLimits) -> float | None:
     return None if limits.stall_timeout is None else min(30.0, limits.stall_timeout / 4)
 
 
-def next_step(job: dict, limits: WaitLimits, elapsed: float, since_pod_check: float) -> WaitStep:
-    """The waiting policy for one reading of the Job."""
-    state = job_state(job)
-    if state.finished:
-        return WaitStep(done=WaitOutcome(Verdict.FINISHED, phase=state.phase, job=job))
-    if limits.job_timeout is not None and elapsed >= limits.job_timeout:
-        return WaitStep(done=WaitOutcome(
-            Verdict.JOB_TIMEOUT, message=f"job_timeout of {limits.job_timeout:.0f}s passed (phase {state.phase})",
-            phase=state.phase, job=job))
-    # Pods changing state do not always change the Job (an image pull error leaves it Pending),
-    # so pods are looked at while some are pending; after that the watch alone suffices.
-    wait = RUNNING_WATCH_SECONDS
-    check_pods = False
-    interval: float | None
-    if _has_pending(job):
-        interval = pod_check_interval(limits, elapsed)
-        check_pods = since_pod_check >= interval
-        wait = interval if check_pods else interval - since_pod_check
-        if limits.startup_timeout is not None and elapsed < limits.startup_timeout:
-            wait = min(wait, limits.startup_timeout - elapsed)
-    elif (interval := node_check_interval(limits)) is not None and state.phase == JobPhase.RUNNING:
-        check_pods = since_pod_check >= interval
-        wait = interval if check_pods else interval - since_pod_check
-    if limits.job_timeout is not None:
-        wait = min(wait, limits.job_timeout - elapsed)
-    return WaitStep(check_pods=check_pods, wait_seconds=max(1.0, wait))
-
-
 @dataclass
 class _Progress:
     """The last sign of life of a Running Job (an output, or a change of the Job), and the blind
@@ -341,23 +345,31 @@ class _Probes:
 class WaitEngine:
     """One wait for one Job. Drivers call `job_read` first, then do what each answer says.
 
-    :param ref: the Job waited for.
-    :param limits: startup_timeout, job_timeout, pod check interval, node_lost_timeout, stall_timeout.
-    :param started_at: epoch seconds the Job's clock starts from (its creation).
+    :param ref: the Job waited for (its uid: only that Job's reads, changes and pods count).
+    :param limits: startup_timeout, job_timeout, image_pull_timeout, pod check interval,
+        node_lost_timeout, stall_timeout.
     :param report: told each change of phase and the scheduler's reason while Pending.
-    :param deadline: epoch seconds at which the wait gives up (a deferred task's execution_timeout).
+    :param server_offset: the apiserver's epoch time minus the waiter's `now` clock, if the driver read
+        it before starting (else the engine asks, `ReadClock`).
+    :param epoch_offset: the waiter's own epoch time minus its `now` clock: where the run's timeline is
+        placed while the apiserver's time is not known.
+    :param deadline: epoch seconds at which the wait gives up (a deferred task's execution_timeout),
+        compared with the apiserver's time.
     :param jitter: a number in [0, 1) per back-off (random by default; fixed in tests).
-    :param output: what the driver's log readers have seen (stall_timeout).
+    :param output: what the driver's log readers have seen (stall_timeout), on the `now` clock.
     :param followed: the pods whose output counts for stall_timeout.
     :param timeline: where what the wait sees of the run goes (the driver adds the pods' placements).
     """
 
-    def __init__(self, ref: JobRef, limits: WaitLimits, *, started_at: float, report: Emit,
-                 deadline: float | None = None, jitter: Callable[[], float] = random.random,
-                 output: OutputClock | None = None, followed: tuple[FollowedLog, ...] = (),
-                 timeline: RunTimeline | None = None) -> None:
-        self.ref, self.limits, self.started_at = ref, limits, started_at
+    def __init__(self, ref: JobRef, limits: WaitLimits, *, report: Emit, server_offset: float | None = None,
+                 epoch_offset: float = 0.0, deadline: float | None = None,
+                 jitter: Callable[[], float] = random.random, output: OutputClock | None = None,
+                 followed: tuple[FollowedLog, ...] = (), timeline: RunTimeline | None = None) -> None:
+        self.ref, self.limits = ref, limits
         self.report, self.deadline, self.jitter = report, deadline, jitter
+        self._server_offset, self._epoch_offset = server_offset, epoch_offset
+        self._clock_asked = float("-inf")  # when the apiserver's clock was last asked for (unknown: again)
+        self._clock_unknown_said = False
         self.output = output or OutputClock()
         self.followed = followed
         self.job: dict | None = None
@@ -382,11 +394,26 @@ class WaitEngine:
         self._scheduler_read = float("-inf")  # when the scheduler's view was last read
         self._podgroup: dict | None = None  # the PodGroup as the scheduler's view last read it
         self._waiting_said: tuple[str, float] | None = None  # the last such line, and when it was said
+        self._pending_since: float | None = None  # when this wait first saw pods still to start (None: none)
+        self._ran = False  # this wait saw the gang run
+        self._restart_since: float | None = None  # when this wait first saw a restart's pods still to start
+        self._pulls: dict[str, float] = {}  # pod uid (or name) -> since when it is in image pull back-off
+        self._pulls_said: dict[str, str] = {}  # pod -> what was last said of its pull
+        self._pulls_final: set[str] = set()  # pods the kubelet said can never pull their image
+        self._outside_said: str | None = None  # what was last said of pods outside the running gang
+        self._unseen_said: str | None = None  # why the Job cannot be seen, as last said
 
     # -- observations ---------------------------------------------------------------------------
 
     def job_read(self, job: dict | None, now: float) -> Action:
-        """The Job as a read (GET) returned it; None if it does not exist."""
+        """The Job as a read (GET) returned it; None if the apiserver says it does not exist. A Job of
+        the same name with another uid means this one is gone (deleted, its name taken since)."""
+        self._unseen_said = None
+        if job is not None and not self._ours(job):
+            uid = (job.get("metadata") or {}).get("uid")
+            return self._finish(WaitOutcome(Verdict.DELETED, job=None, message=(
+                f"Volcano Job {self.ref.namespace}/{self.ref.name} (uid {self.ref.uid}) was deleted: a Job of that "
+                f"name with another uid ({uid}) exists now")), now)
         if job is None:
             return self._finish(WaitOutcome(Verdict.DELETED, job=None, message=(
                 f"Volcano Job {self.ref.namespace}/{self.ref.name} was deleted")), now)
@@ -394,13 +421,48 @@ class WaitEngine:
         return self._decide(now)
 
     def job_changed(self, job: dict, now: float) -> Action | None:
-        """A change the open watch delivered: None to keep watching, else end the watch and act."""
+        """A change the open watch delivered: None to keep watching, else end the watch and act. A
+        change of another Job of the same name (another uid) says nothing sure of this one: it is
+        read again."""
+        if not self._ours(job):
+            self._watch = None
+            return Reread(after=0.0)
         self._observe(job, now)
-        step = next_step(job, self.limits, now - self.started_at, now - self._last_pod_check)
+        step = self._step(job, now)
         if step.done is not None or (step.check_pods and self.starting) or self._past_deadline(now):
             self._watch = None
             return self._decide(now)
         return None
+
+    def job_deleted(self, uid: str | None, now: float) -> Action | None:
+        """The watch delivered the deletion of a Job of this name: the end if it is this one (its uid),
+        else nothing (an older Job of the same name: keep watching)."""
+        if self.ref.uid and uid and uid != self.ref.uid:
+            return None
+        self._watch = None
+        return self.job_read(None, now)
+
+    def job_unseen(self, reason: str, now: float) -> Action:
+        """The Job could not be read for a reason that says nothing of it (the apiserver does not serve
+        Volcano Jobs just now: Volcano being upgraded): the wait goes on, read again after a back-off."""
+        if self._unseen_said != reason:
+            self._unseen_said = reason
+            self.report(f"Cannot see Volcano Job {self.ref.namespace}/{self.ref.name}: {reason}. Nothing is "
+                        "decided meanwhile; the task reads it again")
+        self._drops += 1
+        return Reread(after=backoff_after_drops(self._drops, self.jitter()))
+
+    def clock_read(self, server_time: float | None, now: float) -> Action:
+        """The answer to ReadClock: the apiserver's epoch time at `now` (its Date header), None if it
+        could not be read (job_timeout and startup_timeout then wait, said once)."""
+        self._clock_asked = now
+        if server_time is not None:
+            self._server_offset = server_time - now
+        elif not self._clock_unknown_said:
+            self._clock_unknown_said = True
+            self.report("Cannot read the apiserver's clock: job_timeout and startup_timeout, which count from the "
+                        "Job's creation on that clock, wait until it can be read")
+        return self._decide(now)
 
     def watch_ended(self, now: float) -> Action:
         """The watch request ended by itself: at its timeout, or early (dropped, refused, 410, deleted)."""
@@ -413,16 +475,17 @@ class WaitEngine:
         return self._decide(now)
 
     def pods_seen(self, pods: list[dict], podgroup: dict | None, events: list[dict], now: float) -> Action:
-        """The answer to CheckPods (podgroup None and events empty unless it asked for scheduling)."""
+        """The answer to CheckPods (podgroup None and events empty unless it asked for scheduling). Only
+        this Job's own pods count (its uid in their owner references)."""
         assert self.job is not None
+        if self.ref.uid:
+            pods = [pod for pod in pods if owned_by(pod, self.ref.uid)]
         self._last_pod_check = now
-        waited = now - self.started_at
         if self._scheduling:
             line = self._progress.scheduler_reason(self.job, unschedulable_message(podgroup, events))
             if line is not None:
                 self.report(line)
-        problem = startup_problem(self.ref, pods, podgroup, self.limits, waited, events) or (
-            self._pods_never_created(pods, podgroup, now))
+        problem = self._start_problem(pods, podgroup, events, now) or self._pods_never_created(pods, podgroup, now)
         if problem is not None:
             return self._finish(self._outcome(Verdict.CANNOT_START, message=problem), now)
         if self.limits.node_lost_timeout is not None:
@@ -431,7 +494,7 @@ class WaitEngine:
                 return DeletePods(pods=expired)
         if self._scheduling:
             self._scheduler_read, self._podgroup, self._scheduling = now, podgroup, False
-        if self._waits_in_queue(waited) and now - self._queue_read >= QUEUE_REFRESH_SECONDS:
+        if self._waits_in_queue(now) and now - self._queue_read >= QUEUE_REFRESH_SECONDS:
             return ReadQueue(queue=queue_of(self.job, self._podgroup))
         return self._decide(now)
 
@@ -539,29 +602,180 @@ class WaitEngine:
     def _finish(self, outcome: WaitOutcome, now: float) -> Done:
         """The wait's end: the outcome, with what this wait saw (lost nodes, stalls, the run's timeline)."""
         if outcome.ends_the_job:
-            self.timeline.ended_at = now  # the Job is deleted now: its run ends here
+            self.timeline.ended_at = self._epoch(now)  # the Job is deleted now: its run ends here
         self._end_stall(now)
         return Done(dataclasses.replace(outcome, lost_nodes=tuple(self.lost_nodes), stalls=self.stalls,
                                         timeline=self.timeline, stacks=self.stack_lines))
 
     def _end_stall(self, now: float) -> None:
         if self._stalled_since is not None:
-            self.timeline.stalls.append((self._stalled_since, now))
+            self.timeline.stalls.append((self._epoch(self._stalled_since), self._epoch(now)))
             self._stalled_since = None
+
+    # -- clocks: the waiter's `now`, the apiserver's time -------------------------------------------
+
+    def _server_time(self, now: float) -> float | None:
+        """The apiserver's epoch time at `now`, if its clock has been read."""
+        return None if self._server_offset is None else now + self._server_offset
+
+    def _epoch(self, now: float) -> float:
+        """An epoch time for the run's timeline: the apiserver's (its pods' timestamps are), else the waiter's."""
+        return now + (self._server_offset if self._server_offset is not None else self._epoch_offset)
+
+    def _job_age(self, job: dict, now: float) -> float | None:
+        """Seconds since the Job's creation, both on the apiserver's clock; None while that is unknown."""
+        created = parse_time((job.get("metadata") or {}).get("creationTimestamp")) or self.ref.created_at
+        server = self._server_time(now)
+        return None if created is None or server is None else max(0.0, server - created)
+
+    def _ours(self, job: dict) -> bool:
+        uid = (job.get("metadata") or {}).get("uid")
+        return not self.ref.uid or not uid or uid == self.ref.uid
+
+    # -- the Job's state ----------------------------------------------------------------------------
 
     def _observe(self, job: dict, now: float) -> None:
         self.job = job
         if (line := self._progress.observe(job)) is not None:
             self.report(line)
-        if not _has_pending(job):
-            self.waiting = None
         state = job_state(job)
+        if _has_pending(job):
+            self._pending_since = now if self._pending_since is None else self._pending_since
+        else:
+            self._pending_since = None
+            self.waiting = None
+        if state.phase == JobPhase.RUNNING:
+            self._ran, self._restart_since = True, None
+        elif (state.phase in RESTART_PHASES and self._restart_since is None
+              and (self._ran or state.retry_count > 0)):
+            # A gang that ran (or was restarted before this wait began) is starting again: its new pods
+            # are waited for from now, not from the Job's creation.
+            self._restart_since = now
         if state.phase != JobPhase.RUNNING:
             self._alive = None
         elif self._alive is None or state.resource_version != self._alive_version:
             # Started running, or changed (a pod ended, a restart): a sign of life.
             self._alive = _Progress(now, self.output.view(now).blind_total)
         self._alive_version = state.resource_version
+
+    def _step(self, job: dict, now: float) -> WaitStep:
+        """The waiting policy for one reading of the Job."""
+        state = job_state(job)
+        if state.finished:
+            return WaitStep(done=WaitOutcome(Verdict.FINISHED, phase=state.phase, job=job))
+        age = self._job_age(job, now)
+        timeout = self.limits.job_timeout
+        if timeout is not None and age is not None and age >= timeout:
+            return WaitStep(done=WaitOutcome(
+                Verdict.JOB_TIMEOUT, message=f"job_timeout of {timeout:.0f}s passed (phase {state.phase})",
+                phase=state.phase, job=job))
+        # Pods changing state do not always change the Job (an image pull error leaves it Pending),
+        # so pods are looked at while some are pending; after that the watch alone suffices.
+        wait = RUNNING_WATCH_SECONDS
+        check_pods = False
+        since_pod_check = now - self._last_pod_check
+        interval: float | None
+        if _has_pending(job):
+            interval = pod_check_interval(self.limits, now - (self._pending_since or now))
+            check_pods = since_pod_check >= interval
+            wait = interval if check_pods else interval - since_pod_check
+            if (left := self._startup_left(job, now)) is not None and left > 0:
+                wait = min(wait, left)
+        elif (interval := node_check_interval(self.limits)) is not None and state.phase == JobPhase.RUNNING:
+            check_pods = since_pod_check >= interval
+            wait = interval if check_pods else interval - since_pod_check
+        if timeout is not None and age is not None:
+            wait = min(wait, timeout - age)
+        return WaitStep(check_pods=check_pods, wait_seconds=max(1.0, wait))
+
+    def _startup_left(self, job: dict, now: float) -> float | None:
+        """Seconds until the gang counts as unable to start (<= 0: it does); None while nothing bounds
+        it: no startup_timeout, the gang runs, or (for a first start, counted from the Job's creation)
+        the apiserver's time is not known. A restart's start counts from when this wait first saw it."""
+        timeout = self.limits.startup_timeout
+        if timeout is None or job_state(job).phase not in RESTART_PHASES or not _has_pending(job):
+            return None
+        if self._restart_since is not None:
+            return timeout - (now - self._restart_since)
+        age = self._job_age(job, now)
+        return None if age is None else timeout - age
+
+    def _start_problem(self, pods: list[dict], podgroup: dict | None, events: list[dict], now: float) -> str | None:
+        """Why the gang cannot start: a pod it needs that cannot pull its image (at once when the image
+        cannot exist or cannot be read, after image_pull_timeout of back-off otherwise), or the gang not
+        running when startup_timeout has passed (with the scheduler's reason). Pods outside the gang (a
+        TensorBoard, replicas above minAvailable) never end the Job: they are reported."""
+        assert self.job is not None
+        state = job_state(self.job)
+        gang_runs = state.phase == JobPhase.RUNNING
+        hopeless = self._image_pulls(pods, now, gang_runs)
+        job = f"Volcano Job {self.ref.namespace}/{self.ref.name}"
+        if gang_runs:
+            self._report_outside_gang(pods)
+            return None
+        self._outside_said = None
+        if hopeless and gang_cannot_form(self.job, [pod for pod, _ in hopeless]):
+            # Named: a pod the gang cannot do without, rather than one outside it.
+            _, cause = next((item for item in hopeless if gang_cannot_form(self.job, [item[0]])), hopeless[0])
+            return f"{job} cannot start: {cause}"
+        left = self._startup_left(self.job, now)
+        if left is None or left > 0:
+            return None
+        pending = unstarted_pods(pods)
+        if pods and not pending:
+            return None
+        reason = unschedulable_message(podgroup, events)
+        timeout = self.limits.startup_timeout or 0
+        if self._restart_since is not None:
+            text = (f"{job} was restarted (restarts so far: {state.retry_count}) and its pods did not start again "
+                    f"within startup_timeout ({timeout:.0f}s) of the restart")
+        else:
+            text = f"{job} did not start within startup_timeout ({timeout:.0f}s)"
+        text += f": {reason}" if reason else ": pods were not scheduled"
+        if pending:
+            text += f" (pending pods: {', '.join(pending)})"
+        return text
+
+    def _image_pulls(self, pods: list[dict], now: float, gang_runs: bool) -> list[tuple[dict, str]]:
+        """The pods that cannot pull their image, with what the kubelet says: at once when the image cannot
+        exist or cannot be read; after image_pull_timeout of back-off otherwise (from when this wait first
+        saw it back off; a pull that works again starts it anew), said while the kubelet retries."""
+        hopeless: list[tuple[dict, str]] = []
+        backing_off: dict[str, float] = {}
+        timeout = self.limits.image_pull_timeout
+        for pod in pods:
+            problem = pod_problem(pod)
+            if problem is None or problem.reason not in IMAGE_PULL_REASONS:
+                continue
+            key = (pod.get("metadata") or {}).get("uid") or problem.pod
+            since = backing_off[key] = self._pulls.get(key, now)
+            final = pull_is_final(problem) or key in self._pulls_final
+            if final:
+                self._pulls_final.add(key)  # the kubelet's back-off message may not repeat the cause
+                hopeless.append((pod, problem.describe()))
+            elif timeout is not None and now - since >= timeout:
+                hopeless.append((pod, f"{problem.describe()} (still failing after image_pull_timeout, {timeout:.0f}s, "
+                                      "of the kubelet's retries)"))
+            elif not gang_runs and self._pulls_said.get(key) != problem.reason:
+                self._pulls_said[key] = problem.reason or ""
+                limit = f"image_pull_timeout ({timeout:.0f}s)" if timeout is not None else "startup_timeout"
+                self.report(f"Volcano Job {self.ref.namespace}/{self.ref.name}: {problem.describe()}; the kubelet "
+                            f"retries (a registry error may pass), and the task waits up to {limit}")
+        self._pulls = backing_off
+        self._pulls_said = {key: said for key, said in self._pulls_said.items() if key in backing_off}
+        self._pulls_final &= set(backing_off)
+        return hopeless
+
+    def _report_outside_gang(self, pods: list[dict]) -> None:
+        """The gang runs: pods still to start are outside what it needs; said when that changes."""
+        started = set(unstarted_pods(pods))
+        waiting = [f"{name} ({why})" if (why := pod_waiting_reason(pod)) else name for pod in pods
+                   if (name := (pod.get("metadata") or {}).get("name", "")) in started]
+        text = "; ".join(sorted(waiting))
+        if text and text != self._outside_said:
+            self.report(f"Volcano Job {self.ref.namespace}/{self.ref.name} runs; pod(s) outside its gang (not needed "
+                        f"to run it) still wait: {text}")
+        self._outside_said = text or None
 
     def _stall_left(self, now: float) -> float | None:
         """Seconds until the Running Job counts as stalled (<= 0: it has); None if it cannot (off, not
@@ -603,19 +817,22 @@ class WaitEngine:
                 "restart), and would never create them. The Job is deleted; the task's next try submits it again "
                 "(restarting vc-controller-manager also recovers such Jobs)")
 
-    def _waits_in_queue(self, waited: float) -> bool:
+    def _waits_in_queue(self, now: float) -> bool:
         """Pending long enough to be explained: one that starts within poll_interval needs no explaining."""
         assert self.job is not None
-        return self.starting and job_state(self.job).phase == JobPhase.PENDING and waited >= self.limits.poll_interval
+        return (self.starting and job_state(self.job).phase == JobPhase.PENDING and self._pending_since is not None
+                and now - self._pending_since >= self.limits.poll_interval)
 
     def _collect_stacks(self, now: float) -> CollectStacks:
         """A stall: its time runs from the last output until it is handled (a restart, or the end)."""
         silent_for = self._silent_for(now)
         self._stalled_since = now - silent_for
-        return CollectStacks(silent_for=silent_for)
+        return CollectStacks(silent_for=silent_for, requested_at=self._epoch(now))
 
     def _past_deadline(self, now: float) -> bool:
-        return self.deadline is not None and now >= self.deadline
+        """Whether the task's execution_timeout (an epoch time) has passed, by the apiserver's clock."""
+        server = self._server_time(now)
+        return self.deadline is not None and server is not None and server >= self.deadline
 
     def _probed(self) -> tuple[tuple[str, str | None], ...]:
         """The pods read by probes: those no log reader follows, and any whose last probe failed."""
@@ -628,8 +845,9 @@ class WaitEngine:
 
     def _decide(self, now: float) -> Action:
         assert self.job is not None
-        waited = now - self.started_at
-        step = next_step(self.job, self.limits, waited, now - self._last_pod_check)
+        if self._server_offset is None and now - self._clock_asked >= BLIND_RECHECK_SECONDS:
+            return ReadClock()
+        step = self._step(self.job, now)
         if step.done is not None:
             return self._finish(step.done, now)
         if self._past_deadline(now):
@@ -647,12 +865,15 @@ class WaitEngine:
             # The scheduler's view (PodGroup, events: two reads) once the Job has been Pending a while:
             # one that starts within a check interval needs no explaining.
             # (A running Job's pods are checked for lost nodes only.)
-            self._scheduling = self.starting and (startup_timed_out(self.limits, waited) or (
-                self._waits_in_queue(waited) and now - self._scheduler_read >= SCHEDULER_VIEW_SECONDS))
+            left = self._startup_left(self.job, now)
+            self._scheduling = self.starting and ((left is not None and left <= 0) or (
+                self._waits_in_queue(now) and now - self._scheduler_read >= SCHEDULER_VIEW_SECONDS))
             return CheckPods(scheduling=self._scheduling)
         seconds = step.wait_seconds
-        if self.deadline is not None:
-            seconds = min(seconds, max(1.0, self.deadline - now))
+        if self.deadline is not None and (server := self._server_time(now)) is not None:
+            seconds = min(seconds, max(1.0, self.deadline - server))
+        if self._server_offset is None:
+            seconds = min(seconds, BLIND_RECHECK_SECONDS)  # the apiserver's clock unknown: ask again soon
         if stall_left is not None:
             seconds = min(seconds, max(1.0, stall_left))
         elif self._alive is not None and self.limits.stall_timeout is not None:
@@ -663,9 +884,11 @@ class WaitEngine:
         return Watch(resource_version=job_state(self.job).resource_version, seconds=max(1, round(seconds)))
 
     def _lost_node_pods(self, pods: list[dict], now: float, timeout: float) -> tuple[PodRef, ...]:
-        """Report each node that stops (or resumes) answering once; the pods lost for `timeout`,
-        counted from when this wait first saw them lost (the apiserver's timestamps come from
-        another clock, which may be skewed against this one). Only this Job's own pods count."""
+        """Report each node that stops (or resumes) answering once; delete a lost pod only once the
+        cluster's own eviction of it has begun (its toleration of the node's taint ran out: the taint
+        manager deleted it, which its silent kubelet cannot finish) and it has been lost for `timeout`,
+        counted from when this wait first saw it lost (on this wait's clock). Never before Kubernetes
+        would give it up itself; only this Job's own pods count."""
         by_node: dict[str, list[LostPod]] = {}
         for pod in lost_pods(pods, owner_uid=self.ref.uid):
             by_node.setdefault(pod.node, []).append(pod)
@@ -684,29 +907,39 @@ class WaitEngine:
                 self._lost[node] = names
                 self.report(f"Node {node} stopped answering: its pod(s) {', '.join(names)} of Volcano Job "
                             f"{self.ref.namespace}/{self.ref.name} were marked not ready at "
-                            f"{lost[0].since_text}; unless it is back within node_lost_timeout ({timeout:.0f}s), "
-                            "they are deleted and handled like an eviction")
+                            f"{lost[0].since_text}; {_lost_plan(lost, timeout)}")
             first_seen = min(self._lost_seen.setdefault(name, now) for name in names)
-            if now - first_seen >= timeout:
-                if node not in self.lost_nodes:  # said once; a delete that failed is retried quietly
-                    self.lost_nodes.append(node)
-                    since = min((pod.since for pod in lost if pod.since), default=first_seen)
-                    self.timeline.lost.append((min(since, first_seen), now))
-                    self.report(f"Node {node} has not come back within node_lost_timeout ({timeout:.0f}s): "
-                                f"deleting its pod(s) {', '.join(names)}; Volcano handles that like an eviction "
-                                "(the Job restarts if its retry budget allows)")
-                expired += [PodRef(pod.pod, pod.uid) for pod in lost]
+            evicted = [pod for pod in lost if pod.evicting]
+            if now - first_seen < timeout or not evicted:
+                continue
+            if node not in self.lost_nodes:  # said once; a delete that failed is retried quietly
+                self.lost_nodes.append(node)
+                since = min((pod.since for pod in lost if pod.since), default=self._epoch(first_seen))
+                self.timeline.lost.append((min(since, self._epoch(first_seen)), self._epoch(now)))
+                self.report(f"Node {node} has not come back within node_lost_timeout ({timeout:.0f}s) and the cluster "
+                            f"is evicting its pod(s) {', '.join(pod.pod for pod in evicted)}, which its silent kubelet "
+                            "cannot finish: deleting them; Volcano handles that like an eviction (the Job restarts "
+                            "if its retry budget allows)")
+            expired += [PodRef(pod.pod, pod.uid) for pod in evicted]
         return tuple(expired)
+
+
+def _lost_plan(lost: Sequence[LostPod], timeout: float) -> str:
+    """What happens to the pods of a lost node, as the task log says it when the node goes silent."""
+    tolerated = [pod.tolerated_seconds for pod in lost]
+    if any(seconds is None for seconds in tolerated):
+        return ("they tolerate the node's unreachable taint without limit, so the cluster never evicts them: the "
+                "task waits for the node to come back")
+    longest = max((seconds or 0.0) for seconds in tolerated)
+    return (f"unless it is back first, the cluster evicts them after their toleration of its unreachable taint "
+            f"({longest:.0f}s), and once that has begun and node_lost_timeout ({timeout:.0f}s) has passed they are "
+            "deleted and handled like an eviction")
 
 
 def _has_pending(job: dict) -> bool:
     status = job.get("status") or {}
     started = status.get("running") or status.get("succeeded") or status.get("failed")
     return int(status.get("pending") or 0) > 0 or not started
-
-
-def startup_timed_out(limits: WaitLimits, waited: float) -> bool:
-    return limits.startup_timeout is not None and waited >= limits.startup_timeout
 
 
 def scheduling_subjects(podgroup: dict | None, pods: list[dict]) -> set[str]:
@@ -722,12 +955,17 @@ def startup_problem(
     ref: JobRef, pods: list[dict], podgroup: dict | None, limits: WaitLimits, waited: float,
     events: list[dict] | None = None,
 ) -> str | None:
-    """Why the Job cannot start: a pod that cannot pull its image (at once), or pods still not
-    scheduled after startup_timeout (with the scheduler's reason from the PodGroup)."""
-    pull = image_pull_problem(pods)
-    if pull is not None:
-        return f"Volcano Job {ref.namespace}/{ref.name} cannot start: {pull.describe()}"
-    if not startup_timed_out(limits, waited):
+    """For a short wait that polls (debug mode's pods come up): why they cannot start, `waited` seconds
+    on the caller's clock after it began. A pod whose image cannot exist or cannot be read (at once), one
+    still in image pull back-off after image_pull_timeout, or pods not scheduled after startup_timeout
+    (with the scheduler's reason from the PodGroup)."""
+    for pod in pods:
+        problem = pod_problem(pod)
+        if problem is None or problem.reason not in IMAGE_PULL_REASONS:
+            continue
+        if pull_is_final(problem) or (limits.image_pull_timeout is not None and waited >= limits.image_pull_timeout):
+            return f"Volcano Job {ref.namespace}/{ref.name} cannot start: {problem.describe()}"
+    if limits.startup_timeout is None or waited < limits.startup_timeout:
         return None
     pending = unstarted_pods(pods)
     if pods and not pending:

@@ -13,6 +13,7 @@ import structlog
 
 from airflow_volcano import wait_steps
 from airflow_volcano.events import WaitOutcome
+from airflow_volcano.exceptions import VolcanoApiError
 from airflow_volcano.goodput import RunTimeline
 from airflow_volcano.hooks import calls
 from airflow_volcano.logs import Emit, LogFollower
@@ -28,6 +29,7 @@ from airflow_volcano.wait_engine import (
     FollowedLog,
     OutputClock,
     ProbeOutput,
+    ReadClock,
     ReadQueue,
     Reread,
     RestartJob,
@@ -86,20 +88,21 @@ def wait_for_job(
     logs: Sequence[PodLogCopy] = (),
     probed: Sequence[tuple[str, str | None]] = (),
     report: Emit | None = None,
-    clock: Callable[[], float] = time.time,
+    clock: Callable[[], float] = time.monotonic,
 ) -> WaitOutcome:
     """Watch the Job until it finishes, a deadline passes, a pod shows it cannot start, or it stalls.
 
     Follows each pod log of `logs` on a background thread while waiting (the main pod's first: its
     cursor becomes the outcome's); `probed` are pods whose output counts for stall_timeout without
-    being copied. `report` (if given) is told each change of phase and the scheduler's reason.
+    being copied. `report` (if given) is told each change of phase and the scheduler's reason. `clock`:
+    the waiter's own, monotonic (the engine's `now`).
     """
     output = OutputClock()
     followers = []
     for copy in logs:
         output.expected(f"log:{copy.pod}", clock())  # blind until its first read
         followers.append(LogFollower(pod_log_stream(hook, ref.namespace, copy), copy.cursor, copy.emit,
-                                     output=output, source=f"log:{copy.pod}"))
+                                     output=output, source=f"log:{copy.pod}", clock=clock))
     followed = (*(FollowedLog(copy.pod, copy.container, copy.cursor) for copy in logs),
                 *(FollowedLog(pod, container) for pod, container in probed))
     for follower in followers:
@@ -121,16 +124,42 @@ def wait_for_job(
     return outcome
 
 
+def read_server_clock(hook: VolcanoHook, clock: Callable[[], float]) -> tuple[float | None, float]:
+    """The apiserver's epoch time (its Date header; None if it cannot be read) and the waiter's `clock`
+    when it was read (the middle of the request)."""
+    before = clock()
+    try:
+        date = hook.run(calls.read_server_date())
+    except Exception:  # noqa: BLE001 - unknown: the engine decides nothing on it and asks again
+        date = None
+    return calls.server_time(date), (before + clock()) / 2
+
+
+def _read_job(hook: VolcanoHook, engine: WaitEngine, ref: JobRef, clock: Callable[[], float]) -> Action:
+    """Read the Job for the engine; a resource the apiserver does not serve is "cannot see", not "gone"."""
+    try:
+        job = hook.get_job(ref.name, ref.namespace)
+    except VolcanoApiError as error:
+        if not error.not_served:
+            raise
+        return engine.job_unseen(error.brief(), clock())
+    return engine.job_read(job, clock())
+
+
 def _drive(hook: VolcanoHook, ref: JobRef, limits: WaitLimits, clock: Callable[[], float], report: Emit,
            output: OutputClock, followed: tuple[FollowedLog, ...], timeline: RunTimeline | None = None) -> WaitOutcome:
     """The engine's actions, carried out blocking."""
-    engine = WaitEngine(ref, limits, started_at=ref.created_at or clock(), report=report, output=output,
-                        followed=followed, timeline=timeline)
-    action: Action | None = engine.job_read(hook.get_job(ref.name, ref.namespace), clock())
+    server_time, read_at = read_server_clock(hook, clock)
+    engine = WaitEngine(ref, limits, report=report, output=output, followed=followed, timeline=timeline,
+                        server_offset=None if server_time is None else server_time - read_at,
+                        epoch_offset=time.time() - clock())
+    action: Action | None = _read_job(hook, engine, ref, clock)
     while True:
         match action:
             case Done(outcome=outcome):
                 return outcome
+            case ReadClock():
+                action = engine.clock_read(*read_server_clock(hook, clock))
             case CheckPods(scheduling=scheduling):
                 pods = hook.list_job_pods(ref.name, ref.namespace)
                 podgroup, events = hook.drive(wait_steps.scheduling_view(engine.job, pods, scheduling))
@@ -142,8 +171,12 @@ def _drive(hook: VolcanoHook, ref: JobRef, limits: WaitLimits, clock: Callable[[
                 changes = hook.watch_job(ref.name, ref.namespace, resource_version=resource_version,
                                          timeout_seconds=seconds)
                 try:
-                    for job in changes:
-                        if (action := engine.job_changed(job, clock())) is not None:
+                    for kind, job in changes:
+                        if kind == "DELETED":
+                            action = engine.job_deleted((job.get("metadata") or {}).get("uid"), clock())
+                        else:
+                            action = engine.job_changed(job, clock())
+                        if action is not None:
                             break
                 finally:
                     changes.close()  # ends the watch request now, not when garbage-collected
@@ -151,14 +184,14 @@ def _drive(hook: VolcanoHook, ref: JobRef, limits: WaitLimits, clock: Callable[[
                     action = engine.watch_ended(clock())
             case Reread(after=after):
                 time.sleep(after)
-                action = engine.job_read(hook.get_job(ref.name, ref.namespace), clock())
+                action = _read_job(hook, engine, ref, clock)
             case DeletePods(pods=pods):
                 hook.drive(wait_steps.delete_lost_pods(ref.namespace, pods, log.warning))
                 action = engine.pods_deleted(clock())
             case ProbeOutput(pods=pods):
                 action = engine.output_probed(hook.drive(wait_steps.probe_output(ref.namespace, pods)), clock())
-            case CollectStacks(silent_for=silent_for):
-                where, running, lines = hook.drive(wait_steps.collect_stacks(ref, silent_for, report, clock()))
+            case CollectStacks(silent_for=silent_for, requested_at=requested_at):
+                where, running, lines = hook.drive(wait_steps.collect_stacks(ref, silent_for, report, requested_at))
                 action = engine.stacks_collected(where, clock(), running, lines)
             case RestartJob(pods=pods):
                 action = engine.restart_requested(clock(), hook.drive(wait_steps.restart_gang(ref.namespace, pods)))

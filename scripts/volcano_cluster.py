@@ -243,6 +243,8 @@ HOST_TOOLS = [
     ("containerd", "containerd"), ("ctr", "containerd"), ("runc", "runc"),
     ("/usr/lib/cni/bridge", "containernetworking-plugins"), ("debootstrap", "debootstrap"),
     ("gcc", "gcc"), ("/usr/lib/x86_64-linux-gnu/libc.a", "libc6-dev"),
+    # The clock-skew tests run a worker or a triggerer with its clock 20 minutes off (libfaketime).
+    ("faketime", "faketime"),
 ]
 
 

@@ -14,7 +14,10 @@ by either hook (`hook.drive(program)`). Pure: no client is imported, no clock is
 
 from __future__ import annotations
 
+import calendar
+import email.utils
 import math
+import time
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
@@ -68,7 +71,8 @@ class Call(Generic[T]):
     (SchedulingV1Api: PriorityClasses) or `client` (the ApiClient itself, for a raw path). `absent`:
     the value a 404 answers (REQUIRED: a 404 is an error).
     `raw`: the answer is the response's body as bytes (a bounded pod log read, a document), undecoded;
-    a log to copy whole is streamed instead (the hooks' `pod_log_chunks`), from the same description."""
+    a log to copy whole is streamed instead (the hooks' `pod_log_chunks`), from the same description.
+    `header`: the answer is that header of the response (raw calls), not its body."""
 
     what: str
     api: Api
@@ -79,22 +83,7 @@ class Call(Generic[T]):
     absent: Any = REQUIRED
     retry_for: float | None = None
     raw: bool = False
-    # A log read's start, as an epoch time: made relative (`since_seconds`, what the kubelet takes) at
-    # each attempt, so that a read retried after a back-off still starts there (a relative one worked
-    # out before the first attempt skipped what the pod printed during the retries).
-    since: float | None = None
-
-    def arguments(self, now: float) -> Mapping[str, Any]:
-        """The keyword arguments to send at epoch time `now`."""
-        if self.since is None:
-            return self.kwargs
-        return {**self.kwargs, "since_seconds": since_seconds(self.since, now)}
-
-
-def since_seconds(since: float, now: float) -> int:
-    """The `sinceSeconds` of a log read sent at `now` that starts at or before the epoch time `since`
-    (whole seconds, at least 1, and one more for the kubelet's rounding)."""
-    return max(1, math.ceil(now - since) + 1)
+    header: str | None = None
 
 
 @dataclass(frozen=True)
@@ -122,14 +111,25 @@ def list_jobs(namespace: str, label_selector: str) -> Call[list[dict]]:
                 {"label_selector": label_selector}, shape=items)
 
 
-def delete_job(name: str, namespace: str, *, retry_for: float | None = None, uid: str | None = None) -> Call[bool]:
-    """Its pods, PodGroup, Service and the script's ConfigMap go with it (owner references). With `uid`:
-    only that Job, not one of the same name made since (the apiserver refuses: 409)."""
+def _delete_job(name: str, namespace: str, retry_for: float | None, uid: str | None) -> Call[bool]:
     options: dict[str, Any] = {"propagation_policy": "Background"}
     if uid:
         options["body"] = {"preconditions": {"uid": uid}}
     return Call(f"delete Job {namespace}/{name}", "custom", "delete_namespaced_custom_object",
                 _job_args(namespace, name), options, shape=done, absent=False, retry_for=retry_for)
+
+
+def delete_job(name: str, namespace: str, *, retry_for: float | None = None, uid: str | None = None) -> Program[bool]:
+    """Delete a Job; its pods, PodGroup, Service and the script's ConfigMap go with it (owner
+    references). With `uid`: only that Job, never one of the same name made since (the apiserver's
+    precondition). False if it was gone (or replaced)."""
+    try:
+        deleted: bool = yield _delete_job(name, namespace, retry_for, uid)
+        return deleted
+    except VolcanoApiError as error:
+        if uid and error.status == 409:  # "Precondition failed: UID in precondition ...": another Job now
+            return False
+        raise
 
 
 def label_job(name: str, namespace: str, labels: dict[str, str]) -> Call[bool]:
@@ -209,21 +209,32 @@ def annotate_pod(name: str, namespace: str, annotations: dict[str, str]) -> Call
                 (name, namespace, {"metadata": {"annotations": annotations}}), shape=done, absent=False)
 
 
-def log_options(container: str | None, **options: Any) -> dict[str, Any]:
-    """The arguments of a pod log read: with timestamps (the cursor needs them) and undecoded (the
-    client's own decoding mangles non-UTF-8 logs); options left out when unset."""
-    wanted = {"container": container, **options}
-    return {"timestamps": True, "_preload_content": False} | {key: value for key, value in wanted.items() if value}
+def since_time(since: float) -> str:
+    """A log read's `sinceTime` (RFC 3339, whole seconds, rounded down): the kubelet compares it with the
+    timestamps it wrote itself, so the node's clock, whatever it says, is the only clock involved. (A
+    relative `sinceSeconds` is counted back from the node's now with the reader's own idea of how long
+    ago `since` was: a node clock ahead of the reader's skipped lines.) The lines of that second shown
+    already are dropped by the cursor."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(math.floor(since)))
 
 
 def read_pod_log(name: str, namespace: str, *, container: str | None, since: float | None = None,
                  tail_lines: int | None = None, limit_bytes: int | None = None, follow: bool = False) -> Call[bytes]:
-    """The pod's log (with timestamps), undecoded, from the epoch time `since` (None: from its start):
-    as bytes from `run` (bound it with `tail_lines` or `limit_bytes`), or streamed (`pod_log_chunks`;
-    followed with `follow`)."""
-    return Call(f"read log of pod {namespace}/{name}", "core", "read_namespaced_pod_log", (name, namespace),
-                log_options(container, tail_lines=tail_lines, limit_bytes=limit_bytes, follow=follow),
-                raw=True, since=since)
+    """The pod's log (with timestamps), undecoded, from the time `since` (epoch seconds on the node's
+    clock, as its log's timestamps are; None: from its start): as bytes from `run` (bound it with
+    `tail_lines` or `limit_bytes`), or streamed (`pod_log_chunks`; followed with `follow`). Sent as the
+    apiserver's raw call: the generated clients have no `sinceTime`."""
+    query = [("timestamps", "true")] + [(key, str(value).lower() if isinstance(value, bool) else str(value))
+                                        for key, value in (("container", container), ("tailLines", tail_lines),
+                                                           ("limitBytes", limit_bytes), ("follow", follow))
+                                        if value]
+    if since is not None:
+        query.append(("sinceTime", since_time(since)))
+    return Call(f"read log of pod {namespace}/{name}", "client", "call_api",
+                ("/api/v1/namespaces/{namespace}/pods/{name}/log", "GET"),
+                {"path_params": {"namespace": namespace, "name": name}, "query_params": query,
+                 "header_params": {"Accept": "*/*"}, "auth_settings": ["BearerToken"], "_preload_content": False,
+                 "_return_http_data_only": True}, raw=True)
 
 
 # -- what explains a Job ----------------------------------------------------------------------------
@@ -351,9 +362,54 @@ def ensure_configmap(namespace: str, body: dict) -> Program[bool]:
     return True
 
 
-def delete_configmap(name: str, namespace: str) -> Call[bool]:
+def delete_configmap(name: str, namespace: str, uid: str | None = None) -> Call[bool]:
+    """Delete a ConfigMap (with `uid`: only that one, never one of the same name made since)."""
+    options = {"body": {"preconditions": {"uid": uid}}} if uid else {}
     return Call(f"delete ConfigMap {namespace}/{name}", "core", "delete_namespaced_config_map", (name, namespace),
-                shape=done, absent=False)
+                options, shape=done, absent=False)
+
+
+def delete_script_configmap(name: str, namespace: str, job_uid: str | None) -> Program[bool]:
+    """Delete a Job's script ConfigMap, which it owns (the garbage collector deletes it with the Job; a
+    cluster without one would leave it). With `job_uid`, only the ConfigMap that Job owns, exactly as
+    read: a later try's ConfigMap of the same name is not touched. False if there is none to delete."""
+    if not job_uid:
+        deleted: bool = yield delete_configmap(name, namespace)
+        return deleted
+    found = yield Call(f"get ConfigMap {namespace}/{name}", "core", "read_namespaced_config_map", (name, namespace),
+                       shape=as_dict, absent=None)
+    if found is None or not owned_by(found, job_uid):
+        return False
+    try:
+        deleted = yield delete_configmap(name, namespace, uid=found["metadata"].get("uid"))
+    except VolcanoApiError as error:
+        if error.status == 409:  # replaced since it was read: not this Job's any more
+            return False
+        raise
+    return deleted
+
+
+# -- the apiserver's clock -------------------------------------------------------------------------------
+
+def read_server_date() -> Call[str | None]:
+    """The `Date` header of a small answer of the apiserver's (`/version`, which every client may read):
+    its clock, to the second."""
+    return Call("read the apiserver's clock", "client", "call_api", ("/version", "GET"),
+                {"header_params": {"Accept": "application/json"}, "auth_settings": ["BearerToken"],
+                 "_preload_content": False, "_return_http_data_only": True, "_request_timeout": 30},
+                raw=True, header="Date")
+
+
+def server_time(date: str | None) -> float | None:
+    """The apiserver's epoch time from its `Date` header (whole seconds, so half a second is added: the
+    middle of the second it names); None if there is none or it does not parse."""
+    try:
+        parsed = email.utils.parsedate_tz(date) if date else None
+    except (TypeError, ValueError):
+        return None
+    if parsed is None:
+        return None
+    return float(calendar.timegm(parsed[:9]) - (parsed[9] or 0)) + 0.5
 
 
 # -- the cluster's Volcano release -------------------------------------------------------------------

@@ -18,7 +18,7 @@ from kubernetes.client.rest import ApiException
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 from urllib3.exceptions import HTTPError as Urllib3HTTPError
 
-from airflow_volcano.exceptions import VolcanoApiError
+from airflow_volcano.exceptions import VolcanoApiError, names_an_object
 
 RETRIABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 # A restarting apiserver serves requests before its RBAC cache is warm and answers 401/403 for a
@@ -47,8 +47,10 @@ def status_of(error: BaseException) -> int | None:
     return int(getattr(error, "status", 0) or 0) if api_error(error) else None
 
 
-def not_found(error: BaseException) -> bool:
-    return status_of(error) == 404
+def object_not_found(error: BaseException) -> bool:
+    """A 404 in which the apiserver says the object does not exist. A 404 that names no object (the
+    resource is not served: a CRD being upgraded) is not: it says nothing of the object."""
+    return status_of(error) == 404 and names_an_object(error)
 
 
 def refused_credentials(error: BaseException) -> bool:
@@ -113,8 +115,8 @@ class Retry:
 
 
 class Attempts:
-    """One API call's attempts. After each failure `after(error)` says: ABSENT (a 404 where the call
-    gives `absent`), or a Retry: after a 401 the credentials are read again (once at once; then, if the
+    """One API call's attempts. After each failure `after(error)` says: ABSENT (a 404 naming the object,
+    where the call gives `absent`), or a Retry: after a 401 the credentials are read again (once at once; then, if the
     hook's credentials were accepted before, with back-off for up to AUTH_REFUSED_SECONDS), after a
     transient error the back-off (`retries` times or for `retry_for` seconds, the delay logged as
     waited). Anything else is raised, an API error as VolcanoApiError (never with its headers)."""
@@ -127,7 +129,7 @@ class Attempts:
         self.refused_delays: Iterator[float] | None = None  # the back-off of a 401 that stays
 
     def after(self, error: Exception) -> Retry | str:
-        if self.if_absent is not REQUIRED and not_found(error):
+        if self.if_absent is not REQUIRED and object_not_found(error):
             return ABSENT
         if refused_credentials(error):
             if not self.reloaded:

@@ -99,14 +99,15 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
             if not call.raw:
                 return call.shape(answer, self.to_dict)
             try:
-                return answer.data
+                data = answer.data  # read whole, header or not: a pooled connection must not hold an unread body
+                return answer.headers.get(call.header) if call.header else data
             finally:
                 answer.release_conn()
 
         return self._attempts(call, once)
 
     def _send(self, call: Call[Any]) -> Any:
-        return getattr(_api(client, self.api_client, call.api), call.method)(*call.args, **call.arguments(time.time()))
+        return getattr(_api(client, self.api_client, call.api), call.method)(*call.args, **call.kwargs)
 
     def _attempts(self, call: Call[Any], once: Callable[[], Any]) -> Any:
         """`once()` until it succeeds, as the retry policy says (AsyncVolcanoHook._attempts is the async side)."""
@@ -206,9 +207,9 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
         return self.run(calls.list_jobs(namespace, label_selector))
 
     def delete_job(self, name: str, namespace: str, *, retry_for: float | None = None, uid: str | None = None) -> bool:
-        """Delete a Job (the one of `uid`, if given) and, through owner references, its pods, PodGroup and
-        ConfigMaps; False if it was already gone."""
-        return self.run(calls.delete_job(name, namespace, retry_for=retry_for, uid=uid))
+        """Delete a Job (only the one of `uid`, if given) and, through owner references, its pods, PodGroup
+        and ConfigMaps; False if it was already gone (or its name is another Job's now)."""
+        return self.drive(calls.delete_job(name, namespace, retry_for=retry_for, uid=uid))
 
     def label_job(self, name: str, namespace: str, labels: dict[str, str]) -> bool:
         return self.run(calls.label_job(name, namespace, labels))
@@ -237,12 +238,13 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
     def ensure_configmap(self, namespace: str, body: dict) -> bool:
         return self.drive(calls.ensure_configmap(namespace, body))
 
-    def delete_configmap(self, name: str, namespace: str) -> bool:
-        return self.run(calls.delete_configmap(name, namespace))
+    def delete_script_configmap(self, name: str, namespace: str, job_uid: str | None) -> bool:
+        return self.drive(calls.delete_script_configmap(name, namespace, job_uid))
 
-    def wait_job_deleted(self, name: str, namespace: str, timeout: float = 120) -> None:
+    def wait_job_deleted(self, name: str, namespace: str, uid: str | None = None, timeout: float = 120) -> None:
+        """Until the Job (the one of `uid`, if given) no longer exists."""
         deadline = time.monotonic() + timeout
-        while self.get_job(name, namespace) is not None:
+        while (job := self.get_job(name, namespace)) is not None and (not uid or job["metadata"].get("uid") == uid):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"Volcano Job {namespace}/{name} was not deleted within {timeout:.0f}s")
             time.sleep(0.5)
@@ -273,13 +275,14 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
 
     def watch_job(
         self, name: str, namespace: str, *, resource_version: str | None, timeout_seconds: int
-    ) -> Generator[dict, None, None]:
-        """Yield the Job each time it changes, from `resource_version`, for up to `timeout_seconds`.
-        A Job unchanged for longer than the apiserver keeps history has a version too old to watch
-        from (410 Gone): the watch then starts again from now, whose first event is the Job as it is,
-        so a quiet Job is never left unwatched. Ends early on deletion or a dropped or refused stream
-        (the wait engine backs off and re-reads the Job); raises what retrying cannot fix. The
-        triggers' shared watch (triggers/job_watch.py) re-lists on 410 instead."""
+    ) -> Generator[tuple[str, dict], None, None]:
+        """Yield (ADDED/MODIFIED/DELETED, Job) each time a Job of this name changes, from
+        `resource_version`, for up to `timeout_seconds` (the caller tells its own Job by uid: a Job of
+        that name deleted before it is not). A Job unchanged for longer than the apiserver keeps history
+        has a version too old to watch from (410 Gone): the watch then starts again from now, whose first
+        event is the Job as it is, so a quiet Job is never left unwatched. Ends early on a dropped or
+        refused stream, or a resource not served (the wait engine backs off and re-reads the Job); raises
+        what retrying cannot fix. The triggers' shared watch (triggers/job_watch.py) re-lists on 410."""
         ends = time.monotonic() + max(1, timeout_seconds)
         version = resource_version or ""
         while True:
@@ -292,10 +295,8 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
                     field_selector=f"metadata.name={name}", resource_version=version,
                     timeout_seconds=seconds, _request_timeout=(10, seconds + 10),
                 ):
-                    if event["type"] == "DELETED":
-                        return
-                    if event["type"] in ("ADDED", "MODIFIED"):
-                        yield event["object"]
+                    if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                        yield event["type"], event["object"]
                 return
             except Exception as error:  # noqa: BLE001 - a dropped, refused or expired watch ends it
                 if api_error(error) and status_of(error) == 410 and version and time.monotonic() < ends:
@@ -304,7 +305,7 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
                 if api_error(error):
                     if refused_credentials(error) and self.credentials_accepted:
                         self.reload_credentials()  # the re-read after the engine's back-off retries them
-                    elif status_of(error) != 410 and not self.retriable(error):
+                    elif status_of(error) not in (404, 410) and not self.retriable(error):
                         raise VolcanoApiError.from_api_exception(f"watch Job {namespace}/{name}", error) from None
                 elif not self.retriable(error) and not isinstance(error, ValueError):
                     raise
@@ -451,13 +452,13 @@ class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
         """As VolcanoHook.run, on the event loop."""
         async def once() -> Any:
             async with self.get_conn() as api:
-                answer = await getattr(_api(async_client, api, call.api), call.method)(
-                    *call.args, **call.arguments(time.time()))
+                answer = await getattr(_api(async_client, api, call.api), call.method)(*call.args, **call.kwargs)
                 if not call.raw:
                     return call.shape(answer, api.sanitize_for_serialization)
                 response = await _checked(answer)
                 try:
-                    return await response.read()
+                    data = await response.read()
+                    return response.headers.get(call.header) if call.header else data
                 finally:
                     response.release()
 
@@ -497,7 +498,7 @@ class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
         async with self.get_conn() as api:
             async def once() -> Any:
                 return await _checked(await getattr(_api(async_client, api, call.api), call.method)(
-                    *call.args, **call.arguments(time.time())))
+                    *call.args, **call.kwargs))
 
             response = await self._attempts(call.what, once)
             try:

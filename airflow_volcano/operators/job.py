@@ -32,6 +32,7 @@ from airflow_volcano.compat import AirflowFailException, TaskDeferred, conf
 from airflow_volcano.constants import (
     DEFAULT_CONN_ID,
     DEFAULT_DEBUG_TIMEOUT,
+    DEFAULT_IMAGE_PULL_TIMEOUT,
     DEFAULT_NODE_LOST_TIMEOUT,
     DEFAULT_POLL_INTERVAL,
     DEFAULT_SHM_SIZE,
@@ -167,8 +168,16 @@ class VolcanoJobOperator(BaseOperator):
     :param get_logs: stream the main pod's log into the task log.
     :param log_tasks: names of more Volcano tasks (e.g. `["worker"]`) whose every pod's log is
         copied into the task log as it is written, each line prefixed with its pod, in both modes.
-    :param startup_timeout: seconds (or a timedelta) pods may stay unscheduled before the task fails
-        with the scheduler's reason; image pull errors fail at once. Default 900; `None`: no limit.
+    :param startup_timeout: seconds (or a timedelta) the gang may take to first run, counted from the
+        Job's creation on the apiserver's clock, before the task fails with the scheduler's reason; after
+        a restart (a retryable exit, an eviction, a lost node, a stall), the same bound counted from when
+        the waiter saw the restart. Pods outside the gang (TensorBoard, replicas above `min_available`)
+        never end the Job: the task log names them. Default 900; `None`: no limit.
+    :param image_pull_timeout: seconds (or a timedelta) a pod the gang needs may stay in image pull
+        back-off that may pass (a 429 or 5xx of the registry, a registry out of reach), counted by the
+        waiter from when it first saw it, before the Job counts as unable to start; an image the kubelet
+        says cannot exist or cannot be read (not found, manifest unknown, unauthorized, an invalid
+        name) fails at once. Default 300; `None`: only `startup_timeout` bounds it.
     :param job_timeout: client-side deadline, seconds or a timedelta; the Job is then deleted.
     :param on_finish_action: `delete_job`, `delete_succeeded_job` (default) or `keep_job`.
     :param on_kill_action: `delete_job` (default) or `keep_job`.
@@ -244,6 +253,7 @@ class VolcanoJobOperator(BaseOperator):
     get_logs: bool
     log_tasks: list[str] | None
     startup_timeout: float | datetime.timedelta | None
+    image_pull_timeout: float | datetime.timedelta | None
     job_timeout: float | datetime.timedelta | None
     node_lost_timeout: float | datetime.timedelta | None
     stall_timeout: float | datetime.timedelta | None
@@ -306,6 +316,7 @@ class VolcanoJobOperator(BaseOperator):
         get_logs: bool = True,
         log_tasks: list[str] | None = None,
         startup_timeout: float | datetime.timedelta | None = DEFAULT_STARTUP_TIMEOUT,
+        image_pull_timeout: float | datetime.timedelta | None = DEFAULT_IMAGE_PULL_TIMEOUT,
         job_timeout: float | datetime.timedelta | None = None,
         on_finish_action: str = OnFinishAction.DELETE_SUCCEEDED_JOB,
         on_kill_action: str = OnKillAction.DELETE_JOB,
@@ -400,6 +411,7 @@ class VolcanoJobOperator(BaseOperator):
             raise JobSpecError(f"stall_timeout={self.stall_timeout!r} needs get_logs=True: a stall is a main pod "
                                "that writes no new output")
         return WaitLimits.checked(startup_timeout=self.startup_timeout, job_timeout=self.job_timeout,
+                                  image_pull_timeout=self.image_pull_timeout,
                                   poll_interval=self.poll_interval, node_lost_timeout=self.node_lost_timeout,
                                   stall_timeout=self.stall_timeout, stall_action=self.stall_action)
 

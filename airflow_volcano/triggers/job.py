@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import random
 import time
 import traceback
 from collections.abc import AsyncIterator, Coroutine
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_volcano import wait_steps
-from airflow_volcano.constants import ENDED_POD_PHASES, OnKillAction
+from airflow_volcano.constants import CHECKED_LABEL, ENDED_POD_PHASES, OnKillAction
 from airflow_volcano.events import Verdict, WaitOutcome
 from airflow_volcano.exceptions import VolcanoApiError
 from airflow_volcano.goodput import RunTimeline
@@ -34,13 +35,14 @@ from airflow_volcano.pod_logs import printed_at
 from airflow_volcano.status import Outcome, failed_pods, job_state, waited_view
 from airflow_volcano.task_state import task_state_key
 from airflow_volcano.triggers.job_watch import (
-    DELETED,
     WATCH_BROKEN,
     Changes,
+    Deleted,
     JobPods,
     JobQueueView,
     shared_job_watch,
     shared_pod_watch,
+    shared_server_clock,
 )
 from airflow_volcano.wait_engine import (
     Action,
@@ -51,12 +53,14 @@ from airflow_volcano.wait_engine import (
     FollowedLog,
     OutputClock,
     ProbeOutput,
+    ReadClock,
     ReadQueue,
     Reread,
     RestartJob,
     WaitEngine,
     WaitLimits,
     Watch,
+    backoff_after_drops,
 )
 
 if TYPE_CHECKING:
@@ -65,6 +69,9 @@ if TYPE_CHECKING:
 # Airflow 3.3+ calls a trigger's on_kill when a user kills its deferred task. Before that a
 # user's kill and a triggerer shutdown both just cancel run(); only the task state tells them apart.
 TRIGGERER_CALLS_ON_KILL = "on_kill" in vars(BaseTrigger)
+# The states a user's action leaves a deferred task in (Mark failed / success, Clear: no state), as
+# the pre-3.3 triggerer's cancellation sees them. Not "scheduled", "queued", "running": a resumed task.
+USER_ENDED_STATES = frozenset({None, "none", "failed", "success", "skipped", "removed", "upstream_failed"})
 ON_KILL_SECONDS = 30.0  # as long as Airflow 3.3 gives on_kill
 
 
@@ -88,12 +95,26 @@ async def _follow(engine: WaitEngine, changes: Changes, seconds: float) -> Actio
         except TimeoutError:
             break
         if item == WATCH_BROKEN:  # the shared watch is down: this wait reads its Job after a back-off
-            return engine.watch_ended(time.time())
-        if item == DELETED:
-            return engine.job_read(None, time.time())
-        if (action := engine.job_changed(item, time.time())) is not None:
+            return engine.watch_ended(time.monotonic())
+        if isinstance(item, Deleted):
+            if (action := engine.job_deleted(item.uid, time.monotonic())) is not None:
+                return action
+            continue
+        if (action := engine.job_changed(item, time.monotonic())) is not None:
             return action
-    return engine.watch_ended(time.time())
+    return engine.watch_ended(time.monotonic())
+
+
+async def _read_job(hook: AsyncVolcanoHook, engine: WaitEngine, ref: JobRef, reads: asyncio.Semaphore) -> Action:
+    """Read the Job for the engine; a resource the apiserver does not serve is "cannot see", not "gone"."""
+    try:
+        async with reads:
+            job = await hook.run(calls.get_job(ref.name, ref.namespace))
+    except VolcanoApiError as error:
+        if not error.not_served:
+            raise
+        return engine.job_unseen(error.brief(), time.monotonic())
+    return engine.job_read(waited_view(job), time.monotonic())
 
 
 def _leaving(pod: dict) -> bool:
@@ -226,24 +247,41 @@ class VolcanoJobTrigger(BaseTrigger):
                                RunTimeline())
             job = watch.latest.get(ref.name)
             assert self._secrets is not None
-            if job is not None:
+            if job is not None and (job["metadata"].get("uid") in (None, ref.uid) or not ref.uid):
                 changes.clear()  # all older than what `latest` holds
                 self._secrets.add(watch.secrets.get(ref.name, ()))
-            else:  # not seen by the shared watch yet (just created), or gone
-                async with watch.reads:
-                    whole = await hook.run(calls.get_job(ref.name, ref.namespace))
+            else:  # not seen by the shared watch yet (just created), gone, or another Job of that name
+                whole = await self._first_read(hook, ref, watch.reads)
                 if whole is not None:
                     self._secrets.add(secret_values(whole))
                 job = waited_view(whole)
             # The Job's secrets are known: its logs may be copied now.
             for copy in copies:
-                output.expected(f"log:{copy.pod}", time.time())  # blind until its first read
+                output.expected(f"log:{copy.pod}", time.monotonic())  # blind until its first read
             copier = asyncio.create_task(self._copy_logs(hook, ref, copies, output, copied_pod_changes))
             try:
                 return await self._drive(hook, ref, job, changes, job_pods, output, copies)
             finally:
                 copier.cancel()
                 await asyncio.gather(copier, return_exceptions=True)
+
+    async def _first_read(self, hook: AsyncVolcanoHook, ref: JobRef, reads: asyncio.Semaphore) -> dict | None:
+        """The whole Job (its secrets are masked in what is copied), read before anything is copied. While
+        the apiserver does not serve Volcano Jobs (Volcano being upgraded) it cannot be seen: read again
+        after a back-off, said once."""
+        drops = 0
+        while True:
+            try:
+                async with reads:
+                    return await hook.run(calls.get_job(ref.name, ref.namespace))
+            except VolcanoApiError as error:
+                if not error.not_served:
+                    raise
+                if drops == 0:
+                    self._say(f"Cannot see Volcano Job {ref.namespace}/{ref.name}: {error.brief()}. Nothing is "
+                              "decided meanwhile; the task reads it again")
+                drops += 1
+                await asyncio.sleep(backoff_after_drops(drops, random.random()))
 
     async def _drive(self, hook: AsyncVolcanoHook, ref: JobRef, job: dict | None, changes: Changes,
                      job_pods: JobPods, output: OutputClock, copies: list[_LogCopy]) -> WaitOutcome:
@@ -253,11 +291,13 @@ class VolcanoJobTrigger(BaseTrigger):
         Job ends), and while it waits to start, its queue from the shared caches (`JobQueueView`)."""
         followed = (*(FollowedLog(copy.pod, copy.container, copy.cursor) for copy in copies),
                     *(FollowedLog(str(pod), container) for pod, container in self.probe_pods))
-        engine = WaitEngine(ref, self.limits, started_at=ref.created_at or time.time(), report=self._say,
-                            deadline=self.deadline, output=output, followed=followed, timeline=job_pods.timeline)
+        clock = shared_server_clock(self.kubernetes_conn_id)
+        engine = WaitEngine(ref, self.limits, report=self._say, server_offset=await clock.read(hook),
+                            epoch_offset=time.time() - time.monotonic(), deadline=self.deadline, output=output,
+                            followed=followed, timeline=job_pods.timeline)
         watch = shared_job_watch(self.kubernetes_conn_id, ref.namespace)
         queue_view = JobQueueView(self.kubernetes_conn_id, ref.name)
-        action: Action = engine.job_read(job, time.time())
+        action: Action = engine.job_read(job, time.monotonic())
         try:
             while True:
                 if not engine.starting:
@@ -274,30 +314,33 @@ class VolcanoJobTrigger(BaseTrigger):
                             pods = await job_pods.current()
                             podgroup, events = await hook.drive(wait_steps.scheduling_view(engine.job, pods,
                                                                                            scheduling, cached))
-                        action = engine.pods_seen(pods, podgroup, events, time.time())
+                        action = engine.pods_seen(pods, podgroup, events, time.monotonic())
                     case ReadQueue(queue=queue):
-                        action = engine.queue_seen(await queue_view.snapshot(queue, ref.namespace, hook), time.time())
+                        action = engine.queue_seen(await queue_view.snapshot(queue, ref.namespace, hook),
+                                                   time.monotonic())
                     case Watch(seconds=seconds):
                         action = await _follow(engine, changes, seconds)
                     case Reread(after=after):
                         await asyncio.sleep(after)
-                        async with watch.reads:
-                            action = engine.job_read(
-                                waited_view(await hook.run(calls.get_job(ref.name, ref.namespace))), time.time())
+                        action = await _read_job(hook, engine, ref, watch.reads)
                     case DeletePods(pods=pods):
                         await hook.drive(wait_steps.delete_lost_pods(ref.namespace, pods, self.log.warning))
-                        action = engine.pods_deleted(time.time())
+                        action = engine.pods_deleted(time.monotonic())
                     case ProbeOutput(pods=pods):
                         async with watch.reads:
                             newest = await hook.drive(wait_steps.probe_output(ref.namespace, pods))
-                        action = engine.output_probed(newest, time.time())
-                    case CollectStacks(silent_for=silent_for):
+                        action = engine.output_probed(newest, time.monotonic())
+                    case CollectStacks(silent_for=silent_for, requested_at=requested_at):
                         where, running, lines = await hook.drive(
-                            wait_steps.collect_stacks(ref, silent_for, self._say, time.time()))
-                        action = engine.stacks_collected(where, time.time(), running, lines)
+                            wait_steps.collect_stacks(ref, silent_for, self._say, requested_at))
+                        action = engine.stacks_collected(where, time.monotonic(), running, lines)
                     case RestartJob(pods=pods):
                         refused = await hook.drive(wait_steps.restart_gang(ref.namespace, pods))
-                        action = engine.restart_requested(time.time(), refused)
+                        action = engine.restart_requested(time.monotonic(), refused)
+                    case ReadClock():
+                        offset = await clock.read(hook)
+                        now = time.monotonic()
+                        action = engine.clock_read(None if offset is None else now + offset, now)
         finally:
             await queue_view.close()
 
@@ -315,7 +358,9 @@ class VolcanoJobTrigger(BaseTrigger):
             pods = []
         else:
             listed = {pod["metadata"]["name"] for pod in pods if not pod["metadata"].get("deletionTimestamp")}
-            outcome.failed_pods = {name: view for name, view in job_pods.failed.items() if name not in listed}
+            outcome.failed_pods = {name: view for name, view in job_pods.failed.items() if name not in listed
+                                   and (not ref.uid or calls.owned_by(view, ref.uid))}
+        pods = [pod for pod in pods if not ref.uid or calls.owned_by(pod, ref.uid)]
         names = {pod["metadata"]["name"] for pod in pods}
         problems = failed_pods([*pods, *(view for name, view in job_pods.failed.items() if name not in names)],
                                ref.main_task)
@@ -371,7 +416,7 @@ class VolcanoJobTrigger(BaseTrigger):
             self.log.info("[%s] %s", copy.pod, secrets.redact(message), **stamp)
 
         def seen() -> None:
-            output.seen(time.time())
+            output.seen(time.monotonic())
 
         try:
             async for chunk in hook.pod_log_chunks(copy.pod, namespace, container=copy.container,
@@ -381,26 +426,29 @@ class VolcanoJobTrigger(BaseTrigger):
             emit_unseen(splitter.end(), copy.cursor, emit, seen)
         except VolcanoApiError as error:
             if error.status in (400, 404):  # not started, or gone: nothing to see (not blind)
-                output.sighted(source, time.time())
+                output.sighted(source, time.monotonic())
                 copy.started = copy.started or False
             else:  # the apiserver cannot reach its kubelet, say: what the pod prints is not seen
-                output.blind(source, time.time())
+                output.blind(source, time.monotonic())
             return
         except Exception:  # noqa: BLE001 - a dropped read: the next copy resumes
-            output.blind(source, time.time())
+            output.blind(source, time.monotonic())
             return
         copy.started = True
-        output.sighted(source, time.time())
+        output.sighted(source, time.monotonic())
 
     # -- a kill ---------------------------------------------------------------------------------
 
     async def _kill_if_task_left_deferral(self, ref: JobRef) -> None:
-        """Before Airflow 3.3: delete the Job only if the task is no longer deferred (a user acted).
+        """Before Airflow 3.3 (no on_kill for triggers): a cancellation is a kill only when the task's state
+        says a user ended it, and then only a Job still running is deleted (its uid).
 
-        A triggerer shutting down or handing the trigger to another triggerer leaves the task
-        deferred; then the Job must keep running. If the state cannot be read, keep it too: a
-        kept Job can still be reattached or deleted later, a deleted one is lost training.
-        """
+        A triggerer shutting down or handing the trigger over leaves the task deferred. A second triggerer
+        that briefly ran the same trigger (HA) is cancelled once the other one fired: the task is then
+        scheduled, queued, running, or finished by its resumed try, which owns the Job now. A cleared task is
+        scheduled again at once, and its next try reattaches. A state that cannot be read, or one that does
+        not say a user ended the task, keeps the Job: a kept Job can still be reattached or swept, a deleted
+        one is lost training."""
         if self.on_kill_action == OnKillAction.KEEP_JOB:
             return
         try:
@@ -409,12 +457,25 @@ class VolcanoJobTrigger(BaseTrigger):
             self.log.warning("Cancelled, and the task's state is unknown (%s): keeping Volcano Job %s/%s",
                              error, ref.namespace, ref.name)
             return
-        if state == "deferred":
-            self.log.info("Cancelled while the task is still deferred (a triggerer stopping or handing over): "
-                          "keeping Volcano Job %s/%s", ref.namespace, ref.name)
-        else:
-            self.log.info("Cancelled while the task is %s: treating it as a kill", state)
-            await self._delete_job()
+        if state not in USER_ENDED_STATES:
+            self.log.info("Cancelled while the task is %s (a triggerer stopping or handing over, or the task resumed "
+                          "by another): keeping Volcano Job %s/%s", state, ref.namespace, ref.name)
+            return
+        try:
+            hook = await self._hook()
+            job = await hook.run(calls.get_job(ref.name, ref.namespace))
+        except Exception as error:  # noqa: BLE001 - keeping is the safe side
+            self.log.warning("Cancelled while the task is %s, and Volcano Job %s/%s cannot be read (%s): keeping it",
+                             state, ref.namespace, ref.name, error)
+            return
+        if job is None or (ref.uid and job["metadata"].get("uid") != ref.uid):
+            return  # gone (a try deleted it), or its name is a later try's Job now
+        if job_state(job).finished or (job["metadata"].get("labels") or {}).get(CHECKED_LABEL) == "true":
+            self.log.info("Cancelled while the task is %s; Volcano Job %s/%s has ended (or a try reported it): "
+                          "nothing to stop", state, ref.namespace, ref.name)
+            return
+        self.log.info("Cancelled while the task is %s: treating it as a kill", state)
+        await self._delete_job()
 
     async def _task_state(self) -> str | None:
         from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
@@ -443,10 +504,13 @@ class VolcanoJobTrigger(BaseTrigger):
         ref = JobRef.from_dict(self.job)
         try:
             hook = await self._hook()
-            await hook.run(calls.delete_job(ref.name, ref.namespace))
+            deleted = await hook.drive(calls.delete_job(ref.name, ref.namespace, uid=ref.uid))
             if ref.script_configmap:
-                await hook.run(calls.delete_configmap(ref.script_configmap, ref.namespace))
+                await hook.drive(calls.delete_script_configmap(ref.script_configmap, ref.namespace, ref.uid))
         except Exception:  # noqa: BLE001 - said; the kill goes on
             self.log.exception("Could not delete Volcano Job %s/%s after the kill", ref.namespace, ref.name)
             return
-        self.log.info("Task killed: deleted Volcano Job %s/%s", ref.namespace, ref.name)
+        if deleted:
+            self.log.info("Task killed: deleted Volcano Job %s/%s", ref.namespace, ref.name)
+        else:  # gone already, or its name now belongs to a later try's Job, which is not this trigger's
+            self.log.info("Task killed: Volcano Job %s/%s (uid %s) was gone already", ref.namespace, ref.name, ref.uid)

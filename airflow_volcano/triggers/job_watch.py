@@ -26,6 +26,7 @@ import logging
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from airflow_volcano.constants import JOB_NAME_LABEL
@@ -45,8 +46,12 @@ LIST_PAGE = 500
 # a triggerer starts with thousands of deferred tasks they all read at the same moment; unbounded,
 # the burst of pending requests is what stays in the loop's memory afterwards.
 CONCURRENT_READS = 20
-# What a subscriber's queue receives besides Job objects: the Job is gone.
-DELETED = "DELETED"
+@dataclass(frozen=True)
+class Deleted:
+    """What a subscriber's queue receives when a Job of its name is deleted: which one (its uid; the
+    subscriber's own, or an older Job of the same name)."""
+
+    uid: str | None
 RESYNC = "RESYNC"  # to a pod subscriber: the watch restarted, list your pods again
 # The shared watch failed again (the apiserver refuses it, e.g. a permission taken away): read your
 # own object after your back-off, as after a dropped watch. A single failure (an expired token read
@@ -245,7 +250,7 @@ class SharedWatch:
 
 class SharedJobWatch(SharedWatch):
     """The Jobs of one namespace. A subscriber receives its Job at each change (the part waiting
-    reads, `waited_view`), or DELETED. `latest` holds every Job of the namespace as last seen, so
+    reads, `waited_view`), or `Deleted`. `latest` holds every Job of the namespace as last seen, so
     a new subscriber starts from it without a GET of its own, and `secrets` its secret env values
     (which the waited view drops: a trigger masks them in what it copies, see masking.JobSecrets);
     `reads` bounds the subscribers' own API reads."""
@@ -262,12 +267,12 @@ class SharedJobWatch(SharedWatch):
     def owner(self, obj: dict) -> str | None:
         return (obj.get("metadata") or {}).get("name")
 
-    def item(self, kind: str, obj: dict) -> dict | str:
+    def item(self, kind: str, obj: dict) -> dict | Deleted:
         name = obj["metadata"]["name"]
         if kind == "DELETED":
             self.latest.pop(name, None)
             self.secrets.pop(name, None)
-            return DELETED
+            return Deleted(obj["metadata"].get("uid"))
         view = waited_view(obj)
         if name in self.subscribers or self._keeping_all():
             self.latest[name] = view
@@ -311,7 +316,7 @@ class SharedJobWatch(SharedWatch):
             if name in latest:
                 self._dispatch(name, latest[name])
             elif name in subscribed:
-                self._dispatch(name, DELETED)
+                self._dispatch(name, Deleted(None))  # none of that name: whichever it was, it is gone
         self._resource_version = version
 
 
@@ -511,6 +516,7 @@ def _older(pod: dict, than: dict) -> bool:
 
 
 _WATCHES: dict[int, dict[tuple[str, str, str], SharedWatch]] = {}
+_CLOCKS: dict[int, dict[str, ServerClock]] = {}
 
 
 def _registry() -> dict[tuple[str, str, str], SharedWatch]:
@@ -519,6 +525,48 @@ def _registry() -> dict[tuple[str, str, str], SharedWatch]:
     for stale in [key for key in _WATCHES if key != id(loop) and not _WATCHES[key]]:
         del _WATCHES[stale]
     return _WATCHES.setdefault(id(loop), {})
+
+
+# The apiserver's clock is read again this often (it is carried forward on the monotonic clock meanwhile).
+CLOCK_REFRESH_SECONDS = 600.0
+# After a read of it failed, others wait this long before trying again (thousands of triggers start at once).
+CLOCK_RETRY_SECONDS = 5.0
+
+
+class ServerClock:
+    """The apiserver's epoch time as an offset from this process's monotonic clock: read once (its Date
+    header) for every trigger of a connection, and again when older than CLOCK_REFRESH_SECONDS."""
+
+    def __init__(self) -> None:
+        self.offset: float | None = None
+        self.reads = 0
+        self._read_at = float("-inf")
+        self._lock = asyncio.Lock()
+
+    async def read(self, hook: Any) -> float | None:
+        """The offset (apiserver epoch minus time.monotonic()), None if it cannot be read."""
+        async with self._lock:
+            age = time.monotonic() - self._read_at
+            if age < (CLOCK_REFRESH_SECONDS if self.offset is not None else CLOCK_RETRY_SECONDS):
+                return self.offset
+            self.reads += 1
+            before = time.monotonic()
+            try:
+                date = await hook.run(calls.read_server_date())
+            except Exception as error:  # noqa: BLE001 - unknown: nothing is decided on it, and it is read again
+                log.warning("Could not read the apiserver's clock: %s", error)
+                date = None
+            after = time.monotonic()
+            self._read_at = after
+            if (server := calls.server_time(date)) is not None:
+                self.offset = server - (before + after) / 2
+            return self.offset
+
+
+def shared_server_clock(kubernetes_conn_id: str) -> ServerClock:
+    """This connection's apiserver clock, shared by the triggers of this event loop."""
+    clocks = _CLOCKS.setdefault(id(asyncio.get_running_loop()), {})
+    return clocks.setdefault(kubernetes_conn_id, ServerClock())
 
 
 def shared_job_watch(kubernetes_conn_id: str, namespace: str) -> SharedJobWatch:

@@ -177,7 +177,7 @@ def test_someone_elses_configmap_is_neither_replaced_nor_deleted_its_own_is(clus
         hook.create_configmap(namespace, script, replace_if=lambda found: True)
     refused(cluster, replace.value, "may change only its own", not_ours)
     with pytest.raises(VolcanoApiError) as delete:
-        hook.delete_configmap("theirs-script", namespace)
+        hook.run(calls.delete_configmap("theirs-script", namespace))
     refused(cluster, delete.value, "may delete only its own", not_ours)
     after = cluster.core.read_namespaced_config_map("theirs-script", namespace)
     assert after.data == {"train.py": "print('v1')"} and after.metadata.labels == THEIRS
@@ -186,5 +186,5 @@ def test_someone_elses_configmap_is_neither_replaced_nor_deleted_its_own_is(clus
     script["metadata"]["name"] = "ours-script"
     replaced = hook.create_configmap(namespace, script, replace_if=lambda found: True)
     assert replaced["data"] == {"train.py": "print('v2')"}
-    assert hook.delete_configmap("ours-script", namespace) is True
+    assert hook.run(calls.delete_configmap("ours-script", namespace)) is True
     assert "ours-script" not in cluster.configmap_names()

@@ -25,9 +25,13 @@ REF = JobRef(name="train", namespace="ml", uid="job-uid", created_at=1000.0)
 
 
 def lost_pod(name: str, uid: str) -> dict:
-    """A Running pod of the Job, marked not ready by the node controller (its node stopped answering)."""
+    """A Running pod of the Job, marked not ready by the node controller (its node stopped answering), and
+    being evicted by the cluster."""
     return {"metadata": {"name": name, "uid": uid, "resourceVersion": "5", "ownerReferences": [{"uid": "job-uid"}],
-                         "labels": {"volcano.sh/task-spec": "worker"}},
+                         "labels": {"volcano.sh/task-spec": "worker"},
+                         # The taint manager's eviction (its toleration ran out), which the silent kubelet
+                         # cannot finish.
+                         "deletionTimestamp": "2026-11-24T17:26:06Z"},
             "spec": {"nodeName": "gpu-7", "containers": [{"name": "worker"}]},
             "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "False",
                                                            "lastTransitionTime": "2026-11-24T17:21:06Z"}],
@@ -43,11 +47,19 @@ class Cluster:
         self.refuse_deletes = False
         self.podgroups: list[dict] = []
         self.queues: dict[str, dict] = {}
+        self.unserved = 0  # this many reads of the Job meet a resource the apiserver does not serve
+        self.read_after: dict | None = None  # what a read of the Job returns once it is served again
 
     def answer(self, call: calls.Call[Any]) -> Any:
         self.asked.append(call.what)
+        if call.what == "read the apiserver's clock":
+            return "Thu, 01 Jan 1970 00:16:40 GMT"  # epoch 1000
         if call.what.startswith("get Job"):
-            return self.jobs[0]
+            if self.unserved:
+                self.unserved -= 1
+                raise VolcanoApiError(call.what, 404, "Not Found", "the server could not find the requested resource",
+                                      not_served=True)
+            return self.read_after or self.jobs[0]
         if call.what.startswith("list pods of Job"):
             return self.pods
         if call.what.startswith("delete pod"):
@@ -103,9 +115,12 @@ class SyncHook:
     def drive(self, program: Program[Any]) -> Any:
         return self.cluster.drive(program)
 
-    def watch_job(self, name: str, namespace: str, **kwargs: Any) -> Iterator[dict]:
-        def changes() -> Iterator[dict]:
-            yield self.cluster.next_job()
+    def run(self, call: calls.Call[Any]) -> Any:
+        return self.cluster.answer(call)
+
+    def watch_job(self, name: str, namespace: str, **kwargs: Any) -> Iterator[tuple[str, dict]]:
+        def changes() -> Iterator[tuple[str, dict]]:
+            yield "MODIFIED", self.cluster.next_job()
 
         return changes()
 
@@ -147,13 +162,13 @@ def trigger_wait(cluster: Cluster, limits: WaitLimits) -> Any:
 
     async def one_change(engine: Any, changes: Any, seconds: float) -> Any:
         """Each watch delivers the next state of the Job, then ends (as SyncHook.watch_job)."""
-        if changes.ready() and (action := engine.job_changed(changes.get_nowait(), time.time())) is not None:
+        if changes.ready() and (action := engine.job_changed(changes.get_nowait(), time.monotonic())) is not None:
             return action
-        return engine.watch_ended(time.time())
+        return engine.watch_ended(time.monotonic())
 
-    # The trigger's clock (time.time), ten seconds a look, as the worker's above.
+    # The trigger's clock (time.monotonic), ten seconds a look, as the worker's above.
     clock = iter(range(1000, 100000, 10))
-    with unittest.mock.patch("airflow_volcano.triggers.job.time.time", lambda: float(next(clock))), \
+    with unittest.mock.patch("airflow_volcano.triggers.job.time.monotonic", lambda: float(next(clock))), \
             unittest.mock.patch("airflow_volcano.triggers.job._follow", one_change):
         return asyncio.run(scenario())
 
@@ -256,8 +271,10 @@ def test_a_stack_read_is_capped_and_the_report_says_so():
         elif step.what.startswith("annotate"):
             answer = True
         else:
-            assert step.kwargs["limit_bytes"] == STACKS_MAX_BYTES
-            assert step.since == 123.0 - wait_steps.STACKS_READ_SLACK_SECONDS, "from the request, however late read"
+            query = dict(step.kwargs["query_params"])
+            assert query["limitBytes"] == str(STACKS_MAX_BYTES)
+            assert query["sinceTime"] == calls.since_time(123.0 - wait_steps.STACKS_READ_SLACK_SECONDS), (
+                "from the request, however late read")
             answer = b"2026-11-24T10:00:00Z " + b"spam " * (STACKS_MAX_BYTES // 5)
     assert any(f"passed {STACKS_MAX_BYTES // 1024} KiB, the most read for stacks" in line for line in reported)
     assert pods and where == ""
@@ -277,10 +294,21 @@ def test_a_kill_deletes_the_job_though_the_triggerer_cancels_the_trigger_again_m
     done: list[str] = []
 
     class SlowHook:
-        async def run(self, call: calls.Call[Any]) -> bool:
+        async def run(self, call: calls.Call[Any]) -> Any:
             await asyncio.sleep(0.3)  # a call retrying, as against a token the apiserver refuses
             done.append(call.what)
+            if call.what.startswith("get ConfigMap"):
+                return {"metadata": {"name": "train-script", "uid": "cm-uid", "ownerReferences": [{"uid": "job-uid"}]}}
             return True
+
+        async def drive(self, program: Program[Any]) -> Any:
+            answer = None
+            while True:
+                try:
+                    step = program.send(answer)
+                except StopIteration as finished:
+                    return finished.value
+                answer = await self.run(step)
 
     async def slow_hook() -> SlowHook:
         return SlowHook()
@@ -296,4 +324,37 @@ def test_a_kill_deletes_the_job_though_the_triggerer_cancels_the_trigger_again_m
             await kill
 
     asyncio.run(user_kill())
-    assert done == ["delete Job ml/train", "delete ConfigMap ml/train-script"]
+    assert done == ["delete Job ml/train", "get ConfigMap ml/train-script", "delete ConfigMap ml/train-script"]
+
+
+@pytest.mark.parametrize("wait", [worker_wait, trigger_wait], ids=["worker", "trigger"])
+def test_both_drivers_wait_while_the_apiserver_does_not_serve_volcano_jobs(wait):
+    """Issue 41: a 404 that names no object (Volcano's CRD unserved while it is upgraded) is "cannot see",
+    never "deleted": the wait reads again after a back-off and goes on."""
+    cluster = Cluster([job("Running", running=1)], [])
+    cluster.unserved = 2
+    cluster.read_after = job("Completed", succeeded=1)
+    outcome = wait(cluster, WaitLimits(node_lost_timeout=None))
+    assert outcome.verdict is Verdict.FINISHED and outcome.phase == "Completed"
+    assert cluster.asked.count("get Job ml/train") == 3
+
+
+def test_the_worker_keeps_watching_through_the_deletion_of_an_older_job_of_the_same_name():
+    from airflow_volcano import wait_worker
+
+    mine = job("Running", running=1)
+    mine["metadata"]["uid"] = "job-uid"
+    older = job("Failed", failed=1)
+    older["metadata"]["uid"] = "older-uid"
+    completed = job("Completed", succeeded=1)
+    completed["metadata"]["uid"] = "job-uid"
+    cluster = Cluster([mine], [])
+
+    class Hook(SyncHook):
+        def watch_job(self, name: str, namespace: str, **kwargs: Any) -> Iterator[tuple[str, dict]]:
+            yield from [("DELETED", older), ("MODIFIED", completed)]
+
+    clock = iter(range(1000, 100000, 10))
+    outcome = wait_worker._drive(Hook(cluster), REF, WaitLimits(node_lost_timeout=None), lambda: float(next(clock)),
+                                 lambda line: None, OutputClock(), ())
+    assert outcome.verdict is Verdict.FINISHED and outcome.phase == "Completed"

@@ -30,11 +30,13 @@ class Hook:
                        "status": {"phase": "Succeeded", "containerStatuses": [{"name": "master", "state": {
                            "terminated": {"exitCode": 0, "message": '{"eval_loss": 0.25}'}}}]}}
 
-    def delete_job(self, name: str, namespace: str, *, retry_for: float | None = None) -> bool:
+    def delete_job(self, name: str, namespace: str, *, retry_for: float | None = None, uid: str | None = None) -> bool:
+        assert uid == REF.uid, "only the Job this try owns"
         self.done.append(f"delete Job {namespace}/{name}")
         return True
 
-    def delete_configmap(self, name: str, namespace: str) -> bool:
+    def delete_script_configmap(self, name: str, namespace: str, job_uid: str | None) -> bool:
+        assert job_uid == REF.uid, "only the ConfigMap the Job owns"
         self.done.append(f"delete ConfigMap {namespace}/{name}")
         return True
 

@@ -5,6 +5,7 @@ generated client methods of `kubernetes_asyncio` run for real, only `call_api` a
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -42,15 +43,18 @@ def test_both_hooks_follow_one_attempts_policy():
         log = logging.getLogger("test")
         conn_id = "never-accepted"
 
-    def error(kind: type, status: int, retry_after: str | None = None) -> Exception:
+    def error(kind: type, status: int, retry_after: str | None = None, names: str | None = None) -> Exception:
         failure = kind(status=status, reason="x")
         failure.headers = {"Retry-After": retry_after} if retry_after else {}
-        failure.body = '{"message": "said the apiserver"}'
+        failure.body = json.dumps({"message": "said the apiserver", "details": {"name": names} if names else {}})
         return failure
 
     for kind in (ApiException, AsyncApiException):
         attempts = Attempts(Hook(), "get Job ml/a", if_absent=None)
-        assert attempts.after(error(kind, 404)) is ABSENT
+        assert attempts.after(error(kind, 404, names="a")) is ABSENT, "the apiserver says the Job does not exist"
+        with pytest.raises(VolcanoApiError, match="does not serve this resource") as unserved:
+            Attempts(Hook(), "get Job ml/a", if_absent=None).after(error(kind, 404))
+        assert unserved.value.not_served, "a 404 naming no object: the resource is not served (a CRD upgrading)"
         assert attempts.after(error(kind, 401)) == Retry(0.0, reload=True)
         with pytest.raises(VolcanoApiError, match="get Job ml/a failed: HTTP 401 x: said the apiserver"):
             attempts.after(error(kind, 401))  # credentials never accepted: read again once only
@@ -60,7 +64,7 @@ def test_both_hooks_follow_one_attempts_policy():
         with pytest.raises(VolcanoApiError, match="HTTP 503"):
             throttled.after(error(kind, 503))  # retries spent
         with pytest.raises(VolcanoApiError, match="HTTP 404"):
-            Attempts(Hook(), "delete Job ml/a", if_absent=REQUIRED).after(error(kind, 404))
+            Attempts(Hook(), "delete Job ml/a", if_absent=REQUIRED).after(error(kind, 404, names="a"))
 
 
 def test_credentials_accepted_before_and_refused_now_are_read_again_with_back_off_for_a_bounded_time(monkeypatch):
@@ -166,9 +170,11 @@ def test_the_async_delete_retries_transient_errors_and_answers_a_404_as_gone(mon
 
     async def scenario() -> tuple[bool, list, bool]:
         transport = ScriptedTransport(unavailable(), unavailable(), {"status": "Success"})
-        deleted = await async_hook(transport).run(calls.delete_job("train", "ml"))
+        deleted = await async_hook(transport).drive(calls.delete_job("train", "ml"))
         gone = AsyncApiException(status=404, reason="Not Found")
-        return deleted, transport.asked, await async_hook(ScriptedTransport(gone)).run(calls.delete_job("train", "ml"))
+        gone.body = '{"kind": "Status", "reason": "NotFound", "details": {"name": "train", "kind": "jobs"}}'
+        again = await async_hook(ScriptedTransport(gone)).drive(calls.delete_job("train", "ml"))
+        return deleted, transport.asked, again
 
     deleted, asked, again = asyncio.run(scenario())
     assert deleted is True and [method for method, *_ in asked] == ["DELETE"] * 3
@@ -203,31 +209,32 @@ def test_the_async_log_read_goes_through_the_retry_policy(monkeypatch):
     assert asyncio.run(read()) == (b"2026-11-24T10:00:00Z hello\n", 2)
 
 
-def test_a_log_read_retried_after_a_back_off_still_starts_at_the_last_line_shown(monkeypatch):
-    """A relative sinceSeconds worked out once, before the first attempt, skipped what the pod printed
-    while the read was retried (CI: the lines printed while the kubelet could not be reached, missing
-    from the task log). Each attempt reaches back to the same moment."""
+def test_a_log_read_starts_at_the_last_line_shown_on_the_nodes_own_clock_whenever_it_is_sent(monkeypatch):
+    """A relative sinceSeconds was worked out with the reader's clock and counted back by the kubelet from
+    the node's: a node clock ahead of the reader's skipped lines (and a read retried after a back-off
+    skipped what the pod printed meanwhile). sinceTime is the last line's own timestamp (whole seconds,
+    rounded down: the cursor drops what was shown), the same at every attempt, with no clock involved."""
     import time
 
-    clock = [1000.0]
-
-    async def sleep(seconds: float) -> None:
-        clock[0] += seconds
-
-    monkeypatch.setattr(asyncio, "sleep", sleep)
-    monkeypatch.setattr(time, "time", lambda: clock[0])
+    monkeypatch.setattr(asyncio, "sleep", _no_sleep)
+    monkeypatch.setattr(time, "time", lambda: 99999.0)  # whatever the reader's clock says
     refused = unavailable()
     refused.headers = {"Retry-After": "5"}
 
-    async def read() -> list[str]:
+    async def read() -> list[tuple[str, list]]:
         transport = ScriptedTransport(refused, refused, LogResponse(b""))
-        chunks = async_hook(transport).pod_log_chunks("train-master-0", "ml", container="master", since=990.0)
+        chunks = async_hook(transport).pod_log_chunks("train-master-0", "ml", container="master",
+                                                      since=1795540866.75)
         assert [chunk async for chunk in chunks] == []
-        return [dict(query)["sinceSeconds"] for _, _, query, _ in transport.asked]
+        return [(path, query) for _, path, query, _ in transport.asked]
 
-    assert asyncio.run(read()) == [11, 16, 21], "10 s back (and one more), then 5 s more after each wait of 5 s"
-    assert calls.read_pod_log("p", "ml", container=None, since=990.0).arguments(1000.0)["since_seconds"] == 11
-    assert "since_seconds" not in calls.read_pod_log("p", "ml", container=None).arguments(1000.0)
+    asked = asyncio.run(read())
+    assert len(asked) == 3
+    for path, query in asked:
+        assert path == "/api/v1/namespaces/{namespace}/pods/{name}/log", path
+        assert ("sinceTime", "2026-11-24T17:21:06Z") in query and ("timestamps", "true") in query, query
+        assert ("container", "master") in query and not [key for key, _ in query if key == "sinceSeconds"]
+    assert "sinceTime" not in dict(calls.read_pod_log("p", "ml", container=None).kwargs["query_params"])
 
 
 def test_an_api_error_that_stays_names_the_call_and_never_the_headers(monkeypatch):
@@ -331,7 +338,7 @@ def test_a_quiet_jobs_watch_whose_version_expired_starts_again_from_now():
     hook.__dict__["custom_objects"] = CustomObjects()
     seen = list(hook.watch_job("train", "ml", resource_version="5", timeout_seconds=60))
     assert versions == ["5", ""], "then from now"
-    assert [j["metadata"]["resourceVersion"] for j in seen] == ["5"]
+    assert [(kind, j["metadata"]["resourceVersion"]) for kind, j in seen] == [("ADDED", "5")]
 
 
 def test_a_jobs_watch_refused_for_credentials_accepted_before_ends_for_a_re_read_and_otherwise_says_the_401():

@@ -58,11 +58,11 @@ def test_cursor_survives_serialisation_between_trigger_and_worker():
 
 
 def test_a_read_resumes_at_or_before_the_last_line():
-    from airflow_volcano.hooks.calls import since_seconds
+    from airflow_volcano.hooks.calls import since_time
 
-    cursor = LogCursor(last_ns=parse_timestamp_ns(stamp(10)))
-    now = parse_timestamp_ns(stamp(20)) / 1e9
-    assert cursor.last_line_at is not None and since_seconds(cursor.last_line_at, now) >= 10
+    cursor = LogCursor(last_ns=parse_timestamp_ns(stamp(10)) + 999_999_999)
+    assert cursor.last_line_at is not None
+    assert parse_timestamp_ns(since_time(cursor.last_line_at)) <= cursor.last_ns, "rounded down, never past it"
     assert LogCursor().last_line_at is None
 
 

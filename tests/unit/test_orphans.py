@@ -107,7 +107,8 @@ class Hook:
         self.deleted.append(name)
         return self.jobs.pop(name, None) is not None
 
-    def delete_configmap(self, name: str, namespace: str) -> bool:
+    def delete_script_configmap(self, name: str, namespace: str, job_uid: str | None) -> bool:
+        assert job_uid, "only the ConfigMap the orphan owns"
         return True
 
 

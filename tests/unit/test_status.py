@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from airflow_volcano.job_ref import JobRef
 from airflow_volcano.status import (
     JobProgress,
@@ -11,7 +13,7 @@ from airflow_volcano.status import (
     job_state,
     unschedulable_message,
 )
-from airflow_volcano.wait_engine import WaitLimits, next_step, startup_problem
+from airflow_volcano.wait_engine import WaitLimits, startup_problem
 
 
 def job(phase: str | None, **status: int) -> dict:
@@ -21,15 +23,25 @@ def job(phase: str | None, **status: int) -> dict:
     return body
 
 
+# What the kubelet says of an image the registry does not have (containerd's words).
+NOT_FOUND = ('rpc error: code = NotFound desc = failed to pull and unpack image "repo/img:1": failed to resolve '
+             'reference "repo/img:1": repo/img:1: not found')
+# ... and of a registry that answers 503: it may pass.
+UNAVAILABLE = ('rpc error: code = Unknown desc = failed to pull and unpack image "repo/img:1": failed to resolve '
+               'reference "repo/img:1": unexpected status from HEAD request to https://repo/v2/img/manifests/1: '
+               '503 Service Unavailable')
+
+
 def pod(name: str, task: str, phase: str, *, exit_code: int | None = None, reason: str | None = None,
-        waiting: str | None = None, finished: str | None = None) -> dict:
+        waiting: str | None = None, finished: str | None = None, message: str = NOT_FOUND,
+        uid: str | None = None) -> dict:
     state: dict = {"running": {}}
     if exit_code is not None:
         state = {"terminated": {"exitCode": exit_code, "reason": reason, "finishedAt": finished}}
     if waiting:
-        state = {"waiting": {"reason": waiting, "message": "Back-off pulling image"}}
+        state = {"waiting": {"reason": waiting, "message": message}}
     return {
-        "metadata": {"name": name, "labels": {"volcano.sh/task-spec": task}},
+        "metadata": {"name": name, "labels": {"volcano.sh/task-spec": task}, **({"uid": uid} if uid else {})},
         "status": {"phase": phase, "containerStatuses": [{"name": task, "image": "repo/img:1", "state": state}]},
     }
 
@@ -72,11 +84,35 @@ def test_unschedulable_message_comes_from_the_podgroup_condition():
     assert unschedulable_message({"status": {}}) is None
 
 
-def test_image_pull_error_is_a_startup_problem_at_once():
+def test_an_image_that_cannot_exist_is_a_startup_problem_at_once_and_a_passing_registry_error_is_not():
     ref = JobRef("train", "ml")
-    problem = startup_problem(ref, [pod("train-master-0", "master", "Pending", waiting="ImagePullBackOff")],
+    problem = startup_problem(ref, [pod("train-master-0", "master", "Pending", waiting="ErrImagePull")],
                               None, WaitLimits(startup_timeout=600), waited=1)
-    assert "cannot start" in problem and "repo/img:1" in problem and "ImagePullBackOff" in problem
+    assert "cannot start" in problem and "repo/img:1" in problem and "not found" in problem
+    passing = [pod("train-master-0", "master", "Pending", waiting="ErrImagePull", message=UNAVAILABLE)]
+    limits = WaitLimits(startup_timeout=600, image_pull_timeout=120)
+    assert startup_problem(ref, passing, None, limits, waited=119) is None
+    assert "503 Service Unavailable" in startup_problem(ref, passing, None, limits, waited=120)
+
+
+@pytest.mark.parametrize(("reason", "message", "final"), [
+    ("ErrImagePull", NOT_FOUND, True),
+    ("ErrImagePull", "failed to resolve reference: pull access denied, repository does not exist or may require "
+                     "authorization: server message: insufficient_scope: authorization failed", True),
+    ("ErrImagePull", "failed to fetch anonymous token: unexpected status: 401 Unauthorized", True),
+    ("ErrImagePull", "manifest unknown: manifest unknown", True),
+    ("InvalidImageName", 'Failed to apply default image tag "Repo/IMG": invalid reference format', True),
+    ("ErrImageNeverPull", 'Container image "repo/img:1" is not present with pull policy of Never', True),
+    ("ErrImagePull", UNAVAILABLE, False),
+    ("ErrImagePull", "unexpected status: 429 Too Many Requests", False),
+    ("ErrImagePull", 'dial tcp 10.0.0.9:443: connect: connection refused', False),
+    ("ImagePullBackOff", 'Back-off pulling image "repo/img:1"', False),
+])
+def test_which_pull_errors_are_final(reason, message, final):
+    from airflow_volcano.status import pod_problem, pull_is_final
+
+    problem = pod_problem(pod("train-master-0", "master", "Pending", waiting=reason, message=message))
+    assert problem is not None and pull_is_final(problem) is final
 
 
 def test_startup_timeout_reports_pending_pods_with_the_scheduler_reason():
@@ -88,17 +124,19 @@ def test_startup_timeout_reports_pending_pods_with_the_scheduler_reason():
     assert "did not start within startup_timeout (60s): no GPUs (pending pods: train-master-0)" in text
 
 
-def test_next_step_waits_long_on_a_running_job_and_short_while_pending():
-    limits = WaitLimits(poll_interval=5)
-    running = next_step(job("Running", running=3), limits, elapsed=10, since_pod_check=1)
-    assert running.done is None and running.wait_seconds == 300 and not running.check_pods
-    pending = next_step(job("Pending", pending=3), limits, elapsed=10, since_pod_check=6)
-    assert pending.check_pods and pending.wait_seconds == 5
+def test_a_gang_is_blocked_only_by_pods_it_needs():
+    from airflow_volcano.status import gang_cannot_form
 
-
-def test_next_step_times_out_past_job_timeout():
-    step = next_step(job("Running", running=1), WaitLimits(job_timeout=30), elapsed=31, since_pod_check=0)
-    assert step.done is not None and "job_timeout of 30s" in step.done.message
+    pytorch = {"spec": {"minAvailable": 3, "tasks": [{"name": "master", "replicas": 1, "minAvailable": 1},
+                                                     {"name": "worker", "replicas": 2, "minAvailable": 2},
+                                                     {"name": "tensorboard", "replicas": 1, "minAvailable": 0}]}}
+    assert gang_cannot_form(pytorch, [pod("train-worker-1", "worker", "Pending")])
+    assert not gang_cannot_form(pytorch, [pod("train-tensorboard-0", "tensorboard", "Pending")])
+    elastic = {"spec": {"minAvailable": 2, "tasks": [{"name": "master", "replicas": 1, "minAvailable": 1},
+                                                     {"name": "worker", "replicas": 3, "minAvailable": 1}]}}
+    assert not gang_cannot_form(elastic, [pod("train-worker-2", "worker", "Pending")]), "a worker above minAvailable"
+    assert gang_cannot_form(elastic, [pod(f"train-worker-{i}", "worker", "Pending") for i in range(3)])
+    assert gang_cannot_form({"spec": {}}, [pod("x-0", "x", "Pending")]), "unknown gang: every pod is needed"
 
 
 def _job(phase: str, running: int = 0, retries: int = 0) -> dict:

@@ -49,10 +49,10 @@ class Hook:
         self.deleted.append(name)
         return self.jobs.pop(name, None) is not None
 
-    def wait_job_deleted(self, name: str, namespace: str) -> None:
+    def wait_job_deleted(self, name: str, namespace: str, uid: str | None = None) -> None:
         pass
 
-    def delete_configmap(self, name: str, namespace: str) -> bool:
+    def delete_script_configmap(self, name: str, namespace: str, job_uid: str | None) -> bool:
         return True
 
     def create_configmap(self, namespace: str, body: dict, **kwargs: Any) -> dict:
