@@ -140,14 +140,22 @@ def mark_reported(hook: VolcanoHook, ref: JobRef) -> None:
 
 def delete_job_and_script(hook: VolcanoHook, ref: JobRef) -> None:
     """Delete the Job (its pods, PodGroup, Service go with it), retrying an unreachable apiserver for
-    up to CLEANUP_RETRY_SECONDS: a Job nobody deletes trains on unwatched. Only that Job (its uid): a
-    Job of the same name made since (a later try's) is not touched."""
-    deleted = hook.delete_job(ref.name, ref.namespace, retry_for=CLEANUP_RETRY_SECONDS, uid=ref.uid)
+    up to CLEANUP_RETRY_SECONDS: a Job nobody deletes trains on unwatched. Only that Job (its uid), and
+    only while this try owns it: a Job of the same name made since, or this one once a later try of the
+    task reattached to it, is not touched."""
+    from airflow_volcano.hooks import calls
+
+    done = hook.drive(calls.delete_owned_job(ref.name, ref.namespace, ref.uid, ref.owner_try,
+                                             retry_for=CLEANUP_RETRY_SECONDS))
+    if done == "adopted":
+        log.info("Leaving Volcano Job %s/%s: a later try of this task reattached to it and owns it now", ref.namespace,
+                 ref.name)
+        return
     # The ConfigMap is owned by the Job, but a cluster without the garbage collector would leave it
     # behind: delete it explicitly (only the one this Job owns).
     if ref.script_configmap:
         hook.delete_script_configmap(ref.script_configmap, ref.namespace, ref.uid)
-    if deleted:
+    if done == "deleted":
         log.info("Deleted Volcano Job %s/%s", ref.namespace, ref.name)
     else:
         log.info("Volcano Job %s/%s (uid %s) was gone already", ref.namespace, ref.name, ref.uid)

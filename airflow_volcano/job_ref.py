@@ -7,6 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_volcano.constants import TRY_NUMBER_LABEL
 from airflow_volcano.manifest.names import pod_name
 from airflow_volcano.timestamps import parse_time
 
@@ -25,6 +26,9 @@ class JobRef:
     owned: bool = True  # submitted by this task (the sensor watches Jobs that are not)
     # The main task's first container, read from the Job: a template may name it anything.
     main_container: str | None = None
+    # The try of the task instance that owns the Job (its try-number label): the one that created it, or
+    # the last to reattach. A kill deletes the Job only while that try still owns it.
+    owner_try: int | None = None
 
     @property
     def main_pod(self) -> str:
@@ -47,6 +51,7 @@ class JobRef:
             created_at=parse_time(created),
             script_configmap=script_configmap,
             main_container=first_container(job, main_task),
+            owner_try=owning_try(job),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -55,6 +60,12 @@ class JobRef:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobRef:
         return cls(**data)
+
+
+def owning_try(job: dict) -> int | None:
+    """The try of its task instance that owns a Job: the one that created it, or the last to reattach."""
+    value = ((job.get("metadata") or {}).get("labels") or {}).get(TRY_NUMBER_LABEL, "")
+    return int(value) if str(value).isdigit() else None
 
 
 def first_container(job: dict, task_name: str) -> str | None:

@@ -24,10 +24,12 @@ from airflow_volcano.constants import (
     JOB_VERSION,
     ORPHANED_AT_ANNOTATION,
     REQUEST_HASH_ANNOTATION,
+    TRY_NUMBER_LABEL,
     IfJobExists,
 )
 from airflow_volcano.exceptions import JobSpecError, VolcanoApiError, VolcanoJobError
 from airflow_volcano.finalize import delete_job_and_script
+from airflow_volcano.hooks import calls
 from airflow_volcano.job_ref import JobRef
 from airflow_volcano.manifest import JobManifests, identity_labels, is_debug_job, script_configmap_name
 from airflow_volcano.manifest.build import REQUEST_HASH_SCHEME
@@ -86,6 +88,10 @@ def submit_or_reattach(hook: VolcanoHook, manifests: JobManifests, namespace: st
             delete_job_and_script(hook, ref)
             continue
         if if_job_exists == IfJobExists.REATTACH:
+            adopted = _adopt(hook, existing, job)
+            if adopted is None:
+                continue  # an earlier try's kill was deleting it: gone now, and this try submits anew
+            existing, ref = adopted, JobRef.from_job(adopted, main, ref.script_configmap)
             log.info("Reattaching to Volcano Job %s/%s submitted by an earlier try (%s; found by %s)", namespace,
                      ref.name, phase, found_by)
             if manifests.configmap is not None and not job_state(existing).finished:
@@ -153,6 +159,19 @@ def submit(hook: VolcanoHook, manifests: JobManifests, namespace: str,
                                "not created by this task; choose another Job name or delete it") from None
     log.info("Submitted Volcano Job %s/%s (master pod %s)", namespace, name, ref.main_pod)
     return ref
+
+
+def _adopt(hook: VolcanoHook, existing: dict, job: dict) -> dict | None:
+    """Take an earlier try's Job over for this try (calls.adopt_job); None if a kill of that try is
+    deleting it, once it is gone (this try then submits anew: what the kill asked for)."""
+    try_number = int(job["metadata"]["labels"].get(TRY_NUMBER_LABEL) or 0)
+    adopted = hook.drive(calls.adopt_job(existing, try_number)) if try_number else existing
+    if adopted is None:
+        metadata = existing["metadata"]
+        log.info("Volcano Job %s/%s of an earlier try is being deleted (that try was killed): waiting for it to go, "
+                 "then submitting anew", metadata["namespace"], metadata["name"])
+        hook.wait_job_deleted(metadata["name"], metadata["namespace"], uid=metadata.get("uid"))
+    return adopted
 
 
 def _owned_script(configmap: dict, job: dict) -> dict:

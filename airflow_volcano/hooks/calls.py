@@ -34,9 +34,11 @@ from airflow_volcano.constants import (
     QUEUE_PLURAL,
     QUEUE_VERSION,
     TASK_LABEL,
+    TRY_NUMBER_LABEL,
 )
 from airflow_volcano.exceptions import VolcanoApiError
 from airflow_volcano.hooks.retry import REQUIRED
+from airflow_volcano.job_ref import owning_try
 from airflow_volcano.queueing import Priorities, QueueSnapshot
 
 T = TypeVar("T")
@@ -111,10 +113,12 @@ def list_jobs(namespace: str, label_selector: str) -> Call[list[dict]]:
                 {"label_selector": label_selector}, shape=items)
 
 
-def _delete_job(name: str, namespace: str, retry_for: float | None, uid: str | None) -> Call[bool]:
+def _delete_job(name: str, namespace: str, retry_for: float | None, uid: str | None,
+                resource_version: str | None = None) -> Call[bool]:
     options: dict[str, Any] = {"propagation_policy": "Background"}
     if uid:
-        options["body"] = {"preconditions": {"uid": uid}}
+        options["body"] = {"preconditions": {"uid": uid, **({"resourceVersion": resource_version}
+                                                              if resource_version else {})}}
     return Call(f"delete Job {namespace}/{name}", "custom", "delete_namespaced_custom_object",
                 _job_args(namespace, name), options, shape=done, absent=False, retry_for=retry_for)
 
@@ -130,6 +134,64 @@ def delete_job(name: str, namespace: str, *, retry_for: float | None = None, uid
         if uid and error.status == 409:  # "Precondition failed: UID in precondition ...": another Job now
             return False
         raise
+
+
+# How often a compare-and-set on a Job (adopt, a kill's delete) reads it again after it changed meanwhile
+# (its status changes with every pod's: a conflict is no reason to give up).
+OWNERSHIP_ATTEMPTS = 8
+
+
+def adopt_job(job: dict, try_number: int) -> Program[dict | None]:
+    """A reattaching try takes the Job over: its try-number label becomes this try's, only as the Job
+    was read (its resourceVersion), so an earlier try's kill cannot land on it after this try took it,
+    and this try cannot take a Job such a kill is deleting. The Job as adopted; None if it is gone or
+    being deleted (this try then waits for it to go and submits anew)."""
+    metadata = job["metadata"]
+    name, namespace, uid = metadata["name"], metadata["namespace"], metadata.get("uid")
+    current: dict | None = job
+    for _ in range(OWNERSHIP_ATTEMPTS):
+        if current is None or current["metadata"].get("uid") != uid or current["metadata"].get("deletionTimestamp"):
+            return None
+        if owning_try(current) == try_number:
+            return current
+        patch = {"metadata": {"resourceVersion": current["metadata"].get("resourceVersion"),
+                              "labels": {TRY_NUMBER_LABEL: str(try_number)}}}
+        try:
+            adopted: dict | None = yield Call(f"adopt Job {namespace}/{name}", "custom",
+                                              "patch_namespaced_custom_object", _job_args(namespace, name, patch),
+                                              absent=None)
+            return adopted
+        except VolcanoApiError as error:
+            if error.status != 409:  # changed since it was read: read it again
+                raise
+        current = yield get_job(name, namespace)
+    raise VolcanoApiError(f"adopt Job {namespace}/{name}", 409, "Conflict",
+                          f"it kept changing during {OWNERSHIP_ATTEMPTS} attempts to take it over")
+
+
+def delete_owned_job(name: str, namespace: str, uid: str | None, try_number: int | None,
+                     *, retry_for: float | None = None) -> Program[str]:
+    """A kill's delete: the Job of `uid`, only while this try owns it (a later try that reattached to it
+    owns it now: left to that try), compared and deleted as one (its resourceVersion). Returns "deleted",
+    "gone" (or its name is another Job's now) or "adopted" (a later try took it)."""
+    if not uid or try_number is None:
+        return "deleted" if (yield from delete_job(name, namespace, uid=uid, retry_for=retry_for)) else "gone"
+    for _ in range(OWNERSHIP_ATTEMPTS):
+        job = yield get_job(name, namespace)
+        if job is None or job["metadata"].get("uid") != uid:
+            return "gone"
+        owner = owning_try(job)
+        if owner is not None and owner > try_number:
+            return "adopted"
+        try:
+            deleted = yield _delete_job(name, namespace, retry_for, uid, job["metadata"].get("resourceVersion"))
+        except VolcanoApiError as error:
+            if error.status != 409:  # changed since it was read (adopted?): read it again
+                raise
+            continue
+        return "deleted" if deleted else "gone"
+    raise VolcanoApiError(f"delete Job {namespace}/{name}", 409, "Conflict",
+                          f"it kept changing during {OWNERSHIP_ATTEMPTS} attempts to delete it")
 
 
 def label_job(name: str, namespace: str, labels: dict[str, str]) -> Call[bool]:

@@ -504,13 +504,16 @@ class VolcanoJobTrigger(BaseTrigger):
         ref = JobRef.from_dict(self.job)
         try:
             hook = await self._hook()
-            deleted = await hook.drive(calls.delete_job(ref.name, ref.namespace, uid=ref.uid))
-            if ref.script_configmap:
+            done = await hook.drive(calls.delete_owned_job(ref.name, ref.namespace, ref.uid, ref.owner_try))
+            if ref.script_configmap and done != "adopted":
                 await hook.drive(calls.delete_script_configmap(ref.script_configmap, ref.namespace, ref.uid))
         except Exception:  # noqa: BLE001 - said; the kill goes on
             self.log.exception("Could not delete Volcano Job %s/%s after the kill", ref.namespace, ref.name)
             return
-        if deleted:
+        if done == "deleted":
             self.log.info("Task killed: deleted Volcano Job %s/%s", ref.namespace, ref.name)
-        else:  # gone already, or its name now belongs to a later try's Job, which is not this trigger's
+        elif done == "adopted":  # cleared, and the next try reattached before this kill's delete landed
+            self.log.info("Task killed: leaving Volcano Job %s/%s, which a later try of the task reattached to",
+                          ref.namespace, ref.name)
+        else:  # gone already, or its name is a later try's Job now, which is not this trigger's
             self.log.info("Task killed: Volcano Job %s/%s (uid %s) was gone already", ref.namespace, ref.name, ref.uid)

@@ -3,6 +3,7 @@ the Job for each verdict, what the task returns or raises."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -26,14 +27,28 @@ class Hook:
     def __init__(self, pod_log: bytes = b"") -> None:
         self.done: list[str] = []
         self.pod_log = pod_log
+        self.job = {"metadata": {"name": "train", "namespace": "ml", "uid": "u1", "resourceVersion": "9",
+                                 "labels": {"airflow-volcano.io/try-number": "1"}}}
         self.master = {"metadata": {"name": "train-master-0"}, "spec": {"terminationGracePeriodSeconds": 1},
                        "status": {"phase": "Succeeded", "containerStatuses": [{"name": "master", "state": {
                            "terminated": {"exitCode": 0, "message": '{"eval_loss": 0.25}'}}}]}}
 
-    def delete_job(self, name: str, namespace: str, *, retry_for: float | None = None, uid: str | None = None) -> bool:
-        assert uid == REF.uid, "only the Job this try owns"
-        self.done.append(f"delete Job {namespace}/{name}")
-        return True
+    def drive(self, program: Any) -> Any:
+        """The calls a program (hooks.calls) makes, against this Job."""
+        answer = None
+        while True:
+            try:
+                step = program.send(answer)
+            except StopIteration as finished:
+                return finished.value
+            if step.what.startswith("get Job"):
+                answer = self.job
+            elif step.what.startswith("delete Job"):
+                assert step.kwargs["body"]["preconditions"]["uid"] == REF.uid, "only the Job this try owns"
+                self.done.append(step.what)
+                answer = True
+            else:
+                raise AssertionError(f"unexpected call: {step.what}")
 
     def delete_script_configmap(self, name: str, namespace: str, job_uid: str | None) -> bool:
         assert job_uid == REF.uid, "only the ConfigMap the Job owns"
@@ -113,3 +128,19 @@ def test_a_job_the_task_does_not_own_is_never_deleted_nor_labelled():
     with pytest.raises(VolcanoJobError):
         finalize(hook, theirs, ended(Verdict.CANNOT_START, message="x"), on_finish_action=OnFinishAction.KEEP_JOB)
     assert hook.done == []
+
+
+def test_a_kill_leaves_a_job_a_later_try_reattached_to_and_deletes_one_its_try_still_owns():
+    """Issue 41: a cleared deferred task's on_kill delete, retried for seconds, landed on the Job the next
+    try had just reattached to. A try deletes its Job only while it owns it (the try-number label a
+    reattaching try sets), compared and deleted as one (uid and resourceVersion)."""
+    from airflow_volcano.finalize import delete_job_and_script
+
+    hook = Hook()
+    mine = dataclasses.replace(REF, owner_try=1)
+    hook.job["metadata"]["labels"]["airflow-volcano.io/try-number"] = "2"  # try 2 reattached
+    delete_job_and_script(hook, mine)
+    assert hook.done == [], "neither the Job nor its script: try 2's now"
+    hook.job["metadata"]["labels"]["airflow-volcano.io/try-number"] = "1"
+    delete_job_and_script(hook, mine)
+    assert hook.done == ["delete Job ml/train", "delete ConfigMap ml/train-script"]

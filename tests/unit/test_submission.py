@@ -27,6 +27,7 @@ class Hook:
         self.made: list[tuple[str, str, list[str]]] = []  # (kind, name, owners' uids), in order
         self.theirs: set[str] = set()  # ConfigMaps of someone else's
         self.annotated: list[tuple[str, dict]] = []
+        self.adopted: list[tuple[str, str]] = []  # (Job, the try that took it over)
         self.queues = {"default": {"metadata": {"name": "default"}, "status": {"state": "Open"}}} \
             if queues is None else queues
 
@@ -48,6 +49,28 @@ class Hook:
     def delete_job(self, name: str, namespace: str, **kwargs: Any) -> bool:
         self.deleted.append(name)
         return self.jobs.pop(name, None) is not None
+
+    def drive(self, program: Any) -> Any:
+        """The calls a program (hooks.calls) makes, against these Jobs."""
+        answer = None
+        while True:
+            try:
+                step = program.send(answer)
+            except StopIteration as finished:
+                return finished.value
+            name = step.what.rsplit("/", 1)[-1]
+            if step.what.startswith("get Job"):
+                answer = self.jobs.get(name)
+            elif step.what.startswith("adopt Job"):
+                job = self.jobs[name]
+                assert step.args[-1]["metadata"]["resourceVersion"] == job["metadata"].get("resourceVersion")
+                job["metadata"]["labels"].update(step.args[-1]["metadata"]["labels"])
+                self.adopted.append((name, job["metadata"]["labels"]["airflow-volcano.io/try-number"]))
+                answer = job
+            elif step.what.startswith("delete Job"):
+                answer = self.delete_job(name, "")
+            else:
+                raise AssertionError(f"unexpected call: {step.what}")
 
     def wait_job_deleted(self, name: str, namespace: str, uid: str | None = None) -> None:
         pass
@@ -100,6 +123,26 @@ def test_a_retry_reattaches_to_the_running_job_of_its_own_request():
     hook = Hook(earlier_try(manifests))
     ref = submit_or_reattach(hook, manifests, "ml", if_job_exists=IfJobExists.REATTACH)
     assert (ref.name, ref.uid, hook.created) == ("retrain-train-0ld", "old-uid", [])
+
+
+def test_a_retry_takes_the_job_over_so_that_a_kill_of_the_earlier_try_leaves_it():
+    """Issue 41: the try-number label says which try owns the Job; a reattaching try sets it to its own,
+    as the Job was read (its resourceVersion), and an earlier try's kill then leaves the Job."""
+    manifests = built(args=["--lr", "0.1"])
+    old = earlier_try(manifests, resourceVersion="41")
+    old["metadata"]["labels"] = {**old["metadata"]["labels"], "airflow-volcano.io/try-number": "1"}
+    manifests.job["metadata"]["labels"]["airflow-volcano.io/try-number"] = "2"
+    hook = Hook(old)
+    ref = submit_or_reattach(hook, manifests, "ml", if_job_exists=IfJobExists.REATTACH)
+    assert hook.adopted == [("retrain-train-0ld", "2")] and ref.owner_try == 2 and hook.created == []
+
+
+def test_a_job_an_earlier_tries_kill_is_deleting_is_not_taken_over_a_new_one_is_submitted():
+    manifests = built(args=["--lr", "0.1"])
+    manifests.job["metadata"]["labels"]["airflow-volcano.io/try-number"] = "2"
+    hook = Hook(earlier_try(manifests, deletionTimestamp="2026-11-25T10:00:00Z"))
+    ref = submit_or_reattach(hook, manifests, "ml", if_job_exists=IfJobExists.REATTACH)
+    assert hook.adopted == [] and hook.created == [ref.name] and ref.name != "retrain-train-0ld"
 
 
 def test_a_job_already_reported_is_history_and_a_new_one_is_submitted():
