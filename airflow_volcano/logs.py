@@ -98,6 +98,15 @@ class LogCursor:
         return self.progress.observe(message, self.last_ns)
 
 
+def latest_state(message: str) -> str:
+    """A line a progress bar redrew with carriage returns (tqdm), as a terminal would leave it: the text
+    after its last carriage return that has any. (The container runtime ends a log line only at a newline,
+    so a bar redrawn for minutes is one line of every redraw.)"""
+    if "\r" not in message:
+        return message
+    return next((part for part in reversed(message.split("\r")) if part.strip()), "")
+
+
 def hidden(message: str) -> bool:
     """A line of ours that the task log does not show as it comes (see HEARTBEAT_LINE)."""
     return message == HEARTBEAT_LINE or message.startswith(STACKS_PREFIX)
@@ -121,6 +130,7 @@ def emit_unseen(lines: Iterable[str], cursor: LogCursor, emit: LineEmit,
         message = cursor.accept(line)
         if message is None:
             continue
+        message = latest_state(message)
         if on_new is not None:
             on_new()
         if hidden(message):

@@ -69,12 +69,31 @@ def read_job(conn_id: str, namespace: str, name: str, main_pod: str, main_task: 
     progress = None
     if any((pod.get("metadata") or {}).get("name") == main_pod for pod in pods):
         try:
-            progress = progress_from_log(hook.run(calls.read_pod_log(main_pod, namespace, container=None,
-                                                                     limit_bytes=LOG_TAIL_BYTES * 4)))
+            progress = progress_from_log(newest_lines(hook, main_pod, namespace))
         except Exception:  # noqa: BLE001 - no progress shown rather than no panel
             progress = None
     return {"job": job, "pods": pods, "waiting": waiting, "progress": progress, "secrets": secrets,
             "main_task": main_task}
+
+
+# Progress is read from this many of the main pod's newest lines, at most PROGRESS_BYTES of them.
+PROGRESS_LINES = 2000
+PROGRESS_BYTES = LOG_TAIL_BYTES * 4
+
+
+def newest_lines(hook: Any, pod: str, namespace: str, lines: int = PROGRESS_LINES,
+                 max_bytes: int = PROGRESS_BYTES) -> bytes:
+    """A log's newest lines, at most `max_bytes`. The kubelet cuts a tail at `limitBytes` counted from the
+    tail's start (its oldest lines): a tail that fills the limit is read again, shorter, so the newest
+    lines are always in what is read (a long run's progress is its latest, not its first)."""
+    from airflow_volcano.hooks import calls
+
+    while True:
+        data: bytes = hook.run(calls.read_pod_log(pod, namespace, container=None, tail_lines=lines,
+                                                  limit_bytes=max_bytes))
+        if len(data) < max_bytes or lines <= 10:
+            return data
+        lines //= 8
 
 
 def read_log(conn_id: str, namespace: str, pod: str) -> bytes | None:

@@ -7,6 +7,11 @@ most once a second) while bytes flow. The shell turns those touches into `[airfl
 heartbeat` log lines: a progress bar that redraws with `\\r` and never ends a line (the container
 runtime hands the kubelet a partial line only at 16 KiB) is output, not a stall.
 
+The one byte it adds: a newline after a redraw, at most every REDRAW_LINE_SECONDS, while a line keeps
+being redrawn with `\\r`. The runtime then ends the log line there, so the bar's latest state reaches
+the log (and the task log, which shows a redrawn line as its latest state) every few seconds instead
+of once, as one line of every redraw, when the bar ends.
+
 It must never make the command fail: it ignores SIGTERM, SIGINT, SIGQUIT and SIGHUP (the shell's
 signals to every process of the container reach it too), and when its own output fails (EPIPE,
 EIO) it goes on reading and dropping, so the command neither blocks nor dies of SIGPIPE. It ends at
@@ -24,6 +29,7 @@ import time
 
 CHUNK = 65536
 HEARTBEAT_SECONDS = 1.0
+REDRAW_LINE_SECONDS = 5.0
 FLUSH_READS = 16  # on SIGUSR1: at most this many reads per stream (a writer may not stop)
 
 
@@ -50,6 +56,21 @@ def _touch(path: str) -> None:
         pass
 
 
+def _end_a_redrawn_line(fd: int, out: int, data: bytes, redrawn: dict, broken: set) -> None:
+    """End the open line with a newline when it has been redrawn (carriage returns) for
+    REDRAW_LINE_SECONDS: its latest state then reaches the log now, not when the bar ends."""
+    newline = data.rfind(b"\n")
+    if newline >= 0:
+        redrawn.pop(fd, None)  # a line ended: what follows is a new one
+    if b"\r" not in data[newline + 1:]:
+        return
+    now = time.monotonic()
+    since = redrawn.setdefault(fd, now)
+    if now - since >= REDRAW_LINE_SECONDS:
+        _write_all(out, b"\n", broken)
+        redrawn[fd] = now
+
+
 def relay(streams: dict, heartbeat: str) -> None:
     """Copy each FIFO (fd -> the fd it goes to; removed once it ends) until both end, or SIGUSR1."""
     flush = []
@@ -62,6 +83,7 @@ def relay(streams: dict, heartbeat: str) -> None:
     for fd in (*streams, wake_read):
         poller.register(fd, select.POLLIN)
     broken: set = set()  # the output fds that failed (EPIPE, EIO): what is read for them is dropped
+    redrawn: dict = {}  # fd -> since when its open line (no newline yet) is redrawn with carriage returns
     last_beat = 0.0
     while streams and not flush:
         for fd, _event in poller.poll():
@@ -80,6 +102,7 @@ def relay(streams: dict, heartbeat: str) -> None:
                 del streams[fd]
                 continue
             _write_all(streams[fd], data, broken)
+            _end_a_redrawn_line(fd, streams[fd], data, redrawn, broken)
             if heartbeat and time.monotonic() - last_beat >= HEARTBEAT_SECONDS:
                 last_beat = time.monotonic()
                 _touch(heartbeat)
