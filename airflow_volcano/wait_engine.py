@@ -756,7 +756,7 @@ class WaitEngine:
             elif timeout is not None and now - since >= timeout:
                 hopeless.append((pod, f"{problem.describe()} (still failing after image_pull_timeout, {timeout:.0f}s, "
                                       "of the kubelet's retries)"))
-            elif not gang_runs and self._pulls_said.get(key) != problem.reason:
+            elif not gang_runs and key not in self._pulls_said:  # once per back-off (its reason flips with each retry)
                 self._pulls_said[key] = problem.reason or ""
                 limit = f"image_pull_timeout ({timeout:.0f}s)" if timeout is not None else "startup_timeout"
                 self.report(f"Volcano Job {self.ref.namespace}/{self.ref.name}: {problem.describe()}; the kubelet "

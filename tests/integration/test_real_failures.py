@@ -1,7 +1,7 @@
 """Training that fails, on the real node (real containers): the report names the rank that failed
 first before the peers that died of it, a worker's Python exception with its exit code and traceback,
-a container over its memory limit (OOMKilled, from the kernel and the kubelet), an image missing on
-the node, and a worker SIGKILLed from the node restarting the gang within max_retry.
+a container over its memory limit (OOMKilled, from the kernel and the kubelet), and a worker SIGKILLed
+from the node restarting the gang within max_retry (image pulls: test_image_pulls.py).
 """
 
 from __future__ import annotations
@@ -87,18 +87,6 @@ def test_a_container_over_its_memory_limit_is_reported_as_oomkilled(
 
     assert run.state == "failed", run.log
     assert "pod hungry-master-0 (task master) Failed, container master, exit code 137, reason OOMKilled" in run.log
-
-
-def test_an_image_missing_on_the_node_fails_at_once_with_the_kubelets_reason(
-        cluster, operator_kubeconfig, run_task, real_node):
-    run = run_task(lambda: real_operator(real_node | {"image": "localhost/airflow-volcano/absent:dev"},
-                                         cluster.namespace, "noimage", worker_replicas=1, startup_timeout=600))
-
-    assert run.state == "failed", run.log
-    assert "cannot start" in run.log and "localhost/airflow-volcano/absent:dev" in run.log
-    assert re.search(r"reason (ErrImagePull|ImagePullBackOff)", run.log), run.log
-    assert "did not start within startup_timeout" not in run.log, "an image pull error must not wait it out"
-    cluster.wait_for("the Job that cannot start to be deleted", lambda: cluster.job("noimage") is None)
 
 
 WAITS_TO_BE_KILLED = """
