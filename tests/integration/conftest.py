@@ -251,6 +251,24 @@ class Cluster:
             timeout,
         )
 
+    def serve_crd_version(self, crd: str, served: bool) -> None:
+        """Serve (or stop serving) a CRD's version, as an upgrade of its operator may for a while: the
+        apiserver then answers 404 for every object of it. Returns once the apiserver does as asked."""
+        client.ApiextensionsV1Api(self.api).patch_custom_resource_definition(
+            crd, [{"op": "replace", "path": "/spec/versions/0/served", "value": served}])
+        group, plural = crd.split(".", 1)[1], crd.split(".", 1)[0]
+
+        def answers() -> bool:
+            try:
+                self.custom.list_namespaced_custom_object(group, "v1alpha1", self.namespace, plural, limit=1)
+            except ApiException as error:
+                if error.status != 404:
+                    raise
+                return not served
+            return served
+
+        self.wait_for(f"{crd} to be {'served' if served else 'unserved'}", answers, timeout=30)
+
     def write_log(self, pod: str, lines: list[str | bytes], container: str = "master") -> Path:
         """Give a pod a log: kwok serves it through the apiserver's real pods/log path."""
         path = self.log_dir / f"{pod}.log"

@@ -277,12 +277,26 @@ def kubelet(action: str) -> None:
     subprocess.run([CLUSTER, action, "kubelet"], check=True, capture_output=True)
 
 
+def tolerating_a_lost_node_for(real_node: dict, seconds: int) -> list[dict]:
+    """The real node's tolerations, and how long the pods stay on a node that stopped answering before
+    the cluster evicts them (300 s unless a pod says otherwise)."""
+    return [*real_node["tolerations"], {"key": "node.kubernetes.io/unreachable", "operator": "Exists",
+                                        "effect": "NoExecute", "tolerationSeconds": seconds}]
+
+
+def logged_at(log: str, text: str) -> datetime.datetime:
+    line = next(line for line in log.splitlines() if text in line)
+    return datetime.datetime.fromisoformat(line.split()[0].replace("Z", "+00:00"))
+
+
 @pytest.mark.disruptive
 def test_a_lost_node_is_named_and_its_pods_restart_once_it_is_back(
         cluster, operator_kubeconfig, run_task, real_node, containerd, tmp_path):
-    """The kubelet stops in epoch 2; the node controller marks its pods not ready (~50 s); after
-    node_lost_timeout they are deleted, Volcano restarts the gang, whose pods start once the
-    kubelet is back, and the training resumes from its checkpoint."""
+    """The kubelet stops in epoch 2 (the node cut off from the apiserver: its containers run on); the node
+    controller marks its pods not ready (~50 s) and taints the node. node_lost_timeout (20 s) passes, but the
+    pods are deleted only once the cluster's own eviction has begun (their toleration of the taint, 60 s,
+    ran out): never before Kubernetes would give them up. Volcano restarts the gang, whose pods start once
+    the kubelet is back, and the training resumes from its checkpoint."""
     shared, volume = checkpoints(tmp_path)
     events: list[str] = []
 
@@ -302,7 +316,8 @@ def test_a_lost_node_is_named_and_its_pods_restart_once_it_is_back(
     try:
         run = run_task(lambda: real_operator(
             real_node, cluster.namespace, "lost", training_script=RESUMABLE, worker_replicas=1, job_timeout=600,
-            node_lost_timeout=20, env={"EPOCHS": "40", "EPOCH_SECONDS": "3"}, **volume))
+            node_lost_timeout=20, env={"EPOCHS": "60", "EPOCH_SECONDS": "3"},
+            tolerations=tolerating_a_lost_node_for(real_node, 60), **volume))
     finally:
         partitioner.join(timeout=300)
         if partitioner.is_alive():  # still waiting for the restart: bring the kubelet back for the next tests
@@ -310,9 +325,12 @@ def test_a_lost_node_is_named_and_its_pods_restart_once_it_is_back(
 
     assert events == ["stopped", "restarted"], (events, run.log)
     assert run.state == "success", run.log
-    assert "Node real-node stopped answering: its pod(s) lost-master-0, lost-worker-0 of Volcano Job " in run.log
-    assert "Node real-node has not come back within node_lost_timeout (20s): deleting its pod(s) lost-master-0" \
-        in run.log
+    lost = "Node real-node stopped answering: its pod(s) lost-master-0, lost-worker-0 of Volcano Job "
+    assert lost in run.log and "toleration of its unreachable taint (60s)" in run.log, run.log
+    deleting = "Node real-node has not come back within node_lost_timeout (20s) and the cluster is evicting its pod(s) "
+    assert deleting + "lost-master-0" in run.log, run.log
+    waited = (logged_at(run.log, deleting) - logged_at(run.log, lost)).total_seconds()
+    assert waited >= 50, f"deleted {waited:.0f}s after the node was seen lost: before the cluster's eviction (60s)"
     assert run.xcom["return_value"]["retry_count"] == 1 and run.xcom["return_value"]["resumed_from"], run.log
     wait_until_gone(cluster, containerd, "lost")  # no container left behind
 
@@ -332,7 +350,7 @@ def test_a_lost_node_with_the_retry_budget_spent_fails_the_task_naming_the_node(
         run = run_task(lambda: real_operator(
             real_node, cluster.namespace, "lostfail", training_script=RESUMABLE, worker_replicas=1, max_retry=1,
             job_timeout=600, node_lost_timeout=15, deferrable=True, env={"EPOCHS": "100", "EPOCH_SECONDS": "3"},
-            **volume))
+            tolerations=tolerating_a_lost_node_for(real_node, 5), **volume))
     finally:
         partitioner.join(timeout=300)
         kubelet("restart")
