@@ -2,7 +2,8 @@
 
 `python airflow_api.py mark-failed DAG_ID TASK_ID` PATCHes the task instance of the DAG's only run
 to `failed` through the API server's own app (in process, against the metadata DB of
-AIRFLOW_HOME); `state DAG_ID TASK_ID` prints its state. Run it with the Python of the Airflow
+AIRFLOW_HOME); `clear DAG_ID TASK_ID` clears it (the UI's "Clear": its next try runs); `state DAG_ID
+TASK_ID` prints its state. Run it with the Python of the Airflow
 under test, so each Airflow version is driven through its own API.
 """
 
@@ -35,6 +36,11 @@ def main(command: str, dag_id: str, task_id: str) -> int:
     url = task_instance_url(api, dag_id, task_id)
     if command == "mark-failed":
         response = api.patch(url, json={"new_state": "failed"})
+    elif command == "clear":
+        run_id = url.split("/dagRuns/", 1)[1].split("/", 1)[0]
+        response = api.post(f"/api/v2/dags/{dag_id}/clearTaskInstances",
+                            json={"dry_run": False, "task_ids": [task_id], "dag_run_id": run_id,
+                                  "only_failed": False, "reset_dag_runs": True})
     elif command == "state":
         response = api.get(url)
     else:
