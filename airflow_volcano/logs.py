@@ -130,7 +130,6 @@ def emit_unseen(lines: Iterable[str], cursor: LogCursor, emit: LineEmit,
         message = cursor.accept(line)
         if message is None:
             continue
-        message = latest_state(message)
         if on_new is not None:
             on_new()
         if hidden(message):
@@ -240,9 +239,15 @@ def _escape(match: re.Match[str]) -> str:
 
 def decode_line(line: bytes) -> str:
     """One log line as text safe to print: invalid UTF-8 (a script may print anything) becomes
-    U+FFFD, control characters other than tab are escaped (`\x1b`, `\r`), a CRLF's CR dropped."""
+    U+FFFD, a CRLF's CR dropped, a line redrawn with carriage returns (a progress bar) kept as its
+    latest state (after the kubelet's timestamp, which stays the line's), and the other control
+    characters but tab escaped (`\x1b`)."""
     text = line.decode("utf-8", errors="replace")
     text = text.removesuffix("\r")
+    if "\r" in text:
+        stamp, space, rest = text.partition(" ")
+        text = f"{stamp} {latest_state(rest)}" if space and parse_timestamp_ns(stamp) is not None \
+            else latest_state(text)
     return CONTROL.sub(_escape, text)
 
 

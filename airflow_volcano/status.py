@@ -22,7 +22,7 @@ from airflow_volcano.constants import (
     JobPhase,
     PodPhase,
 )
-from airflow_volcano.logs import hidden, latest_state
+from airflow_volcano.logs import hidden
 from airflow_volcano.manifest import retryable_exit_codes
 from airflow_volcano.timestamps import clock_text, parse_time, parse_timestamp_ns
 
@@ -224,7 +224,7 @@ class PodLogTail:
             else:
                 last_ns = at
             if not hidden(message):  # a stall's stacks are shown once, by its report
-                lines.append(latest_state(message))
+                lines.append(message)
         return cls(lines=tuple(lines), last_ns=last_ns)
 
     @property

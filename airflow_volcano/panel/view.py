@@ -16,7 +16,7 @@ from typing import Any
 
 from airflow_volcano.constants import TASK_LABEL
 from airflow_volcano.goodput import RunTimeline, goodput, phase_changes
-from airflow_volcano.logs import hidden, iter_lines, latest_state
+from airflow_volcano.logs import hidden, iter_lines
 from airflow_volcano.progress import PROGRESS_MARKER, Progress
 from airflow_volcano.queueing import WaitingReport
 from airflow_volcano.status import PodLogTail, failed_pods, first_failures, job_state, pod_problem
@@ -81,7 +81,7 @@ def log_tail(pod: str, raw: bytes | Iterable[bytes], redact: Redact) -> dict[str
     chunks = [raw] if isinstance(raw, bytes) else raw
     lines = [line.partition(" ")[2] if parse_timestamp_ns(line.partition(" ")[0]) is not None else line
              for line in iter_lines(chunks)]
-    lines = [latest_state(line) for line in lines if not hidden(line)][-LOG_TAIL_LINES:]
+    lines = [line for line in lines if not hidden(line)][-LOG_TAIL_LINES:]
     return {"pod": pod, "lines": [redact(line) for line in lines]}
 
 

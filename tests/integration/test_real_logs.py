@@ -107,7 +107,8 @@ def test_a_hostile_real_log_is_copied_escaped_and_cut_in_bounded_memory_in_both_
     from airflow_volcano.triggers.job import VolcanoJobTrigger
 
     run_writer_pod(cluster, real_node, "hostile-master-0", HOSTILE_WRITER)
-    expected = ["before", "x\\r2999-01-01T00:00:00Z forged", "\\x1b[31mred\\x1b[0m 10%\\r 20%", "<cut>", "after"]
+    # After a carriage return, the line's latest state (as a terminal shows it), the cursor at the real time.
+    expected = ["before", "2999-01-01T00:00:00Z forged", " 20%", "<cut>", "after"]
 
     def cut(lines: list[str]) -> list[str]:
         """The long line as `<cut>` if it was cut right: its first bytes, then how many were not shown
@@ -155,3 +156,35 @@ def test_a_hostile_real_log_is_copied_escaped_and_cut_in_bounded_memory_in_both_
         assert cut(lines) == expected, [line[:80] + f"... ({len(line)})" for line in lines]
         assert peak < 8 << 20, f"copying held {peak >> 20} MiB"
         assert cursor.last_ns // 10**9 < datetime.datetime(2999, 1, 1, tzinfo=datetime.UTC).timestamp()
+
+
+TQDM_LIKE = """
+    import sys, time
+    # A progress bar as tqdm draws it: each redraw starts with a carriage return, no newline until the end.
+    for step in range(31):
+        sys.stderr.write(f"\\rtraining: {step * 100 // 30:3d}%|{'#' * (step // 3):<10}| {step}/30")
+        sys.stderr.flush()
+        time.sleep(0.4)
+    sys.stderr.write("\\n")
+    print("bar done", flush=True)
+"""
+
+
+def test_a_progress_bar_redrawn_with_carriage_returns_shows_as_its_latest_states(
+        cluster, operator_kubeconfig, run_task, real_node, tmp_path):
+    """tqdm's bar on a real container (issue 41: 150 s of a bar came into the task log as one
+    14,222-character line of 301 redraws). The container runtime ends a log line only at a newline; with
+    stall_timeout the pod's output relay ends a redrawn line every 5 s, and the task log shows each such
+    line as its latest state: a few lines of the bar's progress while it runs, then its last."""
+    run = run_task(lambda: real_operator(real_node, cluster.namespace, "tqdm", worker_replicas=0,
+                                         training_script=script(tmp_path, TQDM_LIKE), stall_timeout=60))
+
+    assert run.state == "success", run.log
+    states = [line.split("[tqdm-master-0] ", 1)[1].split(" [airflow.", 1)[0].rstrip() for line in run.log.splitlines()
+              if "[tqdm-master-0] training:" in line]
+    assert 2 <= len(states) <= 5, states  # 12 s of redraws, a line at most every 5 s, and the last
+    assert all("\r" not in state and "\\r" not in state and state.count("training:") == 1 for state in states), states
+    assert states[-1] == "training: 100%|##########| 30/30", states
+    percents = [int(state.split(":")[1].split("%")[0]) for state in states]
+    assert percents == sorted(percents) and percents[0] < 100, percents
+    assert "[tqdm-master-0] bar done" in run.log

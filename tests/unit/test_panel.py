@@ -72,3 +72,28 @@ def test_fifty_viewers_at_once_cost_one_read_per_period():
         return await asyncio.gather(*(cache.get(("conn", "ml", "train"), read) for _ in range(50)))
 
     assert asyncio.run(viewers()) == [1] * 50 and reads == 1
+
+
+def test_the_panels_progress_is_read_from_the_newest_lines_of_a_long_log():
+    """Issue 41: the panel computed progress from the log's first 256 KiB, so a long run showed its start.
+    The kubelet cuts a tail at limitBytes from the tail's oldest line: a tail that fills it is read again
+    shorter, so the newest lines are always read."""
+    from airflow_volcano.panel.data import newest_lines
+    from airflow_volcano.panel.view import progress_from_log
+
+    lines = [f"2026-11-27T10:{step // 60:02d}:{step % 60:02d}Z {'x' * 200} [airflow-volcano] progress {step}/3000 "
+             "steps" for step in range(3000)]
+
+    class Hook:
+        asked: list[int] = []
+
+        def run(self, call):
+            query = dict(call.kwargs["query_params"])
+            tail, limit = int(query["tailLines"]), int(query["limitBytes"])
+            self.asked.append(tail)
+            return "".join(line + "\n" for line in lines[-tail:]).encode()[:limit]
+
+    hook = Hook()
+    progress = progress_from_log(newest_lines(hook, "train-master-0", "ml"))
+    assert progress is not None and progress.done == 2999, progress
+    assert hook.asked == [2000, 250], "the 2,000-line tail filled 256 KiB: read again, shorter"
