@@ -142,7 +142,7 @@ def _read_job(hook: VolcanoHook, engine: WaitEngine, ref: JobRef, clock: Callabl
     except VolcanoApiError as error:
         if not error.not_served:
             raise
-        return engine.job_unseen(error.brief(), clock())
+        return engine.job_unseen(str(error), clock())
     return engine.job_read(job, clock())
 
 

@@ -113,7 +113,7 @@ async def _read_job(hook: AsyncVolcanoHook, engine: WaitEngine, ref: JobRef, rea
     except VolcanoApiError as error:
         if not error.not_served:
             raise
-        return engine.job_unseen(error.brief(), time.monotonic())
+        return engine.job_unseen(str(error), time.monotonic())
     return engine.job_read(waited_view(job), time.monotonic())
 
 
@@ -278,7 +278,7 @@ class VolcanoJobTrigger(BaseTrigger):
                 if not error.not_served:
                     raise
                 if drops == 0:
-                    self._say(f"Cannot see Volcano Job {ref.namespace}/{ref.name}: {error.brief()}. Nothing is "
+                    self._say(f"Cannot see Volcano Job {ref.namespace}/{ref.name}: {error}. Nothing is "
                               "decided meanwhile; the task reads it again")
                 drops += 1
                 await asyncio.sleep(backoff_after_drops(drops, random.random()))
