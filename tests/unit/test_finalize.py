@@ -144,3 +144,19 @@ def test_a_kill_leaves_a_job_a_later_try_reattached_to_and_deletes_one_its_try_s
     hook.job["metadata"]["labels"]["airflow-volcano.io/try-number"] = "1"
     delete_job_and_script(hook, mine)
     assert hook.done == ["delete Job ml/train", "delete ConfigMap ml/train-script"]
+
+
+def test_a_kill_by_an_identity_that_may_delete_jobs_but_not_read_them_deletes_by_uid():
+    """A Role cut down to `delete` on Jobs (test_cleanup: the wait lost its read permission, no try left):
+    the ownership check cannot read the Job, so the delete carries its uid alone."""
+    from airflow_volcano.exceptions import VolcanoApiError
+    from airflow_volcano.hooks import calls
+
+    program = calls.delete_owned_job("train", "ml", "u1", 1)
+    step = next(program)
+    assert step.what == "get Job ml/train"
+    step = program.throw(VolcanoApiError(step.what, 403, "Forbidden", "cannot get resource jobs"))
+    assert step.what == "delete Job ml/train" and step.kwargs["body"] == {"preconditions": {"uid": "u1"}}
+    with pytest.raises(StopIteration) as done:
+        program.send(True)
+    assert done.value.value == "deleted"
