@@ -519,10 +519,12 @@ def controller_manager_argv() -> list[str]:
         # Only what this cluster needs: the default ServiceAccount and the CA ConfigMap pods mount,
         # owner-reference garbage collection, namespace deletion, the EndpointSlices that give
         # the real node's pods their DNS names (<job>-master-0.<job>), and node lifecycle as in any
-        # cluster: a node whose kubelet stops renewing its Lease turns NotReady after the default
-        # grace period (50 s), is tainted, and its pods are marked not Ready (lost-node tests).
+        # cluster: a node whose kubelet stops renewing its Lease turns NotReady after the grace period,
+        # is tainted, and its pods are marked not Ready (lost-node tests). The grace period is 20 s here
+        # (Kubernetes' default: 50 s; the kubelet renews its Lease every 10 s): the lost-node tests wait
+        # for it, and the provider's behaviour does not depend on its length.
         "--controllers=serviceaccount,serviceaccount-token,root-ca-cert-publisher,garbagecollector,namespace,"
-        "endpoint,endpointslice,nodelifecycle,taint-eviction-controller",
+        "endpoint,endpointslice,nodelifecycle,taint-eviction-controller", "--node-monitor-grace-period=20s",
         f"--service-account-private-key-file={pki_path('sa.key')}", f"--root-ca-file={pki_path('ca.crt')}",
         "--use-service-account-credentials=false", "--secure-port=0",
     ]

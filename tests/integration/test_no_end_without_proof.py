@@ -78,13 +78,14 @@ def test_a_tensorboard_that_cannot_be_scheduled_beside_a_running_gang_does_not_e
 
 
 @pytest.mark.disruptive
-@pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferred"])
+@pytest.mark.parametrize("deferrable", [True], ids=["deferred"])
 def test_a_job_resource_unserved_for_20_seconds_is_waited_through(
         cluster, operator_kubeconfig, run_task, deferrable):
     """Volcano being upgraded: its Job CRD is not served for a while, and the apiserver answers 404 for every
     Job ("404 page not found", naming none). That used to read as "the Job was deleted" (and a last try then
     deleted what it found later). Now it is "cannot see": the task says so, waits, and goes on. Disruptive:
-    every Job of the cluster is unreadable meanwhile."""
+    every Job of the cluster is unreadable meanwhile, so the trigger's path only (its shared watch, its reads);
+    the worker's loop meets the same 404 in tests/unit/test_drivers.py (and did here, both modes passing)."""
     name = f"unserved{'d' if deferrable else 's'}"
     crd = "jobs.batch.volcano.sh"
     events: list[str] = []
