@@ -27,8 +27,12 @@ LABEL_PREFIX = "airflow-volcano.io/"
 TRY_NUMBER_LABEL = f"{LABEL_PREFIX}try-number"
 # Set on a Job kept after a try reported its result, so later tries never mistake it for theirs.
 CHECKED_LABEL = f"{LABEL_PREFIX}checked"
-# The labels that name a task instance across its tries (run labels minus the try number).
-IDENTITY_KEYS = (MANAGED_BY_LABEL, *(f"{LABEL_PREFIX}{key}" for key in ("dag-id", "task-id", "run-id", "map-index")))
+# The Airflow deployment a Job belongs to (deployment.py): two Airflows sharing a namespace never take each
+# other's Jobs for their own.
+DEPLOYMENT_LABEL = f"{LABEL_PREFIX}deployment"
+# The labels that name a task instance of a deployment across its tries (run labels minus the try number).
+IDENTITY_KEYS = (MANAGED_BY_LABEL, DEPLOYMENT_LABEL,
+                 *(f"{LABEL_PREFIX}{key}" for key in ("dag-id", "task-id", "run-id", "map-index")))
 # A debug-mode pod's original command (debug mode: the pods sleep instead of running it).
 DEBUG_ANNOTATION = f"{LABEL_PREFIX}debug-command"
 # What built a Job (its spec and script, hashed): a later try reattaches only to a Job of its own request.

@@ -60,6 +60,15 @@ def get_provider_info() -> dict[str, Any]:
                         "version_added": "0.2.0", "type": "string", "example": "/opt/airflow/include",
                         "default": "",
                     },
+                    "deployment_id": {
+                        "description": "This Airflow deployment's id, the label airflow-volcano.io/deployment of "
+                                       "every Volcano Job it submits: reattach, the orphan sweep and cleanup take "
+                                       "only their own deployment's Jobs. Empty: a random id the provider keeps in "
+                                       "this deployment's metadata database (the Variable "
+                                       "airflow_volcano_deployment_id), distinct for two Airflows. Set it when the "
+                                       "database moves, to the id that Variable holds.",
+                        "version_added": "0.2.0", "type": "string", "example": "prod-eu", "default": "",
+                    },
                     "volcano_version": {
                         "description": "The cluster's Volcano release (e.g. 1.10), for a cluster whose Job CRD "
                                        "schema does not tell it (README: Versions). Empty: learned from the schema.",

@@ -27,6 +27,7 @@ import structlog
 
 from airflow_volcano.constants import (
     CHECKED_LABEL,
+    DEPLOYMENT_LABEL,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
     ORPHANED_AT_ANNOTATION,
@@ -34,6 +35,7 @@ from airflow_volcano.constants import (
     OnKillAction,
 )
 from airflow_volcano.exceptions import VolcanoApiError
+from airflow_volcano.progress import duration_text
 from airflow_volcano.status import job_state
 from airflow_volcano.timestamps import clock_text
 
@@ -149,13 +151,17 @@ def orphaned_at(job: Mapping[str, Any]) -> float | None:
 
 
 def sweep_orphans(hook: VolcanoHook, namespace: str, own: TaskInstanceId, task_states: TaskStates,
-                  now: float) -> list[Orphan]:
-    """Mark the namespace's orphaned Jobs found for the first time; delete those marked ORPHAN_GRACE ago or
-    more (each with its script's ConfigMap); returns the orphans found. Raises what a read raises: the
-    caller logs it and goes on, as a sweep that cannot see deletes nothing."""
+                  now: float, deployment: str) -> list[Orphan]:
+    """Mark the namespace's orphaned Jobs of this Airflow `deployment` found for the first time (only its
+    own: another deployment's task instances are not this Airflow's to ask about); delete those marked
+    ORPHAN_GRACE ago or more (each with its script's ConfigMap); returns the orphans found. The task log names
+    the Jobs of this task's DAG, and only counts those of other DAGs (whose names are not this DAG's users'
+    to read). Raises what a read raises: the caller logs it and goes on, as a sweep that cannot see deletes
+    nothing."""
     from airflow_volcano.manifest import script_configmap_name
 
-    found = candidates(hook.list_jobs(namespace, f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"), own)
+    selector = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE},{DEPLOYMENT_LABEL}={deployment}"
+    found = candidates(hook.list_jobs(namespace, selector), own)
     wanted: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))  # dag -> run -> task ids
     for _, ti in found:
         wanted[ti.dag_id][ti.run_id].add(ti.task_id)
@@ -164,7 +170,9 @@ def sweep_orphans(hook: VolcanoHook, namespace: str, own: TaskInstanceId, task_s
         answer = task_states(dag_id, sorted({task for tasks in runs.values() for task in tasks}), sorted(runs))
         states.update({(dag_id, run_id): run_states for run_id, run_states in answer.items()})
     swept = []
+    elsewhere = {"marked": 0, "deleted": 0, "failed": 0}  # other DAGs' orphans: counted, not named
     for listed in orphans(found, states):
+        ours = listed.task_instance.dag_id == own.dag_id
         try:
             # Read again, after Airflow's answer: the list may predate the end of the task's own try, which
             # deletes its Job or labels it reported before its state changes (found by the chaos soak: a Job
@@ -176,12 +184,25 @@ def sweep_orphans(hook: VolcanoHook, namespace: str, own: TaskInstanceId, task_s
             swept.append(orphan)
             if orphan.orphaned_at is None:
                 hook.annotate_job(orphan.name, namespace, {ORPHANED_AT_ANNOTATION: f"{now:.0f}"})
-                log.info("Found %s: a submission in %s deletes it from %s on (unless the task instance runs "
-                         "again)", orphan.describe(), namespace, clock_text(now + ORPHAN_GRACE))
+                if ours:
+                    log.info("Found %s: a submission in %s deletes it from %s on (unless the task instance runs "
+                             "again)", orphan.describe(), namespace, clock_text(now + ORPHAN_GRACE))
+                else:
+                    elsewhere["marked"] += 1
             elif orphan.due(now):
                 if hook.delete_job(orphan.name, namespace, uid=orphan.uid):
-                    log.info("Deleted %s", orphan.describe())
+                    if ours:
+                        log.info("Deleted %s", orphan.describe())
+                    else:
+                        elsewhere["deleted"] += 1
                 hook.delete_script_configmap(script_configmap_name(orphan.name), namespace, orphan.uid)
         except VolcanoApiError as error:  # one not marked or deleted (replaced since, refused): the others still are
-            log.warning("Could not mark or delete %s: %s", listed.describe(), error)
+            if ours:
+                log.warning("Could not mark or delete %s: %s", listed.describe(), error)
+            else:
+                elsewhere["failed"] += 1
+    if any(elsewhere.values()):
+        log.info("Orphaned Volcano Jobs of other DAGs' task instances in %s: %d found and marked (a submission "
+                 "deletes each %s after), %d deleted, %d could not be marked or deleted", namespace,
+                 elsewhere["marked"], duration_text(ORPHAN_GRACE), elsewhere["deleted"], elsewhere["failed"])
     return swept

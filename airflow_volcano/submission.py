@@ -20,6 +20,7 @@ import structlog
 
 from airflow_volcano.constants import (
     CHECKED_LABEL,
+    DEPLOYMENT_LABEL,
     JOB_GROUP,
     JOB_VERSION,
     ORPHANED_AT_ANNOTATION,
@@ -56,10 +57,15 @@ def submit_or_reattach(hook: VolcanoHook, manifests: JobManifests, namespace: st
     stored = _stored_job(hook, state_store)
     identity = identity_labels(job["metadata"]["labels"])
     selector = ",".join(f"{key}={value}" for key, value in sorted(identity.items()))
+    # Jobs of earlier releases carry no deployment label: found by the rest of their identity, and taken over
+    # (labelled) by the first deployment to reattach, as before those deployments could be told apart.
+    legacy = ",".join([*(f"{key}={value}" for key, value in sorted(identity.items()) if key != DEPLOYMENT_LABEL),
+                       f"!{DEPLOYMENT_LABEL}"]) if DEPLOYMENT_LABEL in identity else None
     # The labels too when the store names a Job: a later try may have died (or been cleared) between
     # creating its own and recording it, so the store names an older one, reported since.
     candidates = [(stored, "the task state store")] if stored is not None else []
-    candidates += [(labelled, "its labels") for labelled in hook.list_jobs(namespace, selector)
+    labelled_jobs = hook.list_jobs(namespace, selector) + (hook.list_jobs(namespace, legacy) if legacy else [])
+    candidates += [(labelled, "its labels") for labelled in labelled_jobs
                    if stored is None or labelled["metadata"].get("uid") != stored["metadata"].get("uid")]
     for existing, found_by in candidates:
         if (existing["metadata"].get("labels") or {}).get(CHECKED_LABEL) == "true":
@@ -122,6 +128,13 @@ def submit(hook: VolcanoHook, manifests: JobManifests, namespace: str,
     existing = hook.get_job(name, namespace)
     if existing is not None:
         if not same_task_instance(existing, job):
+            theirs = (existing["metadata"].get("labels") or {}).get(DEPLOYMENT_LABEL)
+            ours = job["metadata"]["labels"].get(DEPLOYMENT_LABEL)
+            if theirs and ours and theirs != ours and same_task_instance(existing, job, across_deployments=True):
+                raise JobSpecError(
+                    f"name: Volcano Job {namespace}/{name} belongs to another Airflow deployment (its "
+                    f"{DEPLOYMENT_LABEL} is {theirs!r}; this one's is {ours!r}), which runs the same task instance: "
+                    "it is not taken over. Give the two deployments different namespaces or Job names")
             raise JobSpecError(f"name: a Volcano Job {namespace}/{name} already exists and was not submitted by this "
                                "task; choose another name or delete it")
         # The same name, finished by an earlier try (unfinished ones were reattached): make room.
@@ -165,7 +178,8 @@ def _adopt(hook: VolcanoHook, existing: dict, job: dict) -> dict | None:
     """Take an earlier try's Job over for this try (calls.adopt_job); None if a kill of that try is
     deleting it, once it is gone (this try then submits anew: what the kill asked for)."""
     try_number = int(job["metadata"]["labels"].get(TRY_NUMBER_LABEL) or 0)
-    adopted = hook.drive(calls.adopt_job(existing, try_number)) if try_number else existing
+    deployment = job["metadata"]["labels"].get(DEPLOYMENT_LABEL)
+    adopted = hook.drive(calls.adopt_job(existing, try_number, deployment)) if try_number else existing
     if adopted is None:
         metadata = existing["metadata"]
         log.info("Volcano Job %s/%s of an earlier try is being deleted (that try was killed): waiting for it to go, "
@@ -211,7 +225,12 @@ def _stored_job(hook: VolcanoHook, state_store: Any) -> dict | None:
     return job if job is not None and job["metadata"].get("uid") == saved.get("uid") else None
 
 
-def same_task_instance(found: dict, job: dict) -> bool:
-    """Whether an object (a Job, a ConfigMap) was made for the same task instance as `job`."""
+def same_task_instance(found: dict, job: dict, *, across_deployments: bool = False) -> bool:
+    """Whether an object (a Job, a ConfigMap) was made for the same task instance as `job`, by the same
+    Airflow deployment (or by any, with `across_deployments`)."""
     theirs = identity_labels(found["metadata"].get("labels") or {})
-    return bool(theirs) and theirs == identity_labels(job["metadata"]["labels"])
+    ours = identity_labels(job["metadata"]["labels"])
+    if across_deployments:
+        theirs.pop(DEPLOYMENT_LABEL, None)
+        ours.pop(DEPLOYMENT_LABEL, None)
+    return bool(theirs) and theirs == ours

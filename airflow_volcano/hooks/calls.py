@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
 from airflow_volcano.constants import (
+    DEPLOYMENT_LABEL,
     JOB_GROUP,
     JOB_NAME_LABEL,
     JOB_PLURAL,
@@ -108,9 +109,28 @@ def get_job(name: str, namespace: str) -> Call[dict | None]:
                 _job_args(namespace, name), absent=None)
 
 
-def list_jobs(namespace: str, label_selector: str) -> Call[list[dict]]:
-    return Call(f"list Jobs in {namespace}", "custom", "list_namespaced_custom_object", _job_args(namespace),
-                {"label_selector": label_selector}, shape=items)
+# Jobs are listed this many at a time (with full specs, a namespace's Jobs can be large).
+LIST_PAGE = 100
+
+
+def page(answer: Any, to_dict: Callable[[Any], Any]) -> tuple[list[dict], str | None]:
+    """One page of a list answer: its objects, and the next page's token (None: the last page)."""
+    return items(answer, to_dict), (answer.get("metadata") or {}).get("continue") or None
+
+
+def list_jobs(namespace: str, label_selector: str) -> Program[list[dict]]:
+    """The namespace's Jobs the selector selects, page by page (LIST_PAGE each)."""
+    found: list[dict] = []
+    token: str | None = None
+    while True:
+        kwargs: dict[str, Any] = {"label_selector": label_selector, "limit": LIST_PAGE}
+        if token:
+            kwargs["_continue"] = token
+        jobs, token = yield Call(f"list Jobs in {namespace}", "custom", "list_namespaced_custom_object",
+                                 _job_args(namespace), kwargs, shape=page)
+        found += jobs
+        if token is None:
+            return found
 
 
 def _delete_job(name: str, namespace: str, retry_for: float | None, uid: str | None,
@@ -141,21 +161,24 @@ def delete_job(name: str, namespace: str, *, retry_for: float | None = None, uid
 OWNERSHIP_ATTEMPTS = 8
 
 
-def adopt_job(job: dict, try_number: int) -> Program[dict | None]:
-    """A reattaching try takes the Job over: its try-number label becomes this try's, only as the Job
-    was read (its resourceVersion), so an earlier try's kill cannot land on it after this try took it,
-    and this try cannot take a Job such a kill is deleting. The Job as adopted; None if it is gone or
-    being deleted (this try then waits for it to go and submits anew)."""
+def adopt_job(job: dict, try_number: int, deployment: str | None = None) -> Program[dict | None]:
+    """A reattaching try takes the Job over: its try-number label becomes this try's (and, on a Job of an
+    earlier release, which has none, the deployment label its deployment's), only as the Job was read
+    (its resourceVersion), so an earlier try's kill cannot land on it after this try took it, and this try
+    cannot take a Job such a kill is deleting. The Job as adopted; None if it is gone or being deleted
+    (this try then waits for it to go and submits anew)."""
     metadata = job["metadata"]
     name, namespace, uid = metadata["name"], metadata["namespace"], metadata.get("uid")
     current: dict | None = job
     for _ in range(OWNERSHIP_ATTEMPTS):
         if current is None or current["metadata"].get("uid") != uid or current["metadata"].get("deletionTimestamp"):
             return None
-        if owning_try(current) == try_number:
+        labels = {TRY_NUMBER_LABEL: str(try_number)}
+        if deployment and not (current["metadata"].get("labels") or {}).get(DEPLOYMENT_LABEL):
+            labels[DEPLOYMENT_LABEL] = deployment
+        if owning_try(current) == try_number and len(labels) == 1:
             return current
-        patch = {"metadata": {"resourceVersion": current["metadata"].get("resourceVersion"),
-                              "labels": {TRY_NUMBER_LABEL: str(try_number)}}}
+        patch = {"metadata": {"resourceVersion": current["metadata"].get("resourceVersion"), "labels": labels}}
         try:
             adopted: dict | None = yield Call(f"adopt Job {namespace}/{name}", "custom",
                                               "patch_namespaced_custom_object", _job_args(namespace, name, patch),

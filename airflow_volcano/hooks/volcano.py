@@ -204,7 +204,7 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
         return self.run(calls.get_job(name, namespace))
 
     def list_jobs(self, namespace: str, label_selector: str) -> list[dict]:
-        return self.run(calls.list_jobs(namespace, label_selector))
+        return self.drive(calls.list_jobs(namespace, label_selector))
 
     def delete_job(self, name: str, namespace: str, *, retry_for: float | None = None, uid: str | None = None) -> bool:
         """Delete a Job (only the one of `uid`, if given) and, through owner references, its pods, PodGroup

@@ -37,6 +37,7 @@ from airflow_volcano.constants import (
     DEFAULT_POLL_INTERVAL,
     DEFAULT_SHM_SIZE,
     DEFAULT_STARTUP_TIMEOUT,
+    DEPLOYMENT_LABEL,
     TASK_INSTANCE_ANNOTATION,
     IfJobExists,
     OnFinishAction,
@@ -557,7 +558,12 @@ class VolcanoJobOperator(BaseOperator):
         # rendered manifest the UI shows stays the Job as built (and within Airflow's field limit).
         manifests.job["metadata"].setdefault("annotations", {})[TASK_INSTANCE_ANNOTATION] = own.annotation(
             self.on_kill_action)
-        self._sweep_orphans(hook, namespace, own, context)
+        # Whose Job it is: reattach, the sweep and cleanup take only their own deployment's (deployment.py).
+        deployment = self._deployment()
+        for manifest in (manifests.job, manifests.configmap):
+            if manifest is not None:
+                manifest["metadata"].setdefault("labels", {})[DEPLOYMENT_LABEL] = deployment
+        self._sweep_orphans(hook, namespace, own, context, deployment)
         try:
             self._stop_if_killed()
             ref = submit_or_reattach(hook, manifests, namespace, if_job_exists=IfJobExists(self.if_job_exists),
@@ -587,7 +593,24 @@ class VolcanoJobOperator(BaseOperator):
             self._settle_after_failure(error)
             raise
 
-    def _sweep_orphans(self, hook: VolcanoHook, namespace: str, own: TaskInstanceId, context: Context) -> None:
+    @staticmethod
+    def _deployment() -> str:
+        """This Airflow deployment's id (deployment.py): `[volcano] deployment_id`, else the Variable the
+        provider keeps in this deployment's metadata database."""
+        from airflow.sdk import Variable
+
+        from airflow_volcano.deployment import DEPLOYMENT_OPTION, DEPLOYMENT_VARIABLE, deployment_id
+
+        return deployment_id(
+            conf.get("volcano", DEPLOYMENT_OPTION, fallback=""),
+            lambda: Variable.get(DEPLOYMENT_VARIABLE, default=None),
+            lambda value: Variable.set(DEPLOYMENT_VARIABLE, value, description=(
+                "airflow-volcano: this Airflow deployment's id, the label airflow-volcano.io/deployment of every "
+                "Volcano Job it submits (two Airflows sharing a namespace never touch each other's Jobs). Keep it; "
+                "a deployment that moves its database sets [volcano] deployment_id instead.")))
+
+    def _sweep_orphans(self, hook: VolcanoHook, namespace: str, own: TaskInstanceId, context: Context,
+                       deployment: str) -> None:
         """Mark, then delete, the Jobs no try will watch again (orphans.py), freeing what they hold before
         this Job queues. A sweep that cannot read or ask deletes nothing and never fails the task."""
         from airflow_volcano.orphans import sweep_orphans
@@ -597,7 +620,7 @@ class VolcanoJobOperator(BaseOperator):
             return
         try:
             sweep_orphans(hook, namespace, own, lambda dag_id, task_ids, run_ids: ti.get_task_states(
-                dag_id=dag_id, task_ids=task_ids, run_ids=run_ids), time.time())
+                dag_id=dag_id, task_ids=task_ids, run_ids=run_ids), time.time(), deployment)
         except Exception as error:  # noqa: BLE001 - the sweep is a courtesy; this task's own Job comes first
             self.log.warning("Could not look for orphaned Volcano Jobs in %s (left as they are): %s", namespace, error)
 

@@ -9,6 +9,7 @@ import pytest
 
 from airflow_volcano.constants import (
     CHECKED_LABEL,
+    DEPLOYMENT_LABEL,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
     ORPHANED_AT_ANNOTATION,
@@ -21,8 +22,9 @@ OLD = TaskInstanceId("train", "fit", "scheduled__2026-11-26T00:00:00+00:00")
 
 
 def job(name: str, ti: TaskInstanceId | None, *, on_kill: str = "delete_job", phase: str = "Running",
-        checked: bool = False, deleting: bool = False, managed: bool = True) -> dict[str, Any]:
-    labels = {MANAGED_BY_LABEL: MANAGED_BY_VALUE} if managed else {}
+        checked: bool = False, deleting: bool = False, managed: bool = True,
+        deployment: str = "prod") -> dict[str, Any]:
+    labels = {MANAGED_BY_LABEL: MANAGED_BY_VALUE, DEPLOYMENT_LABEL: deployment} if managed else {}
     if checked:
         labels[CHECKED_LABEL] = "true"
     metadata: dict[str, Any] = {"name": name, "namespace": "ml", "uid": f"uid-{name}", "labels": labels,
@@ -93,7 +95,10 @@ class Hook:
         self.listed: list[dict] | None = None  # what a list answers, if older than the Jobs are now
 
     def list_jobs(self, namespace: str, label_selector: str) -> list[dict]:
-        return self.listed if self.listed is not None else copy.deepcopy(list(self.jobs.values()))
+        """As the apiserver selects by labels (`key=value,...`)."""
+        wanted = dict(part.split("=", 1) for part in label_selector.split(","))
+        jobs = self.listed if self.listed is not None else copy.deepcopy(list(self.jobs.values()))
+        return [job for job in jobs if wanted.items() <= (job["metadata"].get("labels") or {}).items()]
 
     def get_job(self, name: str, namespace: str) -> dict | None:
         return copy.deepcopy(self.jobs.get(name))
@@ -117,17 +122,20 @@ def test_an_orphan_is_marked_at_first_sight_and_deleted_only_a_grace_later_if_it
     retries for two minutes): the sweep waits ORPHAN_GRACE after it first found it."""
     hook = Hook(job("left", OLD), job("busy", TaskInstanceId("train", "fit", "other-run")))
     states = {OLD.run_id: {"fit": "failed"}, "other-run": {"fit": "running"}}
-    first = sweep_orphans(hook, "ml", OWN, lambda dag_id, task_ids, run_ids: states, now=1000.0)
+    first = sweep_orphans(hook, "ml", OWN, lambda dag_id, task_ids, run_ids: states, now=1000.0, deployment="prod")
     assert [orphan.name for orphan in first] == ["left"] and hook.deleted == []
     assert hook.jobs["left"]["metadata"]["annotations"][ORPHANED_AT_ANNOTATION] == "1000"
     assert ORPHANED_AT_ANNOTATION not in hook.jobs["busy"]["metadata"]["annotations"]
-    sweep_orphans(hook, "ml", OWN, lambda dag_id, task_ids, run_ids: states, now=1000.0 + ORPHAN_GRACE - 1)
+    sweep_orphans(hook, "ml", OWN, lambda dag_id, task_ids, run_ids: states, now=1000.0 + ORPHAN_GRACE - 1,
+                  deployment="prod")
     assert hook.deleted == []
     states[OLD.run_id]["fit"] = "running"  # cleared meanwhile: watched again
-    sweep_orphans(hook, "ml", OWN, lambda dag_id, task_ids, run_ids: states, now=1000.0 + ORPHAN_GRACE)
+    sweep_orphans(hook, "ml", OWN, lambda dag_id, task_ids, run_ids: states, now=1000.0 + ORPHAN_GRACE,
+                  deployment="prod")
     assert hook.deleted == []
     states[OLD.run_id]["fit"] = "failed"
-    sweep_orphans(hook, "ml", OWN, lambda dag_id, task_ids, run_ids: states, now=1000.0 + ORPHAN_GRACE)
+    sweep_orphans(hook, "ml", OWN, lambda dag_id, task_ids, run_ids: states, now=1000.0 + ORPHAN_GRACE,
+                  deployment="prod")
     assert hook.deleted == ["left"] and list(hook.jobs) == ["busy"]
 
 
@@ -144,5 +152,38 @@ def test_a_job_listed_before_its_try_ended_is_read_again_before_it_is_marked(sin
     else:
         del hook.jobs["ended"]
     states = {OLD.run_id: {"fit": "success"}}
-    assert sweep_orphans(hook, "ml", OWN, lambda dag_id, task_ids, run_ids: states, now=1000.0) == []
+    assert sweep_orphans(hook, "ml", OWN, lambda dag_id, task_ids, run_ids: states, now=1000.0, deployment="prod") == []
     assert all(ORPHANED_AT_ANNOTATION not in j["metadata"]["annotations"] for j in hook.jobs.values())
+
+
+def test_another_deployments_job_of_the_same_task_instance_is_never_marked_nor_deleted():
+    """Issue 42: staging and prod share a namespace and run the same DAG for the same dates; staging's copy
+    of a task instance failed while prod's runs. Staging's sweep asks its own Airflow only about its own
+    deployment's Jobs: prod's Job is not even listed."""
+    hook = Hook(job("prods", OLD, deployment="prod"), job("stagings", OLD, deployment="staging"))
+    states = {OLD.run_id: {"fit": "failed"}}  # what staging's Airflow says of the task instance
+    for now in (1000.0, 1000.0 + ORPHAN_GRACE):
+        sweep_orphans(hook, "ml", OWN, lambda dag_id, task_ids, run_ids: states, now=now, deployment="staging")
+    assert hook.deleted == ["stagings"]
+    assert ORPHANED_AT_ANNOTATION not in hook.jobs["prods"]["metadata"]["annotations"]
+
+
+def test_other_dags_orphans_are_counted_in_the_task_log_never_named(monkeypatch):
+    from airflow_volcano import orphans as module
+
+    said: list[str] = []
+
+    class Log:
+        def info(self, message: str, *args: object) -> None:
+            said.append(message % args)
+
+        warning = info
+
+    monkeypatch.setattr(module, "log", Log())
+    other = TaskInstanceId("finance-secret-dag", "fit", OLD.run_id)
+    hook = Hook(job("mine-left", OLD), job("theirs-left", other))
+    states = {OLD.run_id: {"fit": "failed"}}
+    sweep_orphans(hook, "ml", OWN, lambda dag_id, task_ids, run_ids: states, now=1000.0, deployment="prod")
+    assert any("mine-left" in line for line in said)
+    assert not any("finance-secret-dag" in line or "theirs-left" in line for line in said), said
+    assert any("other DAGs' task instances in ml: 1 found and marked" in line for line in said), said

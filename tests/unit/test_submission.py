@@ -40,8 +40,12 @@ class Hook:
         self.credentials_accepted = True
 
     def list_jobs(self, namespace: str, label_selector: str) -> list[dict]:
-        wanted = dict(part.split("=") for part in label_selector.split(","))
-        return [job for job in self.jobs.values() if wanted.items() <= job["metadata"]["labels"].items()]
+        """As the apiserver selects: `key=value` and `!key` (no such label)."""
+        parts = label_selector.split(",")
+        wanted = dict(part.split("=") for part in parts if "=" in part)
+        absent = {part[1:] for part in parts if part.startswith("!")}
+        return [job for job in self.jobs.values() if wanted.items() <= job["metadata"]["labels"].items()
+                and not absent & set(job["metadata"]["labels"])]
 
     def get_job(self, name: str, namespace: str) -> dict | None:
         return self.jobs.get(name)
@@ -290,3 +294,45 @@ def test_a_retry_reattaching_to_a_job_a_sweep_marked_orphaned_removes_the_mark()
     hook = Hook(old)
     submit_or_reattach(hook, manifests, "ml", if_job_exists=IfJobExists.REATTACH)
     assert hook.annotated == [("retrain-train-0ld", {ORPHANED_AT_ANNOTATION: None})]
+
+
+def deployed(manifests: Any, deployment: str) -> Any:
+    """The manifests as the operator submits them: labelled with its Airflow deployment."""
+    for manifest in (manifests.job, manifests.configmap):
+        if manifest is not None:
+            manifest["metadata"]["labels"]["airflow-volcano.io/deployment"] = deployment
+    return manifests
+
+
+def test_another_deployments_job_of_the_same_task_instance_is_never_reattached_to():
+    """Issue 42: staging and prod share a namespace and run the same DAG for the same date: staging's retry
+    found prod's Job by its labels and reattached to it. The deployment is part of the identity."""
+    prods = earlier_try(deployed(built(args=["--lr", "0.1"]), "prod"))
+    hook = Hook(prods)
+    ref = submit_or_reattach(hook, deployed(built(args=["--lr", "0.1"]), "staging"), "ml",
+                             if_job_exists=IfJobExists.REATTACH)
+    assert hook.created == [ref.name] and ref.name != prods["metadata"]["name"] and hook.adopted == []
+    assert hook.deleted == [] and "retrain-train-0ld" in hook.jobs, "prod's Job untouched"
+
+
+def test_a_fixed_name_taken_by_another_deployments_job_is_an_error_naming_both():
+    prods = earlier_try(deployed(built(args=["--lr", "0.1"]), "prod"))
+    staging = deployed(built(args=["--lr", "0.1"], name="retrain-train-0ld"), "staging")
+    hook = Hook(prods)
+    with pytest.raises(JobSpecError, match=r"belongs to another Airflow deployment \(its airflow-volcano.io/"
+                                           r"deployment is 'prod'; this one's is 'staging'\)"):
+        submit_or_reattach(hook, staging, "ml", if_job_exists=IfJobExists.REATTACH)
+    assert hook.created == [] and hook.deleted == []
+
+
+def test_a_job_of_an_earlier_release_without_a_deployment_is_reattached_and_labelled_with_this_deployment():
+    """Jobs submitted before deployments were told apart carry no deployment label: a retry still finds
+    them by the rest of their identity and takes them over, labelling them with its deployment."""
+    manifests = deployed(built(args=["--lr", "0.1"]), "prod")
+    legacy = earlier_try(built(args=["--lr", "0.1"]), resourceVersion="7")
+    legacy["metadata"]["labels"] = {**legacy["metadata"]["labels"], "airflow-volcano.io/try-number": "1"}
+    manifests.job["metadata"]["labels"]["airflow-volcano.io/try-number"] = "2"
+    hook = Hook(legacy)
+    ref = submit_or_reattach(hook, manifests, "ml", if_job_exists=IfJobExists.REATTACH)
+    assert ref.uid == "old-uid" and hook.created == []
+    assert hook.jobs["retrain-train-0ld"]["metadata"]["labels"]["airflow-volcano.io/deployment"] == "prod"

@@ -1,0 +1,58 @@
+"""Which Airflow deployment a Job belongs to: staging and prod (or an old deployment and its replacement)
+sharing a namespace run the same DAGs with the same run ids, and must never adopt, sweep or delete each
+other's Jobs. Every Job the provider creates carries its deployment's id (label
+`airflow-volcano.io/deployment`); reattaching, the orphan sweep and cleanup consider only Jobs of their own.
+
+The id is, in order: the setting `[volcano] deployment_id` (for a deployment that moves its metadata
+database, or that wants a readable name), else an Airflow Variable the provider creates in its own metadata
+database at its first submission (`airflow_volcano_deployment_id`, a random id): distinct for two Airflows
+by default, with no configuration, and stable across restarts and upgrades. Pure but for the Variable
+calls it is given.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+from collections.abc import Callable
+
+from airflow_volcano.exceptions import JobSpecError
+
+DEPLOYMENT_OPTION = "deployment_id"
+DEPLOYMENT_VARIABLE = "airflow_volcano_deployment_id"
+# A label value: at most 63 characters, alphanumeric at both ends, `-_.` between.
+LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
+
+
+def checked_id(value: str, where: str) -> str:
+    """A deployment id as a label value, or a JobSpecError naming where it came from."""
+    value = value.strip()
+    if not LABEL_VALUE.match(value):
+        raise JobSpecError(f"{where}: {value!r} is not a valid deployment id (at most 63 letters, digits, '-', '_' "
+                           "or '.', starting and ending with a letter or digit)")
+    return value
+
+
+# After storing a new id, how long to wait before reading it back: two first submissions at once (an
+# upsert each) then both read the one stored last.
+SETTLE_SECONDS = 2.0
+
+
+def deployment_id(configured: str | None, get_variable: Callable[[], str | None],
+                  set_variable: Callable[[str], None], sleep: Callable[[float], None] = time.sleep) -> str:
+    """This deployment's id: the setting if given; else the Variable, created with a random id when
+    missing and read back a moment later (two first submissions at once: the one stored last wins for
+    both). Paid once in a deployment's life."""
+    if configured and configured.strip():
+        return checked_id(configured, f"[volcano] {DEPLOYMENT_OPTION}")
+    stored = get_variable()
+    if not stored:
+        set_variable(secrets.token_hex(6))
+        sleep(SETTLE_SECONDS)
+        stored = get_variable()
+    if not stored:
+        raise JobSpecError(f"this Airflow's deployment id could not be stored (Variable {DEPLOYMENT_VARIABLE}): set "
+                           f"[volcano] {DEPLOYMENT_OPTION} (AIRFLOW__VOLCANO__DEPLOYMENT_ID) to a name of this "
+                           "deployment")
+    return checked_id(str(stored), f"Variable {DEPLOYMENT_VARIABLE}")

@@ -1,0 +1,107 @@
+"""Two Airflow deployments (staging and prod: separate metadata databases) share a namespace and run the
+same DAG file for the same dates (issue 42). Before, staging's retry reattached to prod's Job (the same
+task instance by its labels), and staging's orphan sweep asked staging's Airflow about prod's Job, found
+its copy of the task instance failed, and marked prod's running Job for deletion."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .test_kill_and_reattach import RUNNER, SIM, WORKER_WAIT, write_dag
+from .test_triggerer import AIRFLOW_API, airflow_env, one_airflow_at_a_time  # noqa: F401 - a fixture
+
+PYTHON = sys.executable
+DEPLOYMENT = "airflow-volcano.io/deployment"
+ORPHANED_AT = "airflow-volcano.io/orphaned-at"
+
+
+class Airflow:
+    """One deployment: its own home and metadata database, the shared DAGs folder."""
+
+    def __init__(self, name: str, root: Path, dags: Path) -> None:
+        self.name, self.home = name, root / name
+        self.env = airflow_env(self.home, dags)
+        self.workers: list[subprocess.Popen] = []
+        subprocess.run([PYTHON, "-m", "airflow", "db", "migrate"], env=self.env, check=True, capture_output=True,
+                       timeout=300)
+
+    def run(self, dag_file: Path, dag_id: str, date: str) -> tuple[subprocess.Popen, Path]:
+        log = self.home / f"worker-{date[:10]}.log"
+        worker = subprocess.Popen([PYTHON, str(RUNNER), str(dag_file), dag_id, date], env=self.env,
+                                  stdout=log.open("ab"), stderr=subprocess.STDOUT)
+        self.workers.append(worker)
+        return worker, log
+
+    def mark_failed(self, dag_id: str) -> None:
+        marked = subprocess.run([PYTHON, str(AIRFLOW_API), "mark-failed", dag_id, "train"], env=self.env,
+                                capture_output=True, text=True, timeout=120)
+        assert marked.returncode == 0, marked.stdout + marked.stderr
+
+    def stop(self) -> None:
+        for worker in self.workers:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+
+
+def jobs_of(cluster, deployment_of: dict[str, str]) -> dict[str, dict]:
+    """The namespace's Jobs by their deployment's name (given each deployment's id)."""
+    names = {value: key for key, value in deployment_of.items()}
+    return {names.get(job["metadata"]["labels"].get(DEPLOYMENT), "?"): job for job in cluster.jobs()}
+
+
+@pytest.mark.xdist_group("airflow-releases")
+def test_two_airflows_sharing_a_namespace_never_reattach_nor_sweep_each_others_jobs(
+        one_airflow_at_a_time, cluster, operator_kubeconfig, tmp_path):  # noqa: F811
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    dag_id = "retrain"
+    dag_file = write_dag(dags, dag_id, cluster.namespace, annotations={SIM + "outcome": "run-forever"})
+    staging, prod = Airflow("staging", tmp_path, dags), Airflow("prod", tmp_path, dags)
+    day, next_day = "2026-01-02T00:00:00+00:00", "2026-01-03T00:00:00+00:00"
+    try:
+        prod_worker, prod_log = prod.run(dag_file, dag_id, day)
+        prods = cluster.wait_for("prod's Job to run", lambda: next(
+            (job for job in cluster.jobs() if (job.get("status") or {}).get("state", {}).get("phase") == "Running"),
+            None), timeout=WORKER_WAIT)
+        # Staging runs the same task instance: it must submit a Job of its own, not take prod's.
+        staging_worker, staging_log = staging.run(dag_file, dag_id, day)
+        running = cluster.wait_for("both Jobs to run", lambda: len(found := [
+            job for job in cluster.jobs() if (job.get("status") or {}).get("state", {}).get("phase") == "Running"]) == 2
+            and found, timeout=WORKER_WAIT)
+        stagings = next(job for job in running if job["metadata"]["uid"] != prods["metadata"]["uid"])
+        ids = {"prod": prods["metadata"]["labels"][DEPLOYMENT], "staging": stagings["metadata"]["labels"][DEPLOYMENT]}
+        assert ids["prod"] != ids["staging"], ids
+        assert "Reattaching" not in staging_log.read_text(), staging_log.read_text()[-3000:]
+
+        # Staging's worker dies, then its task instance is marked failed: staging's Job is staging's orphan.
+        staging_worker.kill()
+        staging_worker.wait(timeout=30)
+        staging.mark_failed(dag_id)
+        _, staging_next = staging.run(dag_file, dag_id, next_day)
+        cluster.wait_for("staging's next task to submit", lambda: "Submitted Volcano Job" in staging_next.read_text(),
+                         timeout=WORKER_WAIT)
+        now = jobs_of(cluster, ids)
+        assert ORPHANED_AT in now["staging"]["metadata"].get("annotations", {}), "staging finds its own orphan"
+        assert ORPHANED_AT not in (cluster.job(prods["metadata"]["name"]) or {})["metadata"].get("annotations", {}), (
+            "staging's sweep marked prod's running Job:\n" + staging_next.read_text()[-3000:])
+        assert prods["metadata"]["name"] not in staging_next.read_text(), "nor named it"
+
+        # And prod, likewise, finds its own orphan, not staging's.
+        prod_worker.kill()
+        prod_worker.wait(timeout=30)
+        prod.mark_failed(dag_id)
+        _, prod_next = prod.run(dag_file, dag_id, next_day)
+        cluster.wait_for("prod's next task to submit", lambda: "Submitted Volcano Job" in prod_next.read_text(),
+                         timeout=WORKER_WAIT)
+        found = f"Found Volcano Job {cluster.namespace}/{prods['metadata']['name']} (Running) of task instance"
+        assert found in prod_next.read_text(), prod_next.read_text()[-3000:]
+        assert stagings["metadata"]["name"] not in prod_next.read_text()
+        assert prod_log.exists()
+    finally:
+        staging.stop()
+        prod.stop()
