@@ -58,7 +58,7 @@ def test_reading_the_credentials_again_fails_no_call_of_the_triggers_sharing_the
             async def one() -> None:
                 nonlocal answered
                 try:
-                    await hook.run(calls.list_jobs(cluster.namespace, "app=none"))
+                    await hook.drive(calls.list_jobs(cluster.namespace, "app=none"))
                     answered += 1
                 except Exception as error:  # noqa: BLE001 - what the test counts
                     failures.append(f"{type(error).__name__}: {error}")
