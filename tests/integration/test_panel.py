@@ -10,6 +10,7 @@ once costing what one costs, no secret in any answer. Screenshots go to .artifac
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import json
 import os
@@ -30,7 +31,7 @@ from airflow_volcano.panel.plugin import PREFIX
 from ..compose_stack import CHROMIUM, CHROMIUM_ARGS, ensure_debian_packages, free_port, wait_until
 from .conftest import REPO
 from .faults import FaultyProxy, upstream_of
-from .panel_auth import OUTSIDER
+from .panel_auth import OUTSIDER, USERS
 from .real_node import SMALL
 from .test_kill_and_reattach import RUNNER, WORKER_WAIT
 from .test_queues import GPU, ClusterObjects, filler
@@ -60,10 +61,18 @@ class ApiServer:
         response.raise_for_status()
         return response.json()["access_token"]
 
-    def panel_json(self, dag_id: str, run_id: str, task_id: str, token: str | None) -> httpx.Response:
+    def panel_json(self, dag_id: str, run_id: str, task_id: str, token: str | None,
+                   pod: str | None = None) -> httpx.Response:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         return httpx.get(f"{self.url}{PREFIX}/api/ti/{dag_id}/{quote(run_id, safe='')}/{task_id}/-1",
-                         headers=headers, timeout=60)
+                         headers=headers, params={"pod": pod} if pod else None, timeout=60)
+
+    def set_xcom(self, dag_id: str, run_id: str, task_id: str, key: str, value: object, token: str) -> None:
+        """Rewrite one of the task's XComs through Airflow's REST API, as any user who may edit them can."""
+        response = httpx.patch(f"{self.url}/api/v2/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}/taskInstances/"
+                               f"{task_id}/xcomEntries/{key}", json={"value": value, "map_index": -1},
+                               headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        assert response.status_code == 200, response.text
 
 
 def airflow_env(home: Path, connection: dict) -> dict[str, str]:
@@ -72,7 +81,7 @@ def airflow_env(home: Path, connection: dict) -> dict[str, str]:
     env.update(
         AIRFLOW_HOME=str(home), AIRFLOW__CORE__DAGS_FOLDER=str(home / "dags"), AIRFLOW__CORE__LOAD_EXAMPLES="False",
         AIRFLOW__CORE__AUTH_MANAGER="tests.integration.panel_auth.OneOutsiderAuthManager",
-        AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS=f"admin:admin,{OUTSIDER}:viewer",
+        AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS=USERS,
         AIRFLOW_CONN_KUBERNETES_DEFAULT=json.dumps(connection), PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1",
         AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT=str(free_port()),
     )
@@ -83,18 +92,31 @@ def airflow_env(home: Path, connection: dict) -> dict[str, str]:
 def api_server(request, cluster, operator_kubeconfig, kubeconfig, tmp_path) -> Iterator[ApiServer]:
     """A metadata DB and `airflow api-server` of the Airflow under test. Its `kubernetes_default` (the
     connection the tasks name) reaches the apiserver through a counting proxy; the workers' goes straight."""
+    with serve(request.param, cluster, operator_kubeconfig, kubeconfig, tmp_path) as server:
+        yield server
+
+
+def proxied_connection(proxy: FaultyProxy, kubeconfig: Path, namespace: str, path: Path) -> dict:
+    """A `kubernetes` connection whose kubeconfig reaches the apiserver through `proxy`."""
+    config = json.loads(kubeconfig.read_text())
+    config["clusters"][0]["cluster"] = {"server": proxy.url}
+    path.write_text(json.dumps(config))
+    return {"conn_type": "kubernetes", "extra": {"kube_config_path": str(path), "namespace": namespace}}
+
+
+@contextlib.contextmanager
+def serve(release: str, cluster, operator_kubeconfig: Path, kubeconfig: Path, tmp_path: Path,
+          **connections: dict) -> Iterator[ApiServer]:
+    """The api_server fixture's server; `connections`: more connections it knows (AIRFLOW_CONN_<ID>)."""
     ensure_debian_packages()
-    python = AIRFLOWS[request.param]
+    python = AIRFLOWS[release]
     assert python.exists(), f"{python} is missing: `make venv` builds it"
     home = tmp_path / "airflow-home"
     (home / "dags").mkdir(parents=True)
-    config = json.loads(operator_kubeconfig.read_text())
     with FaultyProxy(upstream_of(operator_kubeconfig), kubeconfig.parent / "pki" / "ca.crt", every=0) as proxy:
-        config["clusters"][0]["cluster"] = {"server": proxy.url}
-        proxied = tmp_path / "panel-kubeconfig.json"
-        proxied.write_text(json.dumps(config))
-        env = airflow_env(home, {"conn_type": "kubernetes",
-                                 "extra": {"kube_config_path": str(proxied), "namespace": cluster.namespace}})
+        env = airflow_env(home, proxied_connection(proxy, operator_kubeconfig, cluster.namespace,
+                                                   tmp_path / "panel-kubeconfig.json"))
+        env.update({f"AIRFLOW_CONN_{conn_id.upper()}": json.dumps(value) for conn_id, value in connections.items()})
         migrated = subprocess.run([str(python), "-m", "airflow", "db", "migrate"], env=env, capture_output=True,
                                   text=True, timeout=600)
         assert migrated.returncode == 0, migrated.stdout[-3000:] + migrated.stderr[-3000:]
