@@ -4,10 +4,10 @@ from every few seconds while the task runs or is deferred.
 
 Safe: the JSON answers only a user whom Airflow's auth manager allows to read that DAG's task
 instances (its own dependency, run before anything else: no cluster call for anyone else); it holds no
-credential and no environment value (see `view.py`); it reads the cluster with the task's own
-connection. Cheap: a Job and its pods are read at most once per CACHE_SECONDS whatever the number of
-open pages (one read at a time per Job: the others wait for it), a pod's log tail at most once per
-CACHE_SECONDS and LOG_TAIL_BYTES at most.
+credential and no environment value (see `view.py`); it reads only the task's own Job, with the
+connection and in the namespace the task rendered (see `data.py`). Cheap: a Job and its pods are read
+at most once per CACHE_SECONDS whatever the number of open pages (one read at a time per Job: the others
+wait for it), a pod's log tail at most once per CACHE_SECONDS and LOG_TAIL_BYTES at most.
 """
 
 from __future__ import annotations
@@ -79,7 +79,10 @@ def create_app() -> FastAPI:
 
     @app.get("/api/ti/{dag_id}/{run_id}/{task_id}/{map_index}", dependencies=[_authorized()])
     async def panel(dag_id: str, run_id: str, task_id: str, map_index: str, pod: str | None = None) -> dict:
-        return await data.panel_data(dag_id, run_id, task_id, _map_index(map_index), pod, jobs=jobs, logs=logs)
+        try:
+            return await data.panel_data(dag_id, run_id, task_id, _map_index(map_index), pod, jobs=jobs, logs=logs)
+        except data.NotTheJobsPod as error:
+            raise HTTPException(404, str(error)) from None
 
     return app
 

@@ -131,9 +131,11 @@ async function refresh() {
     const response = await fetch(api + (chosenPod ? `?pod=${encodeURIComponent(chosenPod)}` : ""),
                                  { credentials: "same-origin" });
     if (!response.ok) {
+      const detail = response.status === 404 ? ((await response.json().catch(() => ({}))).detail || "") : "";
+      if (response.status === 404 && chosenPod) chosenPod = null;  // the next refresh shows the main pod
       document.getElementById("panel").replaceChildren(el("p", { class: "muted", id: "status" },
         response.status === 401 || response.status === 403 ? "You may not read this task instance."
-                                                              : `The panel could not be read (HTTP ${response.status}).`));
+          : detail || `The panel could not be read (HTTP ${response.status}).`));
       return true;
     }
     return render(await response.json());
