@@ -34,6 +34,8 @@ KEYS = ("job_name", "main_pod", "main_task", RECORD_KEY)
 CONN_FIELD, MANIFEST_FIELD, NAMESPACE_FIELD = "kubernetes_conn_id", "job_manifest", "namespace"
 # Airflow's mark on a rendered field cut at [core] max_templated_field_length.
 TRUNCATED_PREFIX = "Truncated. You can change this behaviour in [core]max_templated_field_length. "
+NO_LOG_READ = ("You may not read this task's logs, so the panel shows no log lines, no progress, no failure "
+               "report and no stacks (they come from the pods' logs).")
 
 
 def link_keys() -> dict[str, str]:
@@ -235,8 +237,17 @@ class NotTheJobsPod(LookupError):
     """`?pod=` names a pod that is not one of the task's Job's pods (the app answers 404)."""
 
 
+def recorded_panel(recorded: Mapping[str, Any], may_read_logs: bool) -> dict[str, Any]:
+    """What the task recorded, as text, without what comes from the pods' logs for a viewer who may not
+    read them."""
+    shown = dict(recorded)
+    if not may_read_logs:
+        shown.update(log=None, progress=None, failure=None, stacks=[], log_denied=NO_LOG_READ)
+    return shown
+
+
 async def panel_data(dag_id: str, run_id: str, task_id: str, map_index: int, pod: str | None, *,
-                     jobs: Cache, logs: Cache) -> dict[str, Any]:
+                     jobs: Cache, logs: Cache, may_read_logs: bool = True) -> dict[str, Any]:
     """The panel of one task instance: what the task recorded once it ended (the Job may be gone), else
     the Job as the cluster has it (read at most once per cache period, whoever asks). Raises NotTheJobsPod
     for a `pod` the Job does not own (nothing read of it)."""
@@ -249,7 +260,7 @@ async def panel_data(dag_id: str, run_id: str, task_id: str, map_index: int, pod
         return {"task": task, "job": None,
                 "message": "This task has not submitted a Volcano Job" + (" yet" if task["live"] else "")}
     recorded = values.get(RECORD_KEY)
-    recorded = dict(recorded) if isinstance(recorded, Mapping) else None
+    recorded = recorded_panel(recorded, may_read_logs) if isinstance(recorded, Mapping) else None
     if recorded is not None and not task["live"] and not pod:
         return {"task": task, "source": "recorded", **recorded}  # no cluster read at all
     target = rendered_target(record.rendered)
@@ -268,7 +279,7 @@ async def panel_data(dag_id: str, run_id: str, task_id: str, map_index: int, pod
     if live.get("gone"):
         if recorded is not None:
             if pod:
-                recorded["log"] = _recorded_log(recorded, pod)
+                recorded["log"] = _recorded_log(recorded, pod, may_read_logs)
             return {"task": task, "source": "recorded", **recorded}
         return {"task": task, "job": None, "message": f"Volcano Job {namespace}/{name} no longer exists"}
     names = {(item.get("metadata") or {}).get("name") for item in live["pods"]}
@@ -280,27 +291,32 @@ async def panel_data(dag_id: str, run_id: str, task_id: str, map_index: int, pod
     redact = live["secrets"].redact
     log: dict[str, Any] | None = None
     shown = pod or main_pod
-    if shown is None:
-        log = {"pod": values.get("main_pod") or pod_name(name, "master"), "lines": [], "gone": True}
-    else:
-        raw = await logs.get((target.conn_id, namespace, shown), lambda: asyncio.to_thread(
-            read_log, target.conn_id, namespace, shown))
-        log = log_tail(shown, raw, redact) if raw is not None else {"pod": shown, "lines": [], "gone": True}
+    if may_read_logs:  # else not one log read, for this viewer
+        if shown is None:
+            log = {"pod": values.get("main_pod") or pod_name(name, "master"), "lines": [], "gone": True}
+        else:
+            raw = await logs.get((target.conn_id, namespace, shown), lambda: asyncio.to_thread(
+                read_log, target.conn_id, namespace, shown))
+            log = log_tail(shown, raw, redact) if raw is not None else {"pod": shown, "lines": [], "gone": True}
     if recorded is not None and not task["live"]:  # ended: what it recorded, with the pod asked for
         if log is not None and log.get("gone") and (recorded.get("log") or {}).get("pod") == shown:
             log = recorded["log"]  # gone since: its lines as the task recorded them
         return {"task": task, "source": "recorded", **recorded, "log": log}
     progress = None
-    if main_pod is not None:
+    if may_read_logs and main_pod is not None:
         progress = await logs.get((target.conn_id, namespace, main_pod, "progress"), lambda: asyncio.to_thread(
             read_progress, target.conn_id, namespace, main_pod))
     links = {name: values[key] for key, name in link_keys().items() if values.get(key)}
-    return {"task": task, "source": "cluster",
-            **panel(job=live["job"], pods=live["pods"], main_task=values.get("main_task"), now=time.time(),
-                    waiting=live["waiting"], progress=progress, log=log, links=links, redact=redact)}
+    shown_panel = panel(job=live["job"], pods=live["pods"], main_task=values.get("main_task"), now=time.time(),
+                        waiting=live["waiting"], progress=progress, log=log, links=links, redact=redact)
+    if not may_read_logs:
+        shown_panel["log_denied"] = NO_LOG_READ
+    return {"task": task, "source": "cluster", **shown_panel}
 
 
-def _recorded_log(recorded: Mapping[str, Any], pod: str) -> dict[str, Any]:
+def _recorded_log(recorded: Mapping[str, Any], pod: str, may_read_logs: bool) -> dict[str, Any] | None:
     """A pod's lines as the task recorded them (only the main pod's are), once its Job is gone."""
+    if not may_read_logs:
+        return None
     kept = recorded.get("log") or {}
     return dict(kept) if kept.get("pod") == pod else {"pod": pod, "lines": [], "gone": True}

@@ -169,12 +169,12 @@ class World:
 
 
 def ask(monkeypatch, world: World, *, xcom: dict, rendered: dict | None = RENDERED, state: str = "running",
-        pod: str | None = None) -> dict:
+        pod: str | None = None, may_read_logs: bool = True) -> dict:
     from airflow_volcano.panel import data
 
     monkeypatch.setattr("airflow_volcano.hooks.volcano.VolcanoHook", world.hook())
     monkeypatch.setattr(data, "task_instance_record", lambda *ti: data.TaskInstanceRecord(state, xcom, rendered))
-    return asyncio.run(data.panel_data(*ML_TI, pod, jobs=Cache(), logs=Cache()))
+    return asyncio.run(data.panel_data(*ML_TI, pod, jobs=Cache(), logs=Cache(), may_read_logs=may_read_logs))
 
 
 def running_world() -> World:
@@ -246,3 +246,20 @@ def test_a_pod_the_job_does_not_own_is_refused_and_its_log_never_read(monkeypatc
     shown = ask(monkeypatch, world, xcom={"job_name": "train"}, pod="train-worker-0")
     assert shown["log"]["pod"] == "train-worker-0"
     assert [pod["name"] for pod in shown["pods"]] == ["train-master-0", "train-worker-0"]
+
+
+def test_a_viewer_who_may_not_read_task_logs_gets_the_panel_without_one_log_read(monkeypatch):
+    world = running_world()
+    shown = ask(monkeypatch, world, xcom={"job_name": "train"}, may_read_logs=False)
+    assert shown["job"]["name"] == "train" and len(shown["pods"]) == 2
+    assert shown["log"] is None and shown["progress"] is None and "may not read this task's logs" in shown["log_denied"]
+    assert not [read for read in world.reads if read[0] == "log"], world.reads
+    recorded = {"job": {"name": "train"}, "pods": [], "log": {"pod": "train-master-0", "lines": ["secret"]},
+                "failure": "Traceback: the last lines", "stacks": ["thread 1"], "progress": {"done": 5}}
+    ended = ask(monkeypatch, world, xcom={"job_name": "train", "volcano_panel": recorded}, state="failed",
+                may_read_logs=False)
+    assert ended["source"] == "recorded" and ended["log"] is None and ended["failure"] is None
+    assert ended["stacks"] == [] and ended["progress"] is None and ended["log_denied"]
+    # A viewer who may: the lines, and the progress read from the main pod's log.
+    allowed = ask(monkeypatch, world, xcom={"job_name": "train"})
+    assert allowed["log"]["lines"] == ["[airflow-volcano] progress 5/10 steps"] and allowed["progress"]["done"] == 5

@@ -85,6 +85,7 @@ function pods(data) {
 }
 
 function logs(data) {
+  if (data.log_denied) return section("Last log lines", el("p", { class: "muted", id: "log-denied" }, data.log_denied));
   const names = data.pods.map((pod) => pod.name);
   const shown = data.log ? data.log.pod : null;
   if (shown && !names.includes(shown)) names.unshift(shown);
