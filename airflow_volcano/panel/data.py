@@ -161,6 +161,16 @@ def owned_pods(pods: list[dict], job: Mapping[str, Any]) -> list[dict]:
         owner.get("uid") == uid for owner in (pod.get("metadata") or {}).get("ownerReferences") or [])]
 
 
+def nameable(namespace: str, dag_id: str) -> Any:
+    """Whose Jobs the waiting report may name to a viewer of this DAG: its own namespace's Jobs of this DAG
+    (a PodGroup carries its Job's annotations); the others are counted only."""
+    def check(podgroup: Mapping[str, Any]) -> bool:
+        named = TaskInstanceId.from_job(podgroup)
+        return ((podgroup.get("metadata") or {}).get("namespace") == namespace and named is not None
+                and named[0].dag_id == dag_id)
+    return check
+
+
 def read_job(conn_id: str, namespace: str | None, name: str, ti: TaskInstanceId) -> dict[str, Any]:
     """The Job as the cluster has it now, if it is this task instance's: the Job, its pods, why it waits
     (blocking). Nothing more is read of a Job that names another task instance."""
@@ -184,7 +194,7 @@ def read_job(conn_id: str, namespace: str | None, name: str, ti: TaskInstanceId)
     if job_state(job).phase == "Pending":
         podgroup = hook.get_podgroup(job)
         waiting = waiting_report(podgroup, hook.drive(calls.queue_snapshot(queue_of(job, podgroup), namespace)),
-                                 (job.get("metadata") or {}).get("uid"))
+                                 (job.get("metadata") or {}).get("uid"), nameable=nameable(namespace, ti.dag_id))
     return {"job": job, "pods": pods, "waiting": waiting, "secrets": secrets, "namespace": namespace}
 
 

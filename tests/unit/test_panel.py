@@ -263,3 +263,31 @@ def test_a_viewer_who_may_not_read_task_logs_gets_the_panel_without_one_log_read
     # A viewer who may: the lines, and the progress read from the main pod's log.
     allowed = ask(monkeypatch, world, xcom={"job_name": "train"})
     assert allowed["log"]["lines"] == ["[airflow-volcano] progress 5/10 steps"] and allowed["progress"]["done"] == 5
+
+
+def test_the_waiting_report_names_no_job_of_another_namespace_or_dag(monkeypatch):
+    """Jobs ahead are named only if they are of the task's namespace and DAG (their task-instance
+    annotation, which Volcano copies to the PodGroup); the others are counted."""
+    from airflow_volcano.queueing import QueueSnapshot
+
+    def podgroup(name: str, created: int, namespace: str = "ml", dag_id: str | None = "train_dag") -> dict:
+        """The PodGroup of Job `name`, with its Job's annotation (None: a Job no task instance names)."""
+        owner = {"name": name, "uid": f"uid-{name}"}
+        body = {"metadata": {"creationTimestamp": at(created), "ownerReferences": [owner]},
+                "spec": {"queue": "research", "minResources": {"nvidia.com/gpu": "2"}}, "status": {"phase": "Pending"}}
+        annotated(body, dag_id=dag_id or "", namespace=namespace, name=f"{name}-pg", uid=f"pg-{name}")
+        if dag_id is None:
+            del body["metadata"]["annotations"]
+        return body
+
+    world = running_world()
+    world.jobs[("ml", "train")] = annotated(job(("Pending", 0)))
+    world.snapshot = QueueSnapshot("research", {"metadata": {"name": "research"}, "spec": {
+        "capability": {"nvidia.com/gpu": "2"}}, "status": {"state": "Open", "allocated": {"nvidia.com/gpu": "2"}}},
+        (podgroup("train", 50), podgroup("mate", 1), podgroup("theirs", 2, dag_id="their_dag"),
+         podgroup("remote", 3, namespace="other"), podgroup("plain", 4, dag_id=None)))
+    shown = ask(monkeypatch, world, xcom={"job_name": "train"})
+    text = shown["waiting"]
+    assert "position 5 of 5" in text and "ahead: ml/mate and 3 Jobs of other namespaces or DAGs" in text, text
+    for name in ("theirs", "remote", "plain", "other/"):
+        assert name not in text, text
