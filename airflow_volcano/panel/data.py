@@ -7,8 +7,8 @@ API), so they never choose where to read: the connection and the namespace come 
 rendered (RenderedTaskInstanceFields, which the REST API cannot write); the Job's name comes from XCom
 but the Job is shown only if its `airflow-volcano.io/task-instance` annotation names exactly this task
 instance; a pod's log is read only for a pod the Job owns (its owner reference carries the Job's uid).
-What the task recorded at its end (XCom `volcano_panel`) is shown as recorded text, and never makes the
-panel read anything.
+What the task recorded at its end (XCom `volcano_panel`) is shown as recorded text, its links checked,
+and never makes the panel read anything.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -34,6 +35,7 @@ KEYS = ("job_name", "main_pod", "main_task", RECORD_KEY)
 CONN_FIELD, MANIFEST_FIELD, NAMESPACE_FIELD = "kubernetes_conn_id", "job_manifest", "namespace"
 # Airflow's mark on a rendered field cut at [core] max_templated_field_length.
 TRUNCATED_PREFIX = "Truncated. You can change this behaviour in [core]max_templated_field_length. "
+LINK_SCHEMES = ("http", "https")
 NO_LOG_READ = ("You may not read this task's logs, so the panel shows no log lines, no progress, no failure "
                "report and no stacks (they come from the pods' logs).")
 
@@ -43,6 +45,24 @@ def link_keys() -> dict[str, str]:
     from airflow_volcano.links import LINKS
 
     return {link.xcom_key: link.name for link in LINKS}
+
+
+def safe_links(links: Any) -> dict[str, str]:
+    """The links whose URL is http(s) with a host; any other (`javascript:`, `data:`, relative) is dropped:
+    they come from XCom, which users may write."""
+    if not isinstance(links, Mapping):
+        return {}
+    kept = {}
+    for name, url in links.items():
+        if not isinstance(url, str):
+            continue
+        try:
+            parts = urlsplit(url.strip())
+        except ValueError:
+            continue
+        if parts.scheme.lower() in LINK_SCHEMES and parts.netloc:
+            kept[str(name)] = url.strip()
+    return kept
 
 
 RUNNING_STATES = {"running", "deferred", "queued", "scheduled", "up_for_reschedule", "restarting", "up_for_retry"}
@@ -248,9 +268,9 @@ class NotTheJobsPod(LookupError):
 
 
 def recorded_panel(recorded: Mapping[str, Any], may_read_logs: bool) -> dict[str, Any]:
-    """What the task recorded, as text, without what comes from the pods' logs for a viewer who may not
-    read them."""
-    shown = dict(recorded)
+    """What the task recorded, as text: its links checked, and without what comes from the pods' logs for
+    a viewer who may not read them."""
+    shown = {**recorded, "links": safe_links(recorded.get("links"))}
     if not may_read_logs:
         shown.update(log=None, progress=None, failure=None, stacks=[], log_denied=NO_LOG_READ)
     return shown
@@ -316,7 +336,7 @@ async def panel_data(dag_id: str, run_id: str, task_id: str, map_index: int, pod
     if may_read_logs and main_pod is not None:
         progress = await logs.get((target.conn_id, namespace, main_pod, "progress"), lambda: asyncio.to_thread(
             read_progress, target.conn_id, namespace, main_pod))
-    links = {name: values[key] for key, name in link_keys().items() if values.get(key)}
+    links = safe_links({name: values[key] for key, name in link_keys().items() if values.get(key)})
     shown_panel = panel(job=live["job"], pods=live["pods"], main_task=values.get("main_task"), now=time.time(),
                         waiting=live["waiting"], progress=progress, log=log, links=links, redact=redact)
     if not may_read_logs:

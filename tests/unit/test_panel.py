@@ -265,6 +265,22 @@ def test_a_viewer_who_may_not_read_task_logs_gets_the_panel_without_one_log_read
     assert allowed["log"]["lines"] == ["[airflow-volcano] progress 5/10 steps"] and allowed["progress"]["done"] == 5
 
 
+def test_links_are_http_or_https_only_live_and_recorded(monkeypatch):
+    from airflow_volcano.panel.data import safe_links
+
+    given = {"ok": "https://dash.example/ml/train", "plain": "http://grafana:3000/x", "js": "javascript:alert(1)",
+             "spaced": " JavaScript:alert(1)", "data": "data:text/html,<script>1</script>", "relative": "/admin",
+             "no-host": "https:alert(1)", "not-text": ["https://x"]}
+    assert safe_links(given) == {"ok": "https://dash.example/ml/train", "plain": "http://grafana:3000/x"}
+    world = running_world()
+    live = ask(monkeypatch, world, xcom={"job_name": "train", "_link_VolcanoJobLink": "javascript:alert(1)",
+                                         "_link_MasterLogLink": "https://logs.example/train"})
+    assert live["links"] == {"Master pod log": "https://logs.example/train"}
+    recorded = ask(monkeypatch, world, state="success", xcom={"job_name": "train", "volcano_panel": {
+        "job": {"name": "train"}, "pods": [], "links": given}})
+    assert recorded["links"] == safe_links(given)
+
+
 def test_the_waiting_report_names_no_job_of_another_namespace_or_dag(monkeypatch):
     """Jobs ahead are named only if they are of the task's namespace and DAG (their task-instance
     annotation, which Volcano copies to the PodGroup); the others are counted."""

@@ -100,6 +100,16 @@ function logs(data) {
   return section("Last log lines", el("p", {}, "Pod ", select), el("pre", { class: "log" }, lines));
 }
 
+// A link from the task's XCom (which users may write): http(s) only, never `javascript:` or `data:`.
+function safeUrl(url) {
+  try {
+    const parsed = new URL(String(url));
+    return parsed.protocol === "http:" || parsed.protocol === "https:" ? parsed.href : null;
+  } catch (error) {
+    return null;
+  }
+}
+
 function render(data) {
   const panel = document.getElementById("panel");
   const parts = [];
@@ -115,9 +125,9 @@ function render(data) {
     if (data.stacks && data.stacks.length) parts.push(section("Stacks at the stall", el("pre", {}, data.stacks.join("\n"))));
     parts.push(logs(data));
     parts.push(timeline(data.job));
-    const links = Object.entries(data.links || {}).filter(([, url]) => url);
+    const links = Object.entries(data.links || {}).map(([name, url]) => [name, safeUrl(url)]).filter(([, url]) => url);
     if (links.length) parts.push(section("Links", el("ul", {}, links.map(([name, url]) =>
-      el("li", {}, el("a", { href: url, target: "_blank", rel: "noopener" }, name))))));
+      el("li", {}, el("a", { href: url, target: "_blank", rel: "noopener noreferrer" }, name))))));
   }
   const source = data.source === "recorded" ? "as the task recorded it when it ended" : "from the cluster";
   parts.push(el("p", { class: "muted", id: "status" }, `Task ${data.task.state || "not run"}` +
