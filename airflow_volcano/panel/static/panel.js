@@ -110,6 +110,19 @@ function safeUrl(url) {
   }
 }
 
+// The log box opens on its newest line; a viewer who scrolled up stays where they were at each refresh.
+function logScroll() {
+  const box = document.querySelector("pre.log");
+  if (!box) return null;
+  return { pod: chosenPod, top: box.scrollTop, atBottom: box.scrollTop + box.clientHeight >= box.scrollHeight - 4 };
+}
+
+function restoreLogScroll(before) {
+  const box = document.querySelector("pre.log");
+  if (!box) return;
+  box.scrollTop = before && !before.atBottom && before.pod === chosenPod ? before.top : box.scrollHeight;
+}
+
 function render(data) {
   const panel = document.getElementById("panel");
   const parts = [];
@@ -133,7 +146,9 @@ function render(data) {
   parts.push(el("p", { class: "muted", id: "status" }, `Task ${data.task.state || "not run"}` +
     (data.job ? `; shown ${source} at ${new Date().toISOString().slice(11, 19)} UTC` : "") +
     (data.task.live ? ", refreshing every 5 s" : "")));
+  const scroll = logScroll();
   panel.replaceChildren(...parts);
+  restoreLogScroll(scroll);
   return data.task.live;
 }
 
