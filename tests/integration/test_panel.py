@@ -4,7 +4,8 @@ installed (its plugin registered through the provider's info, nothing copied), s
 real node with its progress, a failed cascade on the real node (the first failure marked), a finished
 Job the task deleted (what the task recorded). Also: no answer and no cluster request for a viewer who
 is not signed in or may not read the DAG (counted at a proxy in front of the apiserver), 50 viewers at
-once costing what one costs, no secret in any answer. Screenshots go to .artifacts/.
+once costing what one costs, no secret in any answer. And issue 42's: only the task's own Job, its log
+lines only to whom may read task logs, whatever XCom says. Screenshots go to .artifacts/.
 """
 
 from __future__ import annotations
