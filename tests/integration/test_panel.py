@@ -34,7 +34,7 @@ from airflow_volcano.panel.app import CACHE_SECONDS
 from airflow_volcano.panel.plugin import PREFIX
 
 from ..compose_stack import CHROMIUM, CHROMIUM_ARGS, ensure_debian_packages, free_port, wait_until
-from .conftest import REPO, Cluster, service_account_token
+from .conftest import REPO, VOLCANO, Cluster, service_account_token
 from .faults import FaultyProxy, upstream_of
 from .jobs import pytorch_job
 from .panel_auth import NO_LOGS, OUTSIDER, TEAM, USERS
@@ -73,12 +73,35 @@ class ApiServer:
         return httpx.get(f"{self.url}{PREFIX}/api/ti/{dag_id}/{quote(run_id, safe='')}/{task_id}/-1",
                          headers=headers, params={"pod": pod} if pod else None, timeout=60)
 
-    def set_xcom(self, dag_id: str, run_id: str, task_id: str, key: str, value: object, token: str) -> None:
-        """Rewrite one of the task's XComs through Airflow's REST API, as any user who may edit them can."""
-        response = httpx.patch(f"{self.url}/api/v2/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}/taskInstances/"
-                               f"{task_id}/xcomEntries/{key}", json={"value": value, "map_index": -1},
-                               headers={"Authorization": f"Bearer {token}"}, timeout=30)
-        assert response.status_code == 200, response.text
+    def set_xcoms(self, dag_id: str, run_id: str, task_id: str, token: str, **values: str) -> None:
+        """Rewrite the task's XComs through Airflow's REST API (PATCH), as any user who may edit them can.
+        Airflow 3.1's PATCH stores a value JSON-encoded twice (a string reads back quoted, so it cannot
+        write a plain one): a value that does not read back as given is then written as 3.3's PATCH writes
+        it (XComModel.set), in this Airflow's metadata DB."""
+        for key, value in values.items():
+            response = httpx.patch(f"{self.url}/api/v2/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}/"
+                                   f"taskInstances/{task_id}/xcomEntries/{key}", json={"value": value, "map_index": -1},
+                                   headers={"Authorization": f"Bearer {token}"}, timeout=30)
+            assert response.status_code == 200, response.text
+        written = subprocess.run([str(self.python), "-c", AS_PATCHED, dag_id, run_id, task_id, json.dumps(values)],
+                                 env=self.env, capture_output=True, text=True, timeout=120)
+        assert written.returncode == 0, written.stdout[-3000:] + written.stderr[-3000:]
+
+
+# Each XCom read as the panel reads it; one that is not the value given, written as given.
+AS_PATCHED = """
+import json, sys
+from airflow.models.xcom import XComModel
+from airflow.utils.session import create_session
+dag_id, run_id, task_id, values = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+for key, value in values.items():
+    with create_session() as session:
+        row = session.query(XComModel).filter_by(dag_id=dag_id, run_id=run_id, task_id=task_id, key=key,
+                                                 map_index=-1).one()
+        stored = XComModel.deserialize_value(row)
+    if stored != value:
+        XComModel.set(key, value, dag_id=dag_id, task_id=task_id, run_id=run_id, map_index=-1)
+"""
 
 
 def airflow_env(home: Path, connection: dict) -> dict[str, str]:
@@ -440,6 +463,8 @@ def test_the_panel_shows_only_the_tasks_own_job_and_its_logs_only_to_whom_may_re
                         process.kill()
                         process.wait()
     finally:
+        for job in theirs.jobs():  # their Job in the queue: it closes (ClusterObjects.remove) once no Job is left
+            theirs.custom.delete_namespaced_custom_object(*VOLCANO, theirs.namespace, "jobs", job["metadata"]["name"])
         objects.remove()
 
 
@@ -478,8 +503,7 @@ def other_teams_pods_and_xcoms(server: ApiServer, run_id: str, cluster: Cluster,
         answers.append(refused.text)
 
     def rewrite(**values: str) -> None:
-        for key, value in values.items():
-            server.set_xcom("panel_mine", run_id, "trains", key, value, token)
+        server.set_xcoms("panel_mine", run_id, "trains", token, **values)
 
     # Their namespace and connection: ignored (the task rendered its own); its own Job is shown.
     rewrite(namespace=theirs.namespace, kubernetes_conn_id="their_cluster")
