@@ -18,7 +18,7 @@ report says so instead of guessing.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -213,6 +213,7 @@ class WaitingReport:
     :param queue: the queue's name; `state` its state (None: it does not exist).
     :param position: the Job's place among the queue's waiting Jobs (1: next), of `waiting`.
     :param ahead: the first SHOWN_AHEAD Jobs before it, as `namespace/job`; `ahead_count` how many there are.
+    :param unnamed: how many of those ahead may not be named to whom the report is for (counted only).
     :param short: the resources the queue cannot give it now.
     """
 
@@ -222,6 +223,7 @@ class WaitingReport:
     waiting: int = 0
     ahead: tuple[str, ...] = ()
     ahead_count: int = 0
+    unnamed: int = 0
     short: tuple[Shortage, ...] = ()
     scope: str | None = None
     unreadable: str | None = None
@@ -245,18 +247,24 @@ class WaitingReport:
             among = f"waiting Jobs of namespace {self.scope}" if self.scope else "its waiting Jobs"
             text += (f": position {self.position} of {self.waiting} among {among}, in the scheduler's order as far "
                      "as it can be known (priority, then submission)")
-            if self.ahead:
-                more = self.ahead_count - len(self.ahead)
+            more = self.ahead_count - len(self.ahead) - self.unnamed
+            if self.unnamed:
+                named = [*self.ahead, *([f"{more} more"] if more > 0 else [])]
+                others = f"{self.unnamed} Job{'s' if self.unnamed > 1 else ''} of other namespaces or DAGs"
+                text += "; ahead: " + (", ".join(named) + " and " if named else "") + others
+            elif self.ahead:
                 text += f"; ahead: {', '.join(self.ahead)}" + (f" and {more} more" if more > 0 else "")
         for shortage in self.short:
             text += f"; {shortage.describe(self.queue)}"
         return text
 
 
-def waiting_report(own: Mapping[str, Any] | None, snapshot: QueueSnapshot, job_uid: str | None = None) -> WaitingReport:
+def waiting_report(own: Mapping[str, Any] | None, snapshot: QueueSnapshot, job_uid: str | None = None,
+                   nameable: Callable[[Mapping[str, Any]], bool] | None = None) -> WaitingReport:
     """Where the Job whose PodGroup is `own` stands in its queue (`own` None: not read, or not created yet).
     The snapshot's own copy of it (the PodGroup owned by `job_uid`), read with the others, is preferred.
-    Linear in the snapshot's PodGroups: no sort."""
+    `nameable`: whether a PodGroup's Job may be named (the panel's viewer may not see every namespace and
+    DAG); the others ahead are counted only. Linear in the snapshot's PodGroups: no sort."""
     if snapshot.unreadable is not None:
         return WaitingReport(snapshot.name, None, unreadable=snapshot.unreadable)
     queue = snapshot.queue
@@ -281,10 +289,13 @@ def waiting_report(own: Mapping[str, Any] | None, snapshot: QueueSnapshot, job_u
         ahead = [gang for gang in waiting if gang.order(priorities) < place]
         position = len(ahead) + 1
     short = shortages(mine, queue, admitted, ahead)
-    named = heapq.nsmallest(SHOWN_AHEAD, ahead, key=lambda gang: gang.order(priorities))
+    hidden = set() if nameable is None else {
+        (podgroup.get("metadata") or {}).get("uid", "") for podgroup in snapshot.podgroups if not nameable(podgroup)}
+    shown = [gang for gang in ahead if gang.uid not in hidden]
+    named = heapq.nsmallest(SHOWN_AHEAD, shown, key=lambda gang: gang.order(priorities))
     return WaitingReport(snapshot.name, state, position=position, waiting=len(waiting) + 1 if position else 0,
                          ahead=tuple(f"{gang.namespace}/{gang.job}" for gang in named), ahead_count=len(ahead),
-                         short=tuple(short), scope=snapshot.scope)
+                         unnamed=len(ahead) - len(shown), short=tuple(short), scope=snapshot.scope)
 
 
 def shortages(mine: Gang, queue: Mapping[str, Any], admitted: Iterable[Gang], ahead: Iterable[Gang]) -> list[Shortage]:

@@ -3,11 +3,12 @@ it at plugin.PREFIX): a static page, shown on every task instance's page, and th
 from every few seconds while the task runs or is deferred.
 
 Safe: the JSON answers only a user whom Airflow's auth manager allows to read that DAG's task
-instances (its own dependency, run before anything else: no cluster call for anyone else); it holds no
-credential and no environment value (see `view.py`); it reads the cluster with the task's own
-connection. Cheap: a Job and its pods are read at most once per CACHE_SECONDS whatever the number of
-open pages (one read at a time per Job: the others wait for it), a pod's log tail at most once per
-CACHE_SECONDS and LOG_TAIL_BYTES at most.
+instances (its own dependency, run before anything else: no cluster call for anyone else), and has log
+lines only for one it allows to read the DAG's task logs (no log read for anyone else); it holds no
+credential and no environment value (see `view.py`); it reads only the task's own Job, with the
+connection and in the namespace the task rendered (see `data.py`). Cheap: a Job and its pods are read
+at most once per CACHE_SECONDS whatever the number of open pages (one read at a time per Job: the others
+wait for it), a pod's log tail at most once per CACHE_SECONDS and LOG_TAIL_BYTES at most.
 """
 
 from __future__ import annotations
@@ -60,6 +61,25 @@ def _authorized() -> Any:
     return Depends(requires_access_dag("GET", DagAccessEntity.TASK_INSTANCE))
 
 
+def _may_read_logs() -> Any:
+    """Whether the viewer may read this DAG's task logs, as Airflow's own log endpoint asks (a viewer who
+    may not still gets the panel, without its log lines)."""
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
+    from airflow.api_fastapi.core_api.security import get_user
+    from airflow.models.dag import DagModel
+
+    signed_in = Depends(get_user)  # the same user the access check read (FastAPI resolves it once)
+
+    def check(dag_id: str, user: Any = signed_in) -> bool:
+        team = getattr(DagModel, "get_team_name", None)
+        details = DagDetails(id=dag_id, team_name=team(dag_id) if team is not None else None)
+        return bool(get_auth_manager().is_authorized_dag(method="GET", access_entity=DagAccessEntity.TASK_LOGS,
+                                                         details=details, user=user))
+
+    return Depends(check)
+
+
 def create_app() -> FastAPI:
     from airflow_volcano.panel import data
 
@@ -78,8 +98,13 @@ def create_app() -> FastAPI:
         return Response(_static(name), media_type=STATIC[name], headers={"Cache-Control": "max-age=300"})
 
     @app.get("/api/ti/{dag_id}/{run_id}/{task_id}/{map_index}", dependencies=[_authorized()])
-    async def panel(dag_id: str, run_id: str, task_id: str, map_index: str, pod: str | None = None) -> dict:
-        return await data.panel_data(dag_id, run_id, task_id, _map_index(map_index), pod, jobs=jobs, logs=logs)
+    async def panel(dag_id: str, run_id: str, task_id: str, map_index: str, pod: str | None = None,
+                    may_read_logs: bool = _may_read_logs()) -> dict:
+        try:
+            return await data.panel_data(dag_id, run_id, task_id, _map_index(map_index), pod, jobs=jobs, logs=logs,
+                                         may_read_logs=may_read_logs)
+        except data.NotTheJobsPod as error:
+            raise HTTPException(404, str(error)) from None
 
     return app
 

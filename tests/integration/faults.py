@@ -11,6 +11,7 @@ kube-apiserver over TLS. Loopback only; it stops with the test.
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import json
 import ssl
@@ -38,6 +39,8 @@ class FaultyProxy:
         # While set, every pod log read fails with 503 and the log streams open are cut.
         self.logs_fail = threading.Event()
         self.log_reads_refused = 0
+        # Every pod log read that reached the proxy, by path (/api/v1/namespaces/<ns>/pods/<pod>/log).
+        self.log_reads: collections.Counter[str] = collections.Counter()
         self._counter = itertools.count(1)
         self._codes = itertools.cycle([429, 503, 500])
         self.retry_after = "0"  # the Retry-After of an injected 429, in seconds
@@ -88,6 +91,9 @@ class FaultyProxy:
                     self.streams_cut += 1
         self._loop.call_soon_threadsafe(cut)
 
+    def log_reads_of(self, namespace: str, pod: str) -> int:
+        return self.log_reads[f"/api/v1/namespaces/{namespace}/pods/{pod}/log"]
+
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
@@ -107,6 +113,8 @@ class FaultyProxy:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         log_read = request.path.endswith("/log")
+        if log_read:
+            self.log_reads[request.path] += 1
         if log_read and self.logs_fail.is_set():
             self.log_reads_refused += 1
             return web.Response(status=503, text=json.dumps({

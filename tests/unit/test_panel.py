@@ -97,3 +97,213 @@ def test_the_panels_progress_is_read_from_the_newest_lines_of_a_long_log():
     progress = progress_from_log(newest_lines(hook, "train-master-0", "ml"))
     assert progress is not None and progress.done == 2999, progress
     assert hook.asked == [2000, 250], "the 2,000-line tail filled 256 KiB: read again, shorter"
+
+
+# -- issue 42: the panel shows only the task's own Job, to whom may read it ----------------------------------
+
+ML_TI = ("train_dag", "manual__1", "train", -1)  # dag_id, run_id, task_id, map_index (panel_data's order)
+MANIFEST = ("apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata:\n  name: train\n  namespace: ml\n"
+            "  labels: {app.kubernetes.io/managed-by: airflow-volcano}\nspec:\n  queue: default\n  tasks:\n"
+            "  - name: master\n    replicas: 1\n    template: {spec: {containers: [{name: master, image: 'img:1'}]}}\n")
+RENDERED = {"kubernetes_conn_id": "kubernetes_default", "job_manifest": MANIFEST, "namespace": "ml"}
+
+
+def annotated(body: dict, dag_id: str = "train_dag", task_id: str = "train", run_id: str = "manual__1",
+              namespace: str = "ml", name: str = "train", uid: str = "uid-train") -> dict:
+    from airflow_volcano.constants import TASK_INSTANCE_ANNOTATION
+    from airflow_volcano.orphans import TaskInstanceId
+
+    body["metadata"].update(name=name, namespace=namespace, uid=uid, annotations={
+        TASK_INSTANCE_ANNOTATION: TaskInstanceId(dag_id, task_id, run_id, -1).annotation("delete_job")})
+    return body
+
+
+def owned_pod(name: str, owner_uid: str, job_name: str = "train") -> dict:
+    return {"metadata": {"name": name, "labels": {"volcano.sh/job-name": job_name, "volcano.sh/task-spec": "master"},
+                         "ownerReferences": [{"kind": "Job", "name": job_name, "uid": owner_uid}]},
+            "spec": {"nodeName": "gpu-1"}, "status": {"phase": "Running"}}
+
+
+class World:
+    """The cluster as the panel's fake hook sees it, and every read the panel made of it."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[tuple[str, str], dict] = {}
+        self.pods: dict[str, list[dict]] = {}
+        self.logs: dict[str, bytes] = {}
+        self.snapshot = None
+        self.conns: list[str] = []
+        self.reads: list[tuple[str, ...]] = []
+
+    def hook(self):
+        world = self
+
+        class Hook:
+            def __init__(self, kubernetes_conn_id: str | None = None, **_: object) -> None:
+                world.conns.append(kubernetes_conn_id)
+
+            def get_namespace(self) -> str | None:
+                return None
+
+            def get_job(self, name: str, namespace: str) -> dict | None:
+                world.reads.append(("job", namespace, name))
+                return world.jobs.get((namespace, name))
+
+            def list_job_pods(self, name: str, namespace: str) -> list[dict]:
+                world.reads.append(("pods", namespace, name))
+                return world.pods.get(name, [])
+
+            def get_podgroup(self, job: dict) -> dict | None:
+                return None
+
+            def drive(self, program):
+                program.close()
+                return world.snapshot
+
+            def run(self, call):
+                pod = call.what.rpartition("/")[2]
+                world.reads.append(("log", pod))
+                return world.logs.get(pod, b"")
+
+        return Hook
+
+
+def ask(monkeypatch, world: World, *, xcom: dict, rendered: dict | None = RENDERED, state: str = "running",
+        pod: str | None = None, may_read_logs: bool = True) -> dict:
+    from airflow_volcano.panel import data
+
+    monkeypatch.setattr("airflow_volcano.hooks.volcano.VolcanoHook", world.hook())
+    monkeypatch.setattr(data, "task_instance_record", lambda *ti: data.TaskInstanceRecord(state, xcom, rendered))
+    return asyncio.run(data.panel_data(*ML_TI, pod, jobs=Cache(), logs=Cache(), may_read_logs=may_read_logs))
+
+
+def running_world() -> World:
+    world = World()
+    world.jobs[("ml", "train")] = annotated(job(("Pending", 0), ("Running", 30)))
+    world.pods["train"] = [owned_pod("train-master-0", "uid-train"), owned_pod("train-worker-0", "uid-train")]
+    world.logs["train-master-0"] = f"{at(40)[:-1]}.000000001Z [airflow-volcano] progress 5/10 steps\n".encode()
+    return world
+
+
+def test_the_job_is_read_with_the_connection_and_in_the_namespace_the_task_rendered_never_from_xcom(monkeypatch):
+    """XComs are user-writable (REST API): one pointing at another connection and namespace changes nothing."""
+    world = running_world()
+    world.jobs[("theirs", "train")] = annotated(job(("Running", 0)), namespace="theirs")
+    shown = ask(monkeypatch, world, xcom={"job_name": "train", "namespace": "theirs",
+                                         "kubernetes_conn_id": "their_cluster"})
+    assert set(world.conns) == {"kubernetes_default"}
+    assert {read[1] for read in world.reads if read[0] != "log"} == {"ml"}
+    assert shown["job"]["namespace"] == "ml" and shown["source"] == "cluster"
+    assert shown["log"]["pod"] == "train-master-0"
+
+
+def test_the_namespace_is_the_rendered_manifests_even_when_airflow_cut_it(monkeypatch):
+    from airflow_volcano.panel.data import TRUNCATED_PREFIX, Target, rendered_target
+
+    # Cut inside a flow mapping of the spec: the whole text is no YAML, its `metadata` block is.
+    cut = TRUNCATED_PREFIX + MANIFEST.replace("namespace: ml", "namespace: from-manifest")[:-30] + "..."
+    assert rendered_target({**RENDERED, "job_manifest": cut}) == Target("kubernetes_default", "from-manifest")
+    inside = TRUNCATED_PREFIX + MANIFEST[:40] + "..."  # cut inside `metadata`: the rendered `namespace` field
+    assert rendered_target({**RENDERED, "job_manifest": inside}) == Target("kubernetes_default", "ml")
+    assert "does not say" in rendered_target({**RENDERED, "job_manifest": inside, "namespace": None})
+    no_namespace = MANIFEST.replace("  namespace: ml\n", "")  # the connection's namespace, as the operator does
+    assert rendered_target({**RENDERED, "job_manifest": no_namespace, "namespace": None}) == Target(
+        "kubernetes_default", None)
+
+
+def test_without_the_tasks_rendered_fields_nothing_is_read_of_the_cluster(monkeypatch):
+    world = running_world()
+    shown = ask(monkeypatch, world, xcom={"job_name": "train", "namespace": "ml"}, rendered=None)
+    assert world.reads == [] and world.conns == []
+    assert shown["job"] is None and "keeps no rendered fields" in shown["message"]
+
+
+def test_a_job_that_names_another_task_instance_is_not_shown_and_nothing_more_of_it_is_read(monkeypatch):
+    world = running_world()
+    world.jobs[("ml", "theirs")] = annotated(job(("Running", 0)), dag_id="their_dag", name="theirs", uid="u2")
+    world.jobs[("ml", "plain")] = job(("Running", 0)) | {"metadata": {"name": "plain", "namespace": "ml"}}
+    world.pods["theirs"] = [owned_pod("theirs-master-0", "u2", "theirs")]
+    for name in ("theirs", "plain"):
+        world.reads.clear()
+        shown = ask(monkeypatch, world, xcom={"job_name": name}, pod=f"{name}-master-0")
+        assert shown["job"] is None and "it is not this task instance's Job" in shown["message"], shown
+        assert world.reads == [("job", "ml", name)], "pods or a log of another task's Job read"
+
+
+def test_a_pod_the_job_does_not_own_is_refused_and_its_log_never_read(monkeypatch):
+    import pytest
+
+    from airflow_volcano.panel.data import NotTheJobsPod
+
+    world = running_world()
+    # Wearing the Job's name label is not enough: its owner reference must carry the Job's uid.
+    world.pods["train"].append(owned_pod("train-impostor-0", "uid-of-another-job"))
+    world.logs["secret-pod"] = b"2026-01-01T10:00:00.000000001Z ANOTHER-TEAMS-SECRET-LINE\n"
+    for pod in ("secret-pod", "train-impostor-0"):
+        with pytest.raises(NotTheJobsPod, match="is not a pod of this task's Volcano Job ml/train"):
+            ask(monkeypatch, world, xcom={"job_name": "train"}, pod=pod)
+    assert not [read for read in world.reads if read[0] == "log"], world.reads
+    shown = ask(monkeypatch, world, xcom={"job_name": "train"}, pod="train-worker-0")
+    assert shown["log"]["pod"] == "train-worker-0"
+    assert [pod["name"] for pod in shown["pods"]] == ["train-master-0", "train-worker-0"]
+
+
+def test_a_viewer_who_may_not_read_task_logs_gets_the_panel_without_one_log_read(monkeypatch):
+    world = running_world()
+    shown = ask(monkeypatch, world, xcom={"job_name": "train"}, may_read_logs=False)
+    assert shown["job"]["name"] == "train" and len(shown["pods"]) == 2
+    assert shown["log"] is None and shown["progress"] is None and "may not read this task's logs" in shown["log_denied"]
+    assert not [read for read in world.reads if read[0] == "log"], world.reads
+    recorded = {"job": {"name": "train"}, "pods": [], "log": {"pod": "train-master-0", "lines": ["secret"]},
+                "failure": "Traceback: the last lines", "stacks": ["thread 1"], "progress": {"done": 5}}
+    ended = ask(monkeypatch, world, xcom={"job_name": "train", "volcano_panel": recorded}, state="failed",
+                may_read_logs=False)
+    assert ended["source"] == "recorded" and ended["log"] is None and ended["failure"] is None
+    assert ended["stacks"] == [] and ended["progress"] is None and ended["log_denied"]
+    # A viewer who may: the lines, and the progress read from the main pod's log.
+    allowed = ask(monkeypatch, world, xcom={"job_name": "train"})
+    assert allowed["log"]["lines"] == ["[airflow-volcano] progress 5/10 steps"] and allowed["progress"]["done"] == 5
+
+
+def test_links_are_http_or_https_only_live_and_recorded(monkeypatch):
+    from airflow_volcano.panel.data import safe_links
+
+    given = {"ok": "https://dash.example/ml/train", "plain": "http://grafana:3000/x", "js": "javascript:alert(1)",
+             "spaced": " JavaScript:alert(1)", "data": "data:text/html,<script>1</script>", "relative": "/admin",
+             "no-host": "https:alert(1)", "not-text": ["https://x"]}
+    assert safe_links(given) == {"ok": "https://dash.example/ml/train", "plain": "http://grafana:3000/x"}
+    world = running_world()
+    live = ask(monkeypatch, world, xcom={"job_name": "train", "_link_VolcanoJobLink": "javascript:alert(1)",
+                                         "_link_MasterLogLink": "https://logs.example/train"})
+    assert live["links"] == {"Master pod log": "https://logs.example/train"}
+    recorded = ask(monkeypatch, world, state="success", xcom={"job_name": "train", "volcano_panel": {
+        "job": {"name": "train"}, "pods": [], "links": given}})
+    assert recorded["links"] == safe_links(given)
+
+
+def test_the_waiting_report_names_no_job_of_another_namespace_or_dag(monkeypatch):
+    """Jobs ahead are named only if they are of the task's namespace and DAG (their task-instance
+    annotation, which Volcano copies to the PodGroup); the others are counted."""
+    from airflow_volcano.queueing import QueueSnapshot
+
+    def podgroup(name: str, created: int, namespace: str = "ml", dag_id: str | None = "train_dag") -> dict:
+        """The PodGroup of Job `name`, with its Job's annotation (None: a Job no task instance names)."""
+        owner = {"name": name, "uid": f"uid-{name}"}
+        body = {"metadata": {"creationTimestamp": at(created), "ownerReferences": [owner]},
+                "spec": {"queue": "research", "minResources": {"nvidia.com/gpu": "2"}}, "status": {"phase": "Pending"}}
+        annotated(body, dag_id=dag_id or "", namespace=namespace, name=f"{name}-pg", uid=f"pg-{name}")
+        if dag_id is None:
+            del body["metadata"]["annotations"]
+        return body
+
+    world = running_world()
+    world.jobs[("ml", "train")] = annotated(job(("Pending", 0)))
+    world.snapshot = QueueSnapshot("research", {"metadata": {"name": "research"}, "spec": {
+        "capability": {"nvidia.com/gpu": "2"}}, "status": {"state": "Open", "allocated": {"nvidia.com/gpu": "2"}}},
+        (podgroup("train", 50), podgroup("mate", 1), podgroup("theirs", 2, dag_id="their_dag"),
+         podgroup("remote", 3, namespace="other"), podgroup("plain", 4, dag_id=None)))
+    shown = ask(monkeypatch, world, xcom={"job_name": "train"})
+    text = shown["waiting"]
+    assert "position 5 of 5" in text and "ahead: ml/mate and 3 Jobs of other namespaces or DAGs" in text, text
+    for name in ("theirs", "remote", "plain", "other/"):
+        assert name not in text, text

@@ -85,6 +85,7 @@ function pods(data) {
 }
 
 function logs(data) {
+  if (data.log_denied) return section("Last log lines", el("p", { class: "muted", id: "log-denied" }, data.log_denied));
   const names = data.pods.map((pod) => pod.name);
   const shown = data.log ? data.log.pod : null;
   if (shown && !names.includes(shown)) names.unshift(shown);
@@ -97,6 +98,29 @@ function logs(data) {
   const lines = data.log && data.log.lines.length ? data.log.lines.join("\n")
     : (data.log && data.log.gone ? "(no log: the pod has not started, or is gone)" : "(no log yet)");
   return section("Last log lines", el("p", {}, "Pod ", select), el("pre", { class: "log" }, lines));
+}
+
+// A link from the task's XCom (which users may write): http(s) only, never `javascript:` or `data:`.
+function safeUrl(url) {
+  try {
+    const parsed = new URL(String(url));
+    return parsed.protocol === "http:" || parsed.protocol === "https:" ? parsed.href : null;
+  } catch (error) {
+    return null;
+  }
+}
+
+// The log box opens on its newest line; a viewer who scrolled up stays where they were at each refresh.
+function logScroll() {
+  const box = document.querySelector("pre.log");
+  if (!box) return null;
+  return { pod: chosenPod, top: box.scrollTop, atBottom: box.scrollTop + box.clientHeight >= box.scrollHeight - 4 };
+}
+
+function restoreLogScroll(before) {
+  const box = document.querySelector("pre.log");
+  if (!box) return;
+  box.scrollTop = before && !before.atBottom && before.pod === chosenPod ? before.top : box.scrollHeight;
 }
 
 function render(data) {
@@ -114,15 +138,17 @@ function render(data) {
     if (data.stacks && data.stacks.length) parts.push(section("Stacks at the stall", el("pre", {}, data.stacks.join("\n"))));
     parts.push(logs(data));
     parts.push(timeline(data.job));
-    const links = Object.entries(data.links || {}).filter(([, url]) => url);
+    const links = Object.entries(data.links || {}).map(([name, url]) => [name, safeUrl(url)]).filter(([, url]) => url);
     if (links.length) parts.push(section("Links", el("ul", {}, links.map(([name, url]) =>
-      el("li", {}, el("a", { href: url, target: "_blank", rel: "noopener" }, name))))));
+      el("li", {}, el("a", { href: url, target: "_blank", rel: "noopener noreferrer" }, name))))));
   }
   const source = data.source === "recorded" ? "as the task recorded it when it ended" : "from the cluster";
   parts.push(el("p", { class: "muted", id: "status" }, `Task ${data.task.state || "not run"}` +
     (data.job ? `; shown ${source} at ${new Date().toISOString().slice(11, 19)} UTC` : "") +
     (data.task.live ? ", refreshing every 5 s" : "")));
+  const scroll = logScroll();
   panel.replaceChildren(...parts);
+  restoreLogScroll(scroll);
   return data.task.live;
 }
 
@@ -131,9 +157,11 @@ async function refresh() {
     const response = await fetch(api + (chosenPod ? `?pod=${encodeURIComponent(chosenPod)}` : ""),
                                  { credentials: "same-origin" });
     if (!response.ok) {
+      const detail = response.status === 404 ? ((await response.json().catch(() => ({}))).detail || "") : "";
+      if (response.status === 404 && chosenPod) chosenPod = null;  // the next refresh shows the main pod
       document.getElementById("panel").replaceChildren(el("p", { class: "muted", id: "status" },
         response.status === 401 || response.status === 403 ? "You may not read this task instance."
-                                                              : `The panel could not be read (HTTP ${response.status}).`));
+          : detail || `The panel could not be read (HTTP ${response.status}).`));
       return true;
     }
     return render(await response.json());
