@@ -201,21 +201,14 @@ def record_panel(hook: VolcanoHook, ref: JobRef, outcome: WaitOutcome, push_xcom
                  *, links: Mapping[str, str] | None, failure: Explained | None = None) -> None:
     """What the Volcano Job panel shows after the Job is gone (XCom `volcano_panel`): the Job, its pods,
     progress, where its time went, the failure report, the stacks, the main pod's last lines; every
-    text masked as the task log is (the masker's secrets and the Job's secret env values)."""
+    text masked as the task log is (this process's masker, and the Job's secrets: see masking.JobSecrets)."""
     if push_xcom is None or outcome.job is None:
         return
-    from airflow.sdk._shared.secrets_masker import redact as mask
-
     from airflow_volcano.hooks import calls
-    from airflow_volcano.masking import JobSecrets, secret_values
+    from airflow_volcano.masking import JobSecrets
     from airflow_volcano.panel.view import LOG_TAIL_BYTES, LOG_TAIL_LINES, RECORD_KEY, log_tail, panel
 
-    secrets = JobSecrets()
-    secrets.add(secret_values(outcome.job))
-
-    def redact(value: Any) -> Any:
-        return secrets.redact(mask(value))
-
+    redact = JobSecrets.of(outcome.job).redact
     pods = failure.pods if failure is not None else None
     if pods is None:
         try:
@@ -276,14 +269,20 @@ def finalize(
     the Job is gone, clean up, and return the summary, or raise with the failure's reason. What becomes
     of the Job follows README "Cleanup guarantees": a wait that failed (DEADLINE, WAIT_FAILED) raises and
     leaves the Job to the caller, which keeps it for a later try. `metric_tags` (the DAG and task): the
-    run's figures go to Airflow's metrics with them; `links`: the UI's links, for the panel."""
+    run's figures go to Airflow's metrics with them; `links`: the UI's links, for the panel. What it returns
+    and raises is masked (masking.JobSecrets): the summary becomes the return XCom and the asset events'
+    extra, and the error's text the OpenLineage failure event's (whose own redaction may predate the
+    Variables the task read)."""
+    from airflow_volcano.masking import JobSecrets
+
+    redact = JobSecrets.of(outcome.job).redact
     if outcome.verdict is Verdict.DELETED:
-        raise VolcanoJobError(f"{outcome.message} while the task waited")
+        raise VolcanoJobError(redact(f"{outcome.message} while the task waited"))
     if outcome.verdict is Verdict.WAIT_FAILED:
-        raise VolcanoJobError(f"Waiting for Volcano Job {ref.namespace}/{ref.name} failed: {outcome.message}")
+        raise VolcanoJobError(redact(f"Waiting for Volcano Job {ref.namespace}/{ref.name} failed: {outcome.message}"))
     if outcome.verdict is Verdict.DEADLINE:
-        raise VolcanoJobError(f"Volcano Job {ref.namespace}/{ref.name}: {outcome.message} while the task was "
-                              "deferred")
+        raise VolcanoJobError(redact(f"Volcano Job {ref.namespace}/{ref.name}: {outcome.message} while the task was "
+                                     "deferred"))
     if push_xcom is not None:
         push_xcom("phase", outcome.phase)
     if outcome.log_cursor.resumed_from:
@@ -292,7 +291,7 @@ def finalize(
     figures = report_goodput(ref, outcome, metric_tags)
     if outcome.succeeded:
         result, image, digest = main_result(hook, ref)
-        done = summary(ref, outcome, result, figures, image, digest)
+        done = redact(summary(ref, outcome, result, figures, image, digest))
         record_panel(hook, ref, outcome, push_xcom, links=links)
         cleanup(hook, ref, succeeded=True, action=on_finish_action)
         return done
@@ -306,4 +305,4 @@ def finalize(
             follow_until_exit(hook, ref.namespace, main_log)
     else:
         cleanup(hook, ref, succeeded=False, action=on_finish_action)
-    raise VolcanoJobError(explained.message)
+    raise VolcanoJobError(redact(explained.message))

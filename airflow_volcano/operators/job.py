@@ -67,7 +67,14 @@ from airflow_volcano.manifest import (
 )
 from airflow_volcano.manifest.names import pod_name
 from airflow_volcano.manifest.policies import restarts_on_eviction
-from airflow_volcano.masking import register_secrets, shown, shown_yaml
+from airflow_volcano.masking import (
+    MASKED_ANNOTATION,
+    JobSecrets,
+    mark_masked_places,
+    register_secrets,
+    shown,
+    shown_yaml,
+)
 from airflow_volcano.orphans import TaskInstanceId
 
 if TYPE_CHECKING:
@@ -395,6 +402,17 @@ class VolcanoJobOperator(BaseOperator):
                                "policies do not answer an evicted pod with a restart: add a policy {'event': "
                                "'PodEvicted', 'action': 'RestartJob'}, or use stall_action='fail'")
         register_secrets(manifests.job)  # the task log hides them from now on
+        # Where the values this process's masker knows (Variables, connection fields) sit in the Job, for
+        # whoever else reads it to mask them: the triggerer, the panel, a resumed worker (masking.py).
+        found = mark_masked_places(manifests.job)
+        if found is None:
+            self.log.warning("Airflow's secrets masker cannot be read in this Airflow release: Variables and "
+                             "connection fields in the Job are masked in this process's log only, not in what a "
+                             "triggerer copies, the panel, XCom, asset events or lineage")
+        elif found:
+            self.log.info("The Job holds %d value(s) Airflow masks (Variables, connection fields): masked in what "
+                          "the triggerer copies, the panel, XCom, asset events and lineage too (their places, not "
+                          "the values, are in its annotation %s)", found, MASKED_ANNOTATION)
         return manifests
 
     def _task_instance_id(self, context: Context | None) -> TaskInstanceId:
@@ -746,9 +764,12 @@ class VolcanoJobOperator(BaseOperator):
         if self.checkpoint_dir:
             outputs.append(dataset_of(f"file://{self.checkpoint_dir}"))
         job = self._manifests.job if self._manifests is not None else None
+        # Lineage events leave the deployment: the Job's secrets masked in every facet of ours.
+        redact = JobSecrets.of(job).redact
         return lineage(inputs=[dataset_of(asset) for asset in self.inlets or [] if isinstance(asset, Asset)],
-                       outputs=outputs, run=run,
-                       job=job_description(job, operator=type(self).__name__, launcher=getattr(self, "launcher", None)))
+                       outputs=outputs, run=redact(run),
+                       job=redact(job_description(job, operator=type(self).__name__,
+                                                  launcher=getattr(self, "launcher", None))))
 
     def _defer(self, ref: JobRef, context: Context, job: dict) -> None:
         from airflow_volcano.triggers.job import VolcanoJobTrigger
@@ -796,6 +817,8 @@ class VolcanoJobOperator(BaseOperator):
         hook.note_credentials_accepted()  # they created the Job: a 401 now is an expired token, retried
         try:
             job = hook.get_job(ref.name, ref.namespace)
+            if job is not None:  # the values the Job's annotation names, whatever this process rendered
+                register_secrets(job)
             self._link_urls = self._links(hook, ref, job or {"metadata": {"name": ref.name}})
             # What the trigger had not copied yet (its last copy, and any pod it could not read).
             copies = self._log_copies(ref, job or {"metadata": {"name": ref.name}},

@@ -137,8 +137,10 @@ class VolcanoJobTrigger(BaseTrigger):
     """Waits in the triggerer for a Volcano Job to finish, fail to start, stall, or pass a deadline,
     and copies the followed pods' new log lines into the task log meanwhile.
 
-    Its arguments hold no credentials and no secrets (Airflow 3.1 returns a deferred task's trigger
-    arguments through its REST API): the triggerer resolves the connection by its id.
+    Its arguments hold no credentials and no secrets (Airflow stores a deferred task's trigger arguments
+    unencrypted, and 3.1 and 3.2 return them through the REST API): the triggerer resolves the connection by
+    its id, and the Job's secrets, Variables the worker rendered into it included, are read from the Job
+    (`masking.secret_values`).
 
     :param job: the Job's reference (`JobRef.to_dict()`).
     :param kubernetes_conn_id: the cncf-kubernetes `kubernetes` connection, resolved in the triggerer.

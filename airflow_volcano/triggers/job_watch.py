@@ -251,8 +251,9 @@ class SharedWatch:
 class SharedJobWatch(SharedWatch):
     """The Jobs of one namespace. A subscriber receives its Job at each change (the part waiting
     reads, `waited_view`), or `Deleted`. `latest` holds every Job of the namespace as last seen, so
-    a new subscriber starts from it without a GET of its own, and `secrets` its secret env values
-    (which the waited view drops: a trigger masks them in what it copies, see masking.JobSecrets);
+    a new subscriber starts from it without a GET of its own, and `secrets` its secret values (env values
+    by name, and those its masking annotation points at: `masking.secret_values`; the waited view drops
+    them, and a trigger masks them in what it copies, see masking.JobSecrets);
     `reads` bounds the subscribers' own API reads."""
 
     resource = "jobs"
