@@ -2,9 +2,9 @@
 
 The cluster is started once per session (or reused). Each test gets its own namespace, and the
 operator under test authenticates as a ServiceAccount bound to deploy/rbac.yaml's Role, the least
-privilege the README documents, under deploy/admission-policy.yaml (applied once per session); the
-harness itself uses the admin kubeconfig to set up and inspect. A cluster that cannot start fails the
-run: it is never skipped.
+privilege the README documents, under deploy/admission-policy.yaml (applied once per session, bound to
+the session's namespaces); the harness itself uses the admin kubeconfig to set up and inspect. A
+cluster that cannot start fails the run: it is never skipped.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import datetime
 import fcntl
+import hashlib
 import json
 import secrets
 import subprocess
@@ -31,6 +32,14 @@ REPO = Path(__file__).resolve().parents[2]
 VOLCANO = ("batch.volcano.sh", "v1alpha1")
 ADMISSION_POLICY = REPO / "deploy" / "admission-policy.yaml"
 QUEUE_READER = REPO / "deploy" / "queue-reader.yaml"
+# Sessions of other branches share the cluster, each with its own version of the policies: each version
+# is applied under names of its own and bound only to the namespaces labelled with it (those of the
+# sessions that applied it), so no session runs under another's policies or replaces them.
+POLICY_VERSION = hashlib.sha256(ADMISSION_POLICY.read_bytes()).hexdigest()[:10]
+POLICY_LABEL = "test.airflow-volcano.io/admission-policy"
+# What a platform team sets on a namespace for pods that mount the node's directories
+# (deploy/admission-policy.yaml's airflow-volcano-job-pods).
+ALLOWED_PRIVILEGES = "airflow-volcano.io/allowed-privileges"
 
 
 @pytest.fixture(scope="session")
@@ -121,42 +130,75 @@ def token_client(admin: client.ApiClient, token: str) -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
+def policy_name(name: str) -> str:
+    """The name this session's version of deploy/admission-policy.yaml's `name` is applied under."""
+    return f"{name}-{POLICY_VERSION}"
+
+
 def apply_admission_policy(admin: client.ApiClient) -> None:
-    """deploy/admission-policy.yaml, server-side applied as `kubectl apply --server-side` would."""
+    """deploy/admission-policy.yaml, server-side applied as `kubectl apply --server-side` would, under this
+    version's names, each binding matching only the namespaces labelled with this version."""
     api = client.AdmissionregistrationV1Api(admin)
     apply = {"ValidatingAdmissionPolicy": api.patch_validating_admission_policy,
              "ValidatingAdmissionPolicyBinding": api.patch_validating_admission_policy_binding}
     for doc in yaml.safe_load_all(ADMISSION_POLICY.read_text()):
+        doc["metadata"]["name"] = policy_name(doc["metadata"]["name"])
+        if doc["kind"] == "ValidatingAdmissionPolicyBinding":
+            assert "matchResources" not in doc["spec"], "the binding's own matchResources would be replaced"
+            doc["spec"]["policyName"] = policy_name(doc["spec"]["policyName"])
+            doc["spec"]["matchResources"] = {"namespaceSelector": {"matchLabels": {POLICY_LABEL: POLICY_VERSION}}}
         apply[doc["kind"]](doc["metadata"]["name"], doc, field_manager="airflow-volcano-tests", force=True,
                            _content_type="application/apply-patch+yaml")
 
 
+def create_test_namespace(core: client.CoreV1Api, name: str, annotations: dict[str, str] | None = None) -> None:
+    """A namespace under this session's admission policies."""
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
+        name=name, labels={POLICY_LABEL: POLICY_VERSION}, annotations=annotations)))
+
+
 def wait_admission_policy_enforced(admin: client.ApiClient, timeout: float = 60) -> None:
-    """Until the apiserver enforces the policy (it loads policies and bindings from its informers a
-    moment after they are written): probe with a dry-run delete, as the ServiceAccount, of a ConfigMap
-    that is not the provider's, in a namespace of its own, until it is refused."""
+    """Until the apiserver enforces the policies (it loads policies and bindings from its informers a
+    moment after they are written): probe, as the ServiceAccount in a namespace of its own, with a
+    dry-run change of a label of its own Volcano Job and a dry-run create of a Job with a hostPath
+    volume, until each is refused by this version's policy (a cluster may hold an older version applied
+    to every namespace, which refuses neither and answers first where both refuse)."""
     core = client.CoreV1Api(admin)
     namespace = f"policy-probe-{secrets.token_hex(4)}"
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    create_test_namespace(core, namespace)
     try:
         utils.create_from_yaml(admin, str(REPO / "deploy" / "rbac.yaml"), namespace=namespace)
-        core.create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="probe")))
-        operator = client.CoreV1Api(token_client(admin, service_account_token(core, namespace)))
+        job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+               "metadata": {"name": "probe", "labels": {"app.kubernetes.io/managed-by": "airflow-volcano"}},
+               "spec": {"schedulerName": "volcano", "minAvailable": 1, "tasks": [{"name": "main", "replicas": 1,
+                        "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "x"}],
+                                              "volumes": [{"name": "host", "hostPath": {"path": "/"}}]}}}]}}
+        client.CustomObjectsApi(admin).create_namespaced_custom_object(*VOLCANO, namespace, "jobs", job)
+        operator = client.CustomObjectsApi(token_client(admin, service_account_token(core, namespace)))
+        job["metadata"]["name"] = "probe-create"
+        probes = {
+            policy_name("airflow-volcano-own-objects"): lambda: operator.patch_namespaced_custom_object(
+                *VOLCANO, namespace, "jobs", "probe", {"metadata": {"labels": {"probe": "1"}}}, dry_run="All"),
+            policy_name("airflow-volcano-job-pods"): lambda: operator.create_namespaced_custom_object(
+                *VOLCANO, namespace, "jobs", job, dry_run="All"),
+        }
         deadline = time.monotonic() + timeout
-        while True:
-            try:
-                operator.delete_namespaced_config_map("probe", namespace, dry_run="All")
-                answer = "the dry-run delete was allowed"
-            except ApiException as error:
-                # 403 from RBAC too while the RoleBinding is new to the authorizer's cache: read the reason.
-                if error.status == 403 and "ValidatingAdmissionPolicy" in (error.body or ""):
-                    return
-                if error.status != 403:
-                    raise
-                answer = f"HTTP 403: {error.body}"
-            if time.monotonic() > deadline:
-                pytest.fail(f"{ADMISSION_POLICY.name} was applied but not enforced after {timeout:.0f}s "
-                            f"(last answer to the probe: {answer})", pytrace=False)
+        while probes:
+            for policy, probe in list(probes.items()):
+                try:
+                    probe()
+                    answer = "the dry run was allowed"
+                except ApiException as error:
+                    # 403 from RBAC too while the RoleBinding is new to the authorizer's cache: read the reason.
+                    if error.status == 403 and f"ValidatingAdmissionPolicy '{policy}'" in (error.body or ""):
+                        del probes[policy]
+                        continue
+                    if error.status != 403:
+                        raise
+                    answer = f"HTTP 403: {error.body}"
+                if time.monotonic() > deadline:
+                    pytest.fail(f"{ADMISSION_POLICY.name} was applied but {policy} was not enforced after "
+                                f"{timeout:.0f}s (last answer to its probe: {answer})", pytrace=False)
             time.sleep(0.2)
     finally:
         core.delete_namespace(namespace)
@@ -165,9 +207,9 @@ def wait_admission_policy_enforced(admin: client.ApiClient, timeout: float = 60)
 @pytest.fixture(scope="session", autouse=True)
 def admission_policy(admin: client.ApiClient) -> None:
     """deploy/admission-policy.yaml, applied once (as admin) before any integration test and enforced,
-    so every test's operator, sensor and triggerer act under it: the provider's own requests must pass
-    it. It stays applied after the session (cluster-scoped, and other sessions may be running under it;
-    applying again is a no-op)."""
+    so every test's operator, sensor and triggerer act under it (each test's namespace is labelled for
+    it): the provider's own requests must pass it. It stays applied after the session (cluster-scoped,
+    and other sessions of the same version may be running under it; applying again is a no-op)."""
     apply_admission_policy(admin)
     wait_admission_policy_enforced(admin)
 
@@ -315,12 +357,15 @@ def revoke_queue_reader(admin: client.ApiClient, namespace: str) -> None:
 
 
 @pytest.fixture
-def cluster(admin: client.ApiClient, tmp_path: Path) -> Iterator[Cluster]:
-    """A namespace of its own, with deploy/rbac.yaml's Role and deploy/queue-reader.yaml's ClusterRole
-    bound to its ServiceAccount (both deleted after the test)."""
+def cluster(admin: client.ApiClient, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """A namespace of its own under the session's admission policies, with deploy/rbac.yaml's Role and
+    deploy/queue-reader.yaml's ClusterRole bound to its ServiceAccount (both deleted after the test).
+    A test on the real node may mount the node's directories (hostPath: the node is this machine), as a
+    platform team would allow it."""
     namespace = f"t-{secrets.token_hex(4)}"
     core = client.CoreV1Api(admin)
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    create_test_namespace(core, namespace,
+                          {ALLOWED_PRIVILEGES: "hostPath"} if "real_node" in request.fixturenames else None)
     utils.create_from_yaml(admin, str(REPO / "deploy" / "rbac.yaml"), namespace=namespace)
     grant_queue_reader(admin, namespace)
     log_dir = tmp_path / "pod-logs"

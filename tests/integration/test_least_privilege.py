@@ -1,10 +1,13 @@
 """Powers no wider than the Job: what the provider's identity may do to pods, Volcano Jobs and ConfigMaps
-it did not make, against the real apiserver under deploy/rbac.yaml's Role and deploy/admission-policy.yaml
-(applied by conftest's session fixture).
+it did not make, to its own, and what the pods of the Jobs it creates may do, against the real apiserver
+under deploy/rbac.yaml's Role and deploy/admission-policy.yaml (applied by conftest's session fixture).
 
-The Role grants delete and patch on every pod of the namespace; the policy lets the identity touch only
-objects labelled app.kubernetes.io/managed-by=airflow-volcano, and change nothing of its own pods but the
-dump-stacks annotation. Each test acts as the ServiceAccount airflow-volcano (a token, the connection
+The Role grants delete and patch on every pod of the namespace; the policies let the identity touch only
+objects labelled app.kubernetes.io/managed-by=airflow-volcano, change nothing of its own pods but the
+dump-stacks annotation and nothing of its own Jobs but its checked and try-number labels and orphaned-at
+annotation, and create only Jobs whose pods run as a service account the namespace allows, without
+hostPath volumes, privileged containers, added capabilities or host namespaces unless the namespace
+allows them. Each test acts as the ServiceAccount airflow-volcano (a token, the connection
 `operator_kubeconfig` sets): the provider's own requests through its hook, and requests it never makes
 through a plain client. The pods are plain pods bound to a kwok node: real objects in the apiserver at once.
 """
@@ -12,25 +15,39 @@ through a plain client. The pods are plain pods bound to a kwok node: real objec
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from airflow_volcano.constants import CHECKED_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE
+from airflow_volcano.constants import (
+    CHECKED_LABEL,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    ORPHANED_AT_ANNOTATION,
+    REQUEST_HASH_ANNOTATION,
+    TRY_NUMBER_LABEL,
+)
 from airflow_volcano.exceptions import VolcanoApiError
 from airflow_volcano.hooks import calls
 from airflow_volcano.hooks.volcano import VolcanoHook
+from airflow_volcano.operators.deepspeed import VolcanoDeepSpeedJobOperator
+from airflow_volcano.operators.pytorch import VolcanoPyTorchJobOperator
 from airflow_volcano.stalls import STACKS_REQUEST_ANNOTATION
 from airflow_volcano.wait_engine import PodRef
 from airflow_volcano.wait_steps import restart_gang
 
+from .conftest import ALLOWED_PRIVILEGES, VOLCANO
 from .jobs import SIM, pytorch_job
 
 OURS = {MANAGED_BY_LABEL: MANAGED_BY_VALUE, "app": "trainer"}
 THEIRS = {"app": "someone-elses"}
-POLICY = "ValidatingAdmissionPolicy 'airflow-volcano-own-objects'"
+# (The tests apply each policy under its name and a version suffix: conftest.apply_admission_policy.)
+POLICY = "ValidatingAdmissionPolicy 'airflow-volcano-own-objects"
+JOB_PODS_POLICY = "ValidatingAdmissionPolicy 'airflow-volcano-job-pods"
 SERVICE_ACCOUNT = "system:serviceaccount:{namespace}:airflow-volcano"
+ALLOWED_SERVICE_ACCOUNTS = "airflow-volcano.io/allowed-service-accounts"
 
 
 def make_pod(cluster, name: str, labels: dict[str, str]) -> client.V1Pod:
@@ -52,11 +69,11 @@ def pod_or_none(cluster, name: str) -> client.V1Pod | None:
         raise
 
 
-def refused(cluster, error: VolcanoApiError | ApiException, *phrases: str) -> None:
+def refused(cluster, error: VolcanoApiError | ApiException, *phrases: str, policy: str = POLICY) -> None:
     """A 403 from the policy (not from RBAC) naming the identity and saying what and why."""
     message = error.message if isinstance(error, VolcanoApiError) else error.body
     assert error.status == 403, message
-    assert POLICY in message and SERVICE_ACCOUNT.format(namespace=cluster.namespace) in message, message
+    assert policy in message and SERVICE_ACCOUNT.format(namespace=cluster.namespace) in message, message
     for phrase in phrases:
         assert phrase in message, message
 
@@ -188,3 +205,209 @@ def test_someone_elses_configmap_is_neither_replaced_nor_deleted_its_own_is(clus
     assert replaced["data"] == {"train.py": "print('v2')"}
     assert hook.run(calls.delete_configmap("ours-script", namespace)) is True
     assert "ours-script" not in cluster.configmap_names()
+
+
+# -- what the pods of the Jobs it creates may do --------------------------------------------------------
+
+
+def one_pod_job(name: str, container: dict[str, Any] | None = None, **pod: Any) -> dict[str, Any]:
+    """A Job of one task `main` whose pod spec has `pod`'s fields and its container `container`'s."""
+    main = {"name": "main", "image": "pytorch/pytorch:2.7.1", "command": ["true"], **(container or {})}
+    spec = {"restartPolicy": "Never", **pod, "containers": [main]}
+    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": name, "labels": OURS},
+            "spec": {"schedulerName": "volcano", "minAvailable": 1,
+                     "tasks": [{"name": "main", "replicas": 1, "template": {"spec": spec}}]}}
+
+
+def jobs_client(operator_kubeconfig) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(config.new_client_from_config(str(operator_kubeconfig)))
+
+
+def annotate_namespace(cluster, annotations: dict[str, str | None]) -> None:
+    cluster.core.patch_namespace(cluster.namespace, {"metadata": {"annotations": annotations}})
+
+
+ROOT = {"name": "node", "hostPath": {"path": "/"}}
+# Each way past the namespace's defaults, and what the refusal says of it.
+WIDER = {
+    "another-account": ({"serviceAccountName": "builder"}, "task main runs as service account builder"),
+    "deprecated-field": ({"serviceAccount": "builder"}, "task main runs as service account builder"),
+    "both-fields": ({"serviceAccountName": "default", "serviceAccount": "builder"},
+                    "task main runs as service account default, builder"),
+    "host-path": ({"volumes": [ROOT], "container": {"volumeMounts": [{"name": "node", "mountPath": "/host"}]}},
+                  "task main has hostPath volumes node (/)"),
+    "privileged-init": ({"initContainers": [{"name": "setup", "image": "busybox",
+                                             "securityContext": {"privileged": True}}]},
+                        "task main has privileged containers setup"),
+    "sys-admin": ({"container": {"securityContext": {"capabilities": {"add": ["CHOWN", "SYS_ADMIN"]}}}},
+                  "task main has containers adding capabilities: main (SYS_ADMIN)"),
+    "host-network": ({"hostNetwork": True}, "task main uses hostNetwork"),
+    "host-pid": ({"hostPID": True}, "task main uses hostPID"),
+    "host-ipc": ({"hostIPC": True}, "task main uses hostIPC"),
+}
+
+
+def wider_job(case: str) -> dict[str, Any]:
+    pod = dict(WIDER[case][0])
+    return one_pod_job(case, pod.pop("container", None), **pod)
+
+
+def test_a_job_whose_pods_would_do_more_than_the_namespace_allows_is_refused(cluster, operator_kubeconfig):
+    jobs, namespace = jobs_client(operator_kubeconfig), cluster.namespace
+    creating = f"may not create Volcano Job {namespace}/"
+    for case, (_pod, says) in WIDER.items():
+        with pytest.raises(ApiException) as error:
+            jobs.create_namespaced_custom_object(*VOLCANO, namespace, "jobs", wider_job(case))
+        refused(cluster, error.value, creating + case + ": " + says, policy=JOB_PODS_POLICY)
+        allows = (f"namespace {namespace} allows default (its annotation {ALLOWED_SERVICE_ACCOUNTS}"
+                  if "service account" in says else f"its annotation {ALLOWED_PRIVILEGES}")
+        assert allows in error.value.body, error.value.body
+    # What the provider's hook reports (a task's log): the policy's words, no missing permission.
+    with pytest.raises(VolcanoApiError) as through_hook:
+        VolcanoHook().drive(calls.create_job(namespace, wider_job("host-path")))
+    refused(cluster, through_hook.value, creating + "host-path: task main has hostPath volumes node (/)",
+            policy=JOB_PODS_POLICY)
+    assert "lacks this permission" not in str(through_hook.value), through_hook.value
+    assert cluster.jobs() == []
+
+
+def test_a_task_asking_for_a_hostpath_fails_with_the_policys_words_in_its_log(cluster, operator_kubeconfig, run_task):
+    run = run_task(lambda: VolcanoPyTorchJobOperator(
+        task_id="train", name="mounts-node", namespace=cluster.namespace, image="pytorch/pytorch:2.7.1",
+        command=["python", "-c", "pass"], worker_replicas=1, deferrable=False, volumes=[ROOT],
+        volume_mounts=[{"name": "node", "mountPath": "/host"}]))
+    assert run.state == "failed", run.log
+    assert (f"{SERVICE_ACCOUNT.format(namespace=cluster.namespace)} may not create Volcano Job "
+            f"{cluster.namespace}/mounts-node: task master has hostPath volumes node (/); task worker has hostPath "
+            f"volumes node (/); namespace {cluster.namespace} allows hostPath volumes only with hostPath in its "
+            f"annotation {ALLOWED_PRIVILEGES}") in run.log, run.log
+    assert cluster.jobs() == []
+
+
+def test_the_namespace_allows_what_its_annotations_name_and_only_the_providers_identity_is_checked(
+        cluster, operator_kubeconfig):
+    jobs, namespace = jobs_client(operator_kubeconfig), cluster.namespace
+    trainer = one_pod_job("trainer", {"volumeMounts": [{"name": "node", "mountPath": "/host"}]},
+                          serviceAccountName="trainer", hostNetwork=True, volumes=[ROOT])
+
+    def answer(body: dict[str, Any]) -> str:
+        """"admitted", or the policy's refusal (a server-side dry run: nothing is created)."""
+        try:
+            jobs.create_namespaced_custom_object(*VOLCANO, namespace, "jobs", body, dry_run="All")
+        except ApiException as error:
+            assert error.status == 403 and JOB_PODS_POLICY in error.body, error.body
+            return error.body
+        return "admitted"
+
+    # Anyone else (here the harness's admin) is not checked: the policy is about this identity's Jobs.
+    cluster.custom.create_namespaced_custom_object(*VOLCANO, namespace, "jobs", trainer, dry_run="All")
+    assert "task main runs as service account trainer" in answer(trainer)
+
+    annotate_namespace(cluster, {ALLOWED_SERVICE_ACCOUNTS: "default, trainer",
+                                 ALLOWED_PRIVILEGES: "hostPath,hostNetwork"})
+    # The apiserver reads the namespace from its cache: a moment after the change.
+    cluster.wait_for("the namespace's allow-lists to apply", lambda: answer(trainer) == "admitted", timeout=30)
+    assert answer(one_pod_job("plain")) == "admitted"  # default, still listed
+    builder = answer(one_pod_job("builder", serviceAccountName="builder"))
+    assert (f"task main runs as service account builder; namespace {namespace} allows default, trainer "
+            f"(its annotation {ALLOWED_SERVICE_ACCOUNTS}") in builder, builder
+    # What is not listed stays refused.
+    for case in ("privileged-init", "sys-admin", "host-pid", "host-ipc"):
+        assert WIDER[case][1] in answer(wider_job(case)), case
+
+    annotate_namespace(cluster, {ALLOWED_SERVICE_ACCOUNTS: "trainer", ALLOWED_PRIVILEGES: None})
+    cluster.wait_for("the namespace's new allow-lists to apply",
+                     lambda: "task main has hostPath volumes node (/)" in answer(trainer), timeout=30)
+    # A list without default: a pod that names no account runs as default, and is refused.
+    assert "task main runs as service account default;" in answer(one_pod_job("plain"))
+
+
+def providers_own_jobs(namespace: str, tmp_path) -> dict[str, dict[str, Any]]:
+    """Jobs as the operators build them, with everything they put in a pod spec."""
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    common = dict(task_id="train", namespace=namespace, image="pytorch/pytorch:2.7.1",
+                  allowed_file_dirs=[str(tmp_path)], training_script=str(script), worker_replicas=1)
+    logs = dict(volumes=[{"name": "logs", "persistentVolumeClaim": {"claimName": "logs"}}],
+                volume_mounts=[{"name": "logs", "mountPath": "/logs"}])
+    operators = {
+        # the shm emptyDir, the script ConfigMap, pytorch's wait-for-master init container (Volcano's
+        # plugin adds it to the pods), TensorBoard's task, the podinfo downward API (stall_timeout)
+        "python": VolcanoPyTorchJobOperator(wait_for_master=True, tensorboard={"logdir": "/logs/tb"},
+                                            checkpoint_dir="/logs/ckpt", stall_timeout=600, **logs, **common),
+        "torchrun": VolcanoPyTorchJobOperator(launcher="torchrun", nproc_per_node=2, **common),
+        "debug": VolcanoPyTorchJobOperator(debug=True, service_account_name="default", **common),
+        # the ssh plugin (Volcano's controller adds its Secret volume to the pods, not to the Job)
+        "deepspeed": VolcanoDeepSpeedJobOperator(stall_timeout=600, **common),
+        "mpirun": VolcanoDeepSpeedJobOperator(launcher="mpirun", debug=True, **common),
+    }
+    return {kind: operator.build_manifests().job for kind, operator in operators.items()}
+
+
+def test_the_providers_own_jobs_are_admitted(cluster, operator_kubeconfig, tmp_path):
+    jobs = jobs_client(operator_kubeconfig)
+    for kind, job in providers_own_jobs(cluster.namespace, tmp_path).items():
+        pods = [task["template"]["spec"] for task in job["spec"]["tasks"]]
+        volumes = {next(iter(set(volume) - {"name"})) for pod in pods for volume in pod.get("volumes", [])}
+        assert volumes <= {"configMap", "emptyDir", "downwardAPI", "persistentVolumeClaim"}, (kind, volumes)
+        try:
+            jobs.create_namespaced_custom_object(*VOLCANO, cluster.namespace, "jobs", job, dry_run="All")
+        except ApiException as error:
+            raise AssertionError(f"the provider's own {kind} Job was refused: {error.body}") from None
+
+
+# -- what it may change of its own Jobs -------------------------------------------------------------------
+
+
+def test_on_its_own_volcano_job_only_its_labels_and_the_orphan_mark_may_change(cluster, operator_kubeconfig):
+    namespace, hook, jobs = cluster.namespace, VolcanoHook(), jobs_client(operator_kubeconfig)
+    body = pytorch_job("ours", master_sim={"outcome": "run-forever"}, worker_sim={"outcome": "run-forever"})
+    body["metadata"]["labels"] = {**OURS, TRY_NUMBER_LABEL: "1"}
+    body["metadata"]["annotations"] = {REQUEST_HASH_ANNOTATION: "built-from"}
+    created = hook.drive(calls.create_job(namespace, body))  # as the provider submits it
+
+    # The provider's own writes: a reattaching try takes it over, the orphan sweep marks it and a new
+    # run of its task instance unmarks it, the reporting try labels it checked.
+    adopted = hook.drive(calls.adopt_job(created, 2))
+    assert adopted is not None and adopted["metadata"]["labels"][TRY_NUMBER_LABEL] == "2"
+    assert hook.annotate_job("ours", namespace, {ORPHANED_AT_ANNOTATION: "1795000000"}) is True
+    assert cluster.job("ours")["metadata"]["annotations"][ORPHANED_AT_ANNOTATION] == "1795000000"
+    assert hook.annotate_job("ours", namespace, {ORPHANED_AT_ANNOTATION: None}) is True
+    assert hook.label_job("ours", namespace, {CHECKED_LABEL: "true"}) is True
+
+    own_keys = ("may change only the labels airflow-volcano.io/checked and airflow-volcano.io/try-number and the "
+                "annotation airflow-volcano.io/orphaned-at of its own Volcano Jobs: this update of Volcano Job "
+                f"{namespace}/ours changes its ")
+    other_labels = "labels other than airflow-volcano.io/checked and airflow-volcano.io/try-number"
+    other_annotations = "annotations other than airflow-volcano.io/orphaned-at"
+    # Through the hook's own calls, with keys it never writes.
+    with pytest.raises(VolcanoApiError) as relabel:
+        hook.label_job("ours", namespace, {"airflow-volcano.io/task-id": "another-task"})
+    refused(cluster, relabel.value, own_keys + other_labels)
+    with pytest.raises(VolcanoApiError) as reannotate:
+        hook.annotate_job("ours", namespace, {REQUEST_HASH_ANNOTATION: "forged"})
+    refused(cluster, reannotate.value, own_keys + other_annotations)
+    template = body["spec"]["tasks"][0]["template"]
+    for patch, changed in [
+        ({"metadata": {"labels": {"extra": "1"}}}, other_labels),
+        ({"metadata": {"labels": {MANAGED_BY_LABEL: None}}}, other_labels),  # disowning it
+        ({"metadata": {"annotations": {"note": "1"}}}, other_annotations),
+        ({"metadata": {"annotations": {REQUEST_HASH_ANNOTATION: None, ORPHANED_AT_ANNOTATION: "1"}}},
+         other_annotations),
+        ({"metadata": {"finalizers": ["example.com/keep"]}}, "finalizers"),
+        ({"metadata": {"ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "x",
+                                            "uid": str(uuid.uuid4())}]}}, "owner references"),
+        ({"spec": {"maxRetry": 9}}, "spec"),
+        # what the create check refuses cannot come in by a patch either
+        ({"spec": {"tasks": [{**body["spec"]["tasks"][0], "template": {**template, "spec": {
+            **template["spec"], "volumes": [ROOT]}}}]}}, "spec"),
+    ]:
+        with pytest.raises(ApiException) as error:
+            jobs.patch_namespaced_custom_object(*VOLCANO, namespace, "jobs", "ours", patch)
+        refused(cluster, error.value, own_keys + changed)
+
+    after = cluster.job("ours")
+    assert after["metadata"]["labels"] == {**OURS, TRY_NUMBER_LABEL: "2", CHECKED_LABEL: "true"}
+    assert after["metadata"]["annotations"] == {REQUEST_HASH_ANNOTATION: "built-from"}
+    assert "finalizers" not in after["metadata"] and "ownerReferences" not in after["metadata"]
+    assert after["spec"] == created["spec"]
