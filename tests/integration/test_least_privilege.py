@@ -23,6 +23,7 @@ from kubernetes.client.rest import ApiException
 
 from airflow_volcano.constants import (
     CHECKED_LABEL,
+    DEPLOYMENT_LABEL,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
     ORPHANED_AT_ANNOTATION,
@@ -366,18 +367,21 @@ def test_on_its_own_volcano_job_only_its_labels_and_the_orphan_mark_may_change(c
     body["metadata"]["annotations"] = {REQUEST_HASH_ANNOTATION: "built-from"}
     created = hook.drive(calls.create_job(namespace, body))  # as the provider submits it
 
-    # The provider's own writes: a reattaching try takes it over, the orphan sweep marks it and a new
-    # run of its task instance unmarks it, the reporting try labels it checked.
-    adopted = hook.drive(calls.adopt_job(created, 2))
+    # The provider's own writes: a reattaching try takes it over (a Job of an earlier release, with no
+    # deployment label: labelled its deployment's), the orphan sweep marks it and a new run of its task
+    # instance unmarks it, the reporting try labels it checked.
+    adopted = hook.drive(calls.adopt_job(created, 2, deployment="prod"))
     assert adopted is not None and adopted["metadata"]["labels"][TRY_NUMBER_LABEL] == "2"
+    assert adopted["metadata"]["labels"][DEPLOYMENT_LABEL] == "prod"
     assert hook.annotate_job("ours", namespace, {ORPHANED_AT_ANNOTATION: "1795000000"}) is True
     assert cluster.job("ours")["metadata"]["annotations"][ORPHANED_AT_ANNOTATION] == "1795000000"
     assert hook.annotate_job("ours", namespace, {ORPHANED_AT_ANNOTATION: None}) is True
     assert hook.label_job("ours", namespace, {CHECKED_LABEL: "true"}) is True
 
     own_keys = ("may change only the labels airflow-volcano.io/checked and airflow-volcano.io/try-number and the "
-                "annotation airflow-volcano.io/orphaned-at of its own Volcano Jobs: this update of Volcano Job "
-                f"{namespace}/ours changes its ")
+                "annotation airflow-volcano.io/orphaned-at of its own Volcano Jobs, and add the label "
+                f"airflow-volcano.io/deployment to one without it: this update of Volcano Job {namespace}/ours "
+                "changes its ")
     other_labels = "labels other than airflow-volcano.io/checked and airflow-volcano.io/try-number"
     other_annotations = "annotations other than airflow-volcano.io/orphaned-at"
     # Through the hook's own calls, with keys it never writes.
@@ -391,6 +395,8 @@ def test_on_its_own_volcano_job_only_its_labels_and_the_orphan_mark_may_change(c
     for patch, changed in [
         ({"metadata": {"labels": {"extra": "1"}}}, other_labels),
         ({"metadata": {"labels": {MANAGED_BY_LABEL: None}}}, other_labels),  # disowning it
+        ({"metadata": {"labels": {DEPLOYMENT_LABEL: "staging"}}}, other_labels),  # another deployment's now
+        ({"metadata": {"labels": {DEPLOYMENT_LABEL: None}}}, other_labels),  # anyone's to take
         ({"metadata": {"annotations": {"note": "1"}}}, other_annotations),
         ({"metadata": {"annotations": {REQUEST_HASH_ANNOTATION: None, ORPHANED_AT_ANNOTATION: "1"}}},
          other_annotations),
@@ -407,7 +413,8 @@ def test_on_its_own_volcano_job_only_its_labels_and_the_orphan_mark_may_change(c
         refused(cluster, error.value, own_keys + changed)
 
     after = cluster.job("ours")
-    assert after["metadata"]["labels"] == {**OURS, TRY_NUMBER_LABEL: "2", CHECKED_LABEL: "true"}
+    assert after["metadata"]["labels"] == {**OURS, TRY_NUMBER_LABEL: "2", CHECKED_LABEL: "true",
+                                           DEPLOYMENT_LABEL: "prod"}
     assert after["metadata"]["annotations"] == {REQUEST_HASH_ANNOTATION: "built-from"}
     assert "finalizers" not in after["metadata"] and "ownerReferences" not in after["metadata"]
     assert after["spec"] == created["spec"]
