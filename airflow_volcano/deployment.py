@@ -15,8 +15,10 @@ from __future__ import annotations
 import re
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
+from airflow_volcano.constants import DEPLOYMENT_LABEL
 from airflow_volcano.exceptions import JobSpecError
 
 DEPLOYMENT_OPTION = "deployment_id"
@@ -56,3 +58,24 @@ def deployment_id(configured: str | None, get_variable: Callable[[], str | None]
                            f"[volcano] {DEPLOYMENT_OPTION} (AIRFLOW__VOLCANO__DEPLOYMENT_ID) to a name of this "
                            "deployment")
     return checked_id(str(stored), f"Variable {DEPLOYMENT_VARIABLE}")
+
+
+def deployment_of(job: Mapping[str, Any]) -> str | None:
+    """The deployment a Job (or its PodGroup, which carries its labels) says it belongs to; None for a
+    Job of a release before deployment ids."""
+    return ((job.get("metadata") or {}).get("labels") or {}).get(DEPLOYMENT_LABEL)
+
+
+def known_deployment_id(configured: str | None, stored: str | None) -> str | None:
+    """This deployment's id where it may only be read (the API server's panel): the setting, else the
+    stored Variable; None if neither (the deployment has submitted no Job)."""
+    for value in (configured, stored):
+        if value and value.strip():
+            return value.strip()
+    return None
+
+
+def of_deployment(job: Mapping[str, Any], deployment: str | None) -> bool:
+    """Whether a Job may be this deployment's: it names this deployment, or none (an earlier release's)."""
+    labelled = deployment_of(job)
+    return labelled is None or labelled == deployment

@@ -28,6 +28,7 @@ from airflow_volcano.constants import (
     TRY_NUMBER_LABEL,
     IfJobExists,
 )
+from airflow_volcano.deployment import deployment_of
 from airflow_volcano.exceptions import JobSpecError, VolcanoApiError, VolcanoJobError
 from airflow_volcano.finalize import delete_job_and_script
 from airflow_volcano.hooks import calls
@@ -128,8 +129,7 @@ def submit(hook: VolcanoHook, manifests: JobManifests, namespace: str,
     existing = hook.get_job(name, namespace)
     if existing is not None:
         if not same_task_instance(existing, job):
-            theirs = (existing["metadata"].get("labels") or {}).get(DEPLOYMENT_LABEL)
-            ours = job["metadata"]["labels"].get(DEPLOYMENT_LABEL)
+            theirs, ours = deployment_of(existing), deployment_of(job)
             if theirs and ours and theirs != ours and same_task_instance(existing, job, across_deployments=True):
                 raise JobSpecError(
                     f"name: Volcano Job {namespace}/{name} belongs to another Airflow deployment (its "
@@ -178,7 +178,7 @@ def _adopt(hook: VolcanoHook, existing: dict, job: dict) -> dict | None:
     """Take an earlier try's Job over for this try (calls.adopt_job); None if a kill of that try is
     deleting it, once it is gone (this try then submits anew: what the kill asked for)."""
     try_number = int(job["metadata"]["labels"].get(TRY_NUMBER_LABEL) or 0)
-    deployment = job["metadata"]["labels"].get(DEPLOYMENT_LABEL)
+    deployment = deployment_of(job)
     adopted = hook.drive(calls.adopt_job(existing, try_number, deployment)) if try_number else existing
     if adopted is None:
         metadata = existing["metadata"]

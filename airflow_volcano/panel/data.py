@@ -6,7 +6,9 @@ Whom to trust for what. XComs can be written by any user who may edit this DAG's
 API), so they never choose where to read: the connection and the namespace come from the fields the task
 rendered (RenderedTaskInstanceFields, which the REST API cannot write); the Job's name comes from XCom
 but the Job is shown only if its `airflow-volcano.io/task-instance` annotation names exactly this task
-instance; a pod's log is read only for a pod the Job owns (its owner reference carries the Job's uid).
+instance and no other Airflow deployment (its `airflow-volcano.io/deployment` label: staging and prod
+sharing a namespace run the same task instances); a pod's log is read only for a pod the Job owns (its
+owner reference carries the Job's uid).
 What the task recorded at its end (XCom `volcano_panel`) is shown as recorded text, its links checked,
 and never makes the panel read anything.
 """
@@ -22,6 +24,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from airflow_volcano.deployment import DEPLOYMENT_OPTION, DEPLOYMENT_VARIABLE, known_deployment_id, of_deployment
 from airflow_volcano.manifest.names import pod_name
 from airflow_volcano.orphans import TaskInstanceId
 from airflow_volcano.panel.view import LOG_TAIL_BYTES, LOG_TAIL_LINES, RECORD_KEY, log_tail, panel, progress_from_log
@@ -75,12 +78,16 @@ class TaskInstanceRecord:
     state: str | None
     xcom: dict[str, Any] = field(default_factory=dict)
     rendered: dict[str, Any] | None = None  # its rendered template fields; None: Airflow keeps none
+    deployment: str | None = None  # this Airflow deployment's id (deployment.py); None: it submitted no Job
 
 
 def task_instance_record(dag_id: str, run_id: str, task_id: str, map_index: int) -> TaskInstanceRecord:
-    """The task instance's state, rendered fields and the panel's XComs of it (none: no Job submitted yet)."""
+    """The task instance's state, rendered fields and the panel's XComs of it (none: no Job submitted yet),
+    and this deployment's id."""
+    from airflow.configuration import conf
     from airflow.models.renderedtifields import RenderedTaskInstanceFields
     from airflow.models.taskinstance import TaskInstance
+    from airflow.models.variable import Variable
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
 
@@ -95,7 +102,10 @@ def task_instance_record(dag_id: str, run_id: str, task_id: str, map_index: int)
             dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index).one_or_none()
         rendered = dict(rtif.rendered_fields) if rtif is not None and isinstance(rtif.rendered_fields, dict) else None
         state = None if ti is None or ti.state is None else str(getattr(ti.state, "value", ti.state))
-    return TaskInstanceRecord(state, values, rendered)
+        stored = session.query(Variable).filter_by(key=DEPLOYMENT_VARIABLE).one_or_none()
+        deployment = known_deployment_id(conf.get("volcano", DEPLOYMENT_OPTION, fallback=""),
+                                         None if stored is None else stored.val)
+    return TaskInstanceRecord(state, values, rendered, deployment)
 
 
 _UNKNOWN = object()
@@ -167,10 +177,10 @@ def rendered_target(rendered: Mapping[str, Any] | None) -> Target | str:
     return Target(conn_id, namespace)
 
 
-def own_job(job: Mapping[str, Any], ti: TaskInstanceId) -> bool:
-    """Whether the Job names exactly this task instance (its task-instance annotation)."""
+def own_job(job: Mapping[str, Any], ti: TaskInstanceId, deployment: str | None) -> bool:
+    """Whether the Job names exactly this task instance (its task-instance annotation) of this deployment."""
     named = TaskInstanceId.from_job(job)
-    return named is not None and named[0] == ti
+    return named is not None and named[0] == ti and of_deployment(job, deployment)
 
 
 def owned_pods(pods: list[dict], job: Mapping[str, Any]) -> list[dict]:
@@ -181,19 +191,20 @@ def owned_pods(pods: list[dict], job: Mapping[str, Any]) -> list[dict]:
         owner.get("uid") == uid for owner in (pod.get("metadata") or {}).get("ownerReferences") or [])]
 
 
-def nameable(namespace: str, dag_id: str) -> Any:
+def nameable(namespace: str, dag_id: str, deployment: str | None) -> Any:
     """Whose Jobs the waiting report may name to a viewer of this DAG: its own namespace's Jobs of this DAG
-    (a PodGroup carries its Job's annotations); the others are counted only."""
+    and deployment (a PodGroup carries its Job's labels and annotations); the others are counted only."""
     def check(podgroup: Mapping[str, Any]) -> bool:
         named = TaskInstanceId.from_job(podgroup)
         return ((podgroup.get("metadata") or {}).get("namespace") == namespace and named is not None
-                and named[0].dag_id == dag_id)
+                and named[0].dag_id == dag_id and of_deployment(podgroup, deployment))
     return check
 
 
-def read_job(conn_id: str, namespace: str | None, name: str, ti: TaskInstanceId) -> dict[str, Any]:
-    """The Job as the cluster has it now, if it is this task instance's: the Job, its pods, why it waits
-    (blocking). Nothing more is read of a Job that names another task instance."""
+def read_job(conn_id: str, namespace: str | None, name: str, ti: TaskInstanceId,
+             deployment: str | None = None) -> dict[str, Any]:
+    """The Job as the cluster has it now, if it is this task instance's (of this deployment): the Job, its
+    pods, why it waits (blocking). Nothing more is read of a Job that names another task instance."""
     from airflow_volcano.hooks import calls
     from airflow_volcano.hooks.volcano import VolcanoHook
     from airflow_volcano.masking import JobSecrets, secret_values
@@ -205,7 +216,7 @@ def read_job(conn_id: str, namespace: str | None, name: str, ti: TaskInstanceId)
     job = hook.get_job(name, namespace)
     if job is None:
         return {"gone": True, "namespace": namespace}
-    if not own_job(job, ti):
+    if not own_job(job, ti, deployment):
         return {"foreign": True, "namespace": namespace}
     secrets = JobSecrets()
     secrets.add(secret_values(job))
@@ -213,8 +224,9 @@ def read_job(conn_id: str, namespace: str | None, name: str, ti: TaskInstanceId)
     waiting = None
     if job_state(job).phase == "Pending":
         podgroup = hook.get_podgroup(job)
-        waiting = waiting_report(podgroup, hook.drive(calls.queue_snapshot(queue_of(job, podgroup), namespace)),
-                                 (job.get("metadata") or {}).get("uid"), nameable=nameable(namespace, ti.dag_id))
+        snapshot = hook.drive(calls.queue_snapshot(queue_of(job, podgroup), namespace))
+        waiting = waiting_report(podgroup, snapshot, (job.get("metadata") or {}).get("uid"),
+                                 nameable=nameable(namespace, ti.dag_id, deployment))
     return {"job": job, "pods": pods, "waiting": waiting, "secrets": secrets, "namespace": namespace}
 
 
@@ -299,13 +311,14 @@ async def panel_data(dag_id: str, run_id: str, task_id: str, map_index: int, pod
             return {"task": task, "source": "recorded", **recorded}
         return {"task": task, "job": None, "message": f"The panel cannot read this task's Volcano Job: {target}"}
     ti = TaskInstanceId(dag_id, task_id, run_id, map_index)
-    live = await jobs.get((target.conn_id, target.namespace, name, ti), lambda: asyncio.to_thread(
-        read_job, target.conn_id, target.namespace, name, ti))
+    live = await jobs.get((target.conn_id, target.namespace, name, ti, record.deployment), lambda: asyncio.to_thread(
+        read_job, target.conn_id, target.namespace, name, ti, record.deployment))
     namespace = live["namespace"]
     if live.get("foreign"):
         return {"task": task, "job": None, "message": (
             f"The panel cannot show Volcano Job {namespace}/{name}: it is not this task instance's Job (its "
-            "airflow-volcano.io/task-instance annotation names another task instance, or none)")}
+            "airflow-volcano.io/task-instance annotation names another task instance, or none, or its "
+            "airflow-volcano.io/deployment label another Airflow deployment)")}
     if live.get("gone"):
         if recorded is not None:
             if pod:

@@ -169,11 +169,12 @@ class World:
 
 
 def ask(monkeypatch, world: World, *, xcom: dict, rendered: dict | None = RENDERED, state: str = "running",
-        pod: str | None = None, may_read_logs: bool = True) -> dict:
+        pod: str | None = None, may_read_logs: bool = True, deployment: str | None = "prod") -> dict:
     from airflow_volcano.panel import data
 
     monkeypatch.setattr("airflow_volcano.hooks.volcano.VolcanoHook", world.hook())
-    monkeypatch.setattr(data, "task_instance_record", lambda *ti: data.TaskInstanceRecord(state, xcom, rendered))
+    monkeypatch.setattr(data, "task_instance_record",
+                        lambda *ti: data.TaskInstanceRecord(state, xcom, rendered, deployment))
     return asyncio.run(data.panel_data(*ML_TI, pod, jobs=Cache(), logs=Cache(), may_read_logs=may_read_logs))
 
 
@@ -307,3 +308,42 @@ def test_the_waiting_report_names_no_job_of_another_namespace_or_dag(monkeypatch
     assert "position 5 of 5" in text and "ahead: ml/mate and 3 Jobs of other namespaces or DAGs" in text, text
     for name in ("theirs", "remote", "plain", "other/"):
         assert name not in text, text
+
+
+def deployed(body: dict, deployment: str) -> dict:
+    from airflow_volcano.constants import DEPLOYMENT_LABEL
+
+    body["metadata"].setdefault("labels", {})[DEPLOYMENT_LABEL] = deployment
+    return body
+
+
+def test_the_same_task_instances_job_of_another_deployment_is_not_shown(monkeypatch):
+    """Staging and prod share the namespace and run the same task instances: prod's panel, its XCom
+    pointed at staging's Job (the REST API lets a user rewrite it), shows nothing of it; a Job of an
+    earlier release (no deployment label) is still shown."""
+    world = running_world()
+    world.jobs[("ml", "staged")] = deployed(annotated(job(("Running", 0)), name="staged", uid="u-staged"), "staging")
+    world.pods["staged"] = [owned_pod("staged-master-0", "u-staged", "staged")]
+    shown = ask(monkeypatch, world, xcom={"job_name": "staged"}, pod="staged-master-0")
+    assert shown["job"] is None and "another Airflow deployment" in shown["message"], shown
+    assert world.reads == [("job", "ml", "staged")], "pods or a log of another deployment's Job read"
+    # A panel that knows no deployment id (none stored: it never submitted) shows no labelled Job either.
+    world.reads.clear()
+    assert ask(monkeypatch, world, xcom={"job_name": "staged"}, deployment=None)["job"] is None
+
+    deployed(world.jobs[("ml", "train")], "prod")
+    assert ask(monkeypatch, world, xcom={"job_name": "train"})["job"]["name"] == "train"
+    del world.jobs[("ml", "train")]["metadata"]["labels"]
+    assert ask(monkeypatch, world, xcom={"job_name": "train"})["job"]["name"] == "train", "an earlier release's Job"
+
+
+def test_the_waiting_report_names_no_job_of_another_deployment():
+    from airflow_volcano.panel.data import nameable
+
+    def podgroup(deployment: str | None) -> dict:
+        body = annotated({"metadata": {}}, name="mate-pg")
+        return deployed(body, deployment) if deployment else body
+
+    check = nameable("ml", "train_dag", "prod")
+    assert check(podgroup("prod")) and check(podgroup(None))
+    assert not check(podgroup("staging"))
