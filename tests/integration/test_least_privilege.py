@@ -14,6 +14,8 @@ through a plain client. The pods are plain pods bound to a kwok node: real objec
 
 from __future__ import annotations
 
+import json
+import subprocess
 import uuid
 from typing import Any
 
@@ -253,7 +255,7 @@ def wider_job(case: str) -> dict[str, Any]:
     return one_pod_job(case, pod.pop("container", None), **pod)
 
 
-def test_a_job_whose_pods_would_do_more_than_the_namespace_allows_is_refused(cluster, operator_kubeconfig):
+def test_a_job_whose_pods_would_do_more_than_the_namespace_allows_is_refused(cluster, operator_kubeconfig, kubeconfig):
     jobs, namespace = jobs_client(operator_kubeconfig), cluster.namespace
     creating = f"may not create Volcano Job {namespace}/"
     for case, (_pod, says) in WIDER.items():
@@ -269,6 +271,13 @@ def test_a_job_whose_pods_would_do_more_than_the_namespace_allows_is_refused(clu
     refused(cluster, through_hook.value, creating + "host-path: task main has hostPath volumes node (/)",
             policy=JOB_PODS_POLICY)
     assert "lacks this permission" not in str(through_hook.value), through_hook.value
+    # As a platform team checks it: kubectl impersonating the ServiceAccount.
+    for case in ("host-path", "another-account"):
+        out = subprocess.run(["kubectl", f"--kubeconfig={kubeconfig}", "-n", namespace, "create", "-f", "-",
+                              f"--as={SERVICE_ACCOUNT.format(namespace=namespace)}"],
+                             input=json.dumps(wider_job(case)), capture_output=True, text=True, timeout=60)
+        assert out.returncode != 0 and JOB_PODS_POLICY in out.stderr, out.stdout + out.stderr
+        assert creating + case + ": " + WIDER[case][1] in out.stderr, out.stderr
     assert cluster.jobs() == []
 
 
