@@ -364,8 +364,11 @@ def cluster(admin: client.ApiClient, tmp_path: Path, request: pytest.FixtureRequ
     platform team would allow it."""
     namespace = f"t-{secrets.token_hex(4)}"
     core = client.CoreV1Api(admin)
-    create_test_namespace(core, namespace,
-                          {ALLOWED_PRIVILEGES: "hostPath"} if "real_node" in request.fixturenames else None)
+    # What the namespace allows the Jobs' pods (deploy/admission-policy.yaml), as a platform team would set it:
+    # hostPath on the real node (it is this machine), and what a test's `namespace_allows` mark names.
+    marked = request.node.get_closest_marker("namespace_allows")
+    allowed = sorted({*(["hostPath"] if "real_node" in request.fixturenames else []), *(marked.args if marked else ())})
+    create_test_namespace(core, namespace, {ALLOWED_PRIVILEGES: ",".join(allowed)} if allowed else None)
     utils.create_from_yaml(admin, str(REPO / "deploy" / "rbac.yaml"), namespace=namespace)
     grant_queue_reader(admin, namespace)
     log_dir = tmp_path / "pod-logs"

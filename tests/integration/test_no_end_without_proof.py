@@ -58,6 +58,7 @@ def test_a_gang_restarted_after_startup_timeout_runs_on_and_succeeds(
     assert (state / "attempts").read_text() == "2"
 
 
+@pytest.mark.namespace_allows("hostPath")  # TensorBoard's logdir on a volume the pods share (never mounted: kwok)
 @pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferred"])
 def test_a_tensorboard_that_cannot_be_scheduled_beside_a_running_gang_does_not_end_it(
         cluster, operator_kubeconfig, run_task, tmp_path, deferrable):
