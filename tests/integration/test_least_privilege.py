@@ -366,6 +366,31 @@ def test_the_providers_own_jobs_are_admitted(cluster, operator_kubeconfig, tmp_p
             raise AssertionError(f"the provider's own {kind} Job was refused: {error.body}") from None
 
 
+def test_every_pod_of_the_providers_own_jobs_passes_pod_security_baseline(cluster, operator_kubeconfig, kubeconfig,
+                                                                          tmp_path):
+    """Pod Security admission (`pod-security.kubernetes.io/enforce=baseline` on the namespace) judges the pods
+    Volcano's controller creates, with what its plugins add (ssh's Secret volume, svc's hosts, the pytorch
+    plugin's init container): what the README advises beside the policy. Asked as a platform team would,
+    before labelling: the server-side dry run of the label lists the existing pods that would violate it."""
+    jobs = jobs_client(operator_kubeconfig)
+    built = providers_own_jobs(cluster.namespace, tmp_path)
+    for job in built.values():
+        jobs.create_namespaced_custom_object(*VOLCANO, cluster.namespace, "jobs", job)
+    expected = sum(task.get("replicas", 1) for job in built.values() for task in job["spec"]["tasks"])
+    cluster.wait_for(f"the Jobs' {expected} pods", lambda: len(cluster.pods()) >= expected, timeout=120)
+
+    def label(level: str) -> str:
+        out = subprocess.run(["kubectl", f"--kubeconfig={kubeconfig}", "label", "namespace", cluster.namespace,
+                              f"pod-security.kubernetes.io/enforce={level}", "--dry-run=server"],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out.stderr
+
+    assert "violate" not in label("baseline"), label("baseline")
+    # The check sees these pods: under `restricted` (non-root, no privilege escalation, seccomp) they would not pass.
+    assert "violate the new PodSecurity enforce level" in label("restricted"), label("restricted")
+
+
 # -- what it may change of its own Jobs -------------------------------------------------------------------
 
 
