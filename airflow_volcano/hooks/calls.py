@@ -37,6 +37,7 @@ from airflow_volcano.constants import (
     TASK_LABEL,
     TRY_NUMBER_LABEL,
 )
+from airflow_volcano.deployment import deployment_of
 from airflow_volcano.exceptions import VolcanoApiError
 from airflow_volcano.hooks.retry import REQUIRED
 from airflow_volcano.job_ref import owning_try
@@ -174,7 +175,7 @@ def adopt_job(job: dict, try_number: int, deployment: str | None = None) -> Prog
         if current is None or current["metadata"].get("uid") != uid or current["metadata"].get("deletionTimestamp"):
             return None
         labels = {TRY_NUMBER_LABEL: str(try_number)}
-        if deployment and not (current["metadata"].get("labels") or {}).get(DEPLOYMENT_LABEL):
+        if deployment and not deployment_of(current):
             labels[DEPLOYMENT_LABEL] = deployment
         if owning_try(current) == try_number and len(labels) == 1:
             return current

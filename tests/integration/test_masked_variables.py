@@ -25,9 +25,10 @@ from typing import Any
 import pytest
 
 from .real_node import SMALL
+from .test_clock_skew import stop
 from .test_kill_and_reattach import RUNNER
-from .test_model_assets import asset_events
-from .test_triggerer import AIRFLOWS, airflow_env, task_instance, trigger_log
+from .test_model_assets import airflow_with_lineage, asset_events
+from .test_triggerer import AIRFLOWS, task_instance, trigger_log
 from .test_triggerer import one_airflow_at_a_time as one_airflow_at_a_time  # a fixture
 
 SECRET = "hf_v4riable_9f8e7d6c5b4a"  # the Variable `api_token`: "token" in its name makes it secret to Airflow
@@ -116,17 +117,7 @@ def everything_under(folder: Path) -> str:
 def test_a_secret_variable_in_args_is_masked_everywhere_a_user_reads_and_never_in_the_trigger_arguments(
         one_airflow_at_a_time, cluster, operator_kubeconfig, kubeconfig, real_node, tmp_path, airflow):
     python = AIRFLOWS[airflow]
-    assert python.exists(), f"{python} is missing: `make venv` builds it"
-    home, dags = tmp_path / "airflow-home", tmp_path / "dags"
-    dags.mkdir()
-    env = airflow_env(home, dags)
-    lineage_file = tmp_path / "openlineage.jsonl"
-    if airflow == "suite-airflow":  # the OpenLineage provider is in the suite's venv (pyproject's test group)
-        env["AIRFLOW__OPENLINEAGE__TRANSPORT"] = json.dumps(
-            {"type": "file", "log_file_path": str(lineage_file), "append": True})
-        env["AIRFLOW__OPENLINEAGE__NAMESPACE"] = "airflow-volcano-tests"
-    subprocess.run([str(python), "-m", "airflow", "db", "migrate"], env=env, check=True, capture_output=True,
-                   timeout=300)
+    home, dags, env, lineage_file = airflow_with_lineage(airflow, tmp_path)
     subprocess.run([str(python), "-m", "airflow", "variables", "set", "api_token", SECRET], env=env, check=True,
                    capture_output=True, timeout=120)
 
@@ -175,14 +166,7 @@ def test_a_secret_variable_in_args_is_masked_everywhere_a_user_reads_and_never_i
                         "-c", "master", "--", "touch", "/tmp/go"], check=True, capture_output=True, timeout=60)
         assert worker.wait(timeout=300) == 1, worker_log.read_text()[-5000:]  # `fails` failed, `train` succeeded
     finally:
-        for process in (worker, triggerer):
-            if process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+        stop(worker, triggerer)
 
     xcoms = python_output(python, env, XCOMS, "XCOMS", DAG_ID)
     result = xcoms["train/return_value"]["result"]

@@ -76,23 +76,32 @@ def asset_events(python: Path, env: dict[str, str]) -> list[dict[str, Any]]:
     return json.loads(out.stdout.split("ASSET-EVENTS ", 1)[1])
 
 
-# One release after the other, on one test worker: each starts its own metadata DB and worker.
-@pytest.mark.xdist_group("model-assets")
-@pytest.mark.parametrize("airflow", ["suite-airflow", "lowest"])
-def test_a_successful_retrain_emits_its_model_event_with_the_extra_a_consumer_reads_and_a_failed_one_nothing(
-        cluster, operator_kubeconfig, real_node, tmp_path, airflow):
+def airflow_with_lineage(airflow: str, tmp_path: Path) -> tuple[Path, Path, dict[str, str], Path]:
+    """An Airflow home of that release, its database migrated (its home, DAG folder, environment), whose
+    OpenLineage events go to the file it returns (the suite's venv has the provider: pyproject's test
+    group; the oldest release's has none)."""
     python = AIRFLOWS[airflow]
     assert python.exists(), f"{python} is missing: `make venv` builds it"
     home, dags = tmp_path / "airflow-home", tmp_path / "dags"
     dags.mkdir()
     env = airflow_env(home, dags)
     lineage_file = tmp_path / "openlineage.jsonl"
-    if airflow == "suite-airflow":  # the OpenLineage provider is in the suite's venv (pyproject's test group)
+    if airflow == "suite-airflow":
         env["AIRFLOW__OPENLINEAGE__TRANSPORT"] = json.dumps(
             {"type": "file", "log_file_path": str(lineage_file), "append": True})
         env["AIRFLOW__OPENLINEAGE__NAMESPACE"] = "airflow-volcano-tests"
     subprocess.run([str(python), "-m", "airflow", "db", "migrate"], env=env, check=True, capture_output=True,
                    timeout=300)
+    return home, dags, env, lineage_file
+
+
+# One release after the other, on one test worker: each starts its own metadata DB and worker.
+@pytest.mark.xdist_group("model-assets")
+@pytest.mark.parametrize("airflow", ["suite-airflow", "lowest"])
+def test_a_successful_retrain_emits_its_model_event_with_the_extra_a_consumer_reads_and_a_failed_one_nothing(
+        cluster, operator_kubeconfig, real_node, tmp_path, airflow):
+    python = AIRFLOWS[airflow]
+    home, dags, env, lineage_file = airflow_with_lineage(airflow, tmp_path)
 
     code, log = run_retrain(python, env, dags, cluster, real_node, "retrain-ok",
                             ["--epochs", "10", "--model-uri", "s3://models/linear/2026-11-26"])

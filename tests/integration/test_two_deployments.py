@@ -57,6 +57,18 @@ def test_two_airflows_sharing_a_namespace_never_reattach_nor_sweep_each_others_j
     dag_file = write_dag(dags, dag_id, cluster.namespace, annotations={SIM + "outcome": "run-forever"})
     staging, prod = Airflow("staging", tmp_path, dags), Airflow("prod", tmp_path, dags)
     day, next_day = "2026-01-02T00:00:00+00:00", "2026-01-03T00:00:00+00:00"
+
+    def orphan_then_submit(airflow: Airflow, worker: subprocess.Popen) -> Path:
+        """The worker killed -9 and its task instance marked failed (its Job an orphan), then the next
+        day's run of the task submitted: that run's log."""
+        worker.kill()
+        worker.wait(timeout=30)
+        airflow.mark_failed(dag_id)
+        _, log = airflow.run(dag_file, dag_id, next_day)
+        cluster.wait_for(f"{airflow.name}'s next task to submit", lambda: "Submitted Volcano Job" in log.read_text(),
+                         timeout=WORKER_WAIT)
+        return log
+
     try:
         prod_worker, prod_log = prod.run(dag_file, dag_id, day)
         prods = cluster.wait_for("prod's Job to run", lambda: next(
@@ -73,12 +85,7 @@ def test_two_airflows_sharing_a_namespace_never_reattach_nor_sweep_each_others_j
         assert "Reattaching" not in staging_log.read_text(), staging_log.read_text()[-3000:]
 
         # Staging's worker dies, then its task instance is marked failed: staging's Job is staging's orphan.
-        staging_worker.kill()
-        staging_worker.wait(timeout=30)
-        staging.mark_failed(dag_id)
-        _, staging_next = staging.run(dag_file, dag_id, next_day)
-        cluster.wait_for("staging's next task to submit", lambda: "Submitted Volcano Job" in staging_next.read_text(),
-                         timeout=WORKER_WAIT)
+        staging_next = orphan_then_submit(staging, staging_worker)
         # Staging's orphan by its name (staging's next Job carries the same deployment label).
         orphan = cluster.job(stagings["metadata"]["name"]) or {"metadata": {}}
         assert orphan["metadata"].get("uid") == stagings["metadata"]["uid"], "staging's orphan is still there"
@@ -88,12 +95,7 @@ def test_two_airflows_sharing_a_namespace_never_reattach_nor_sweep_each_others_j
         assert prods["metadata"]["name"] not in staging_next.read_text(), "nor named it"
 
         # And prod, likewise, finds its own orphan, not staging's.
-        prod_worker.kill()
-        prod_worker.wait(timeout=30)
-        prod.mark_failed(dag_id)
-        _, prod_next = prod.run(dag_file, dag_id, next_day)
-        cluster.wait_for("prod's next task to submit", lambda: "Submitted Volcano Job" in prod_next.read_text(),
-                         timeout=WORKER_WAIT)
+        prod_next = orphan_then_submit(prod, prod_worker)
         found = f"Found Volcano Job {cluster.namespace}/{prods['metadata']['name']} (Running) of task instance"
         assert found in prod_next.read_text(), prod_next.read_text()[-3000:]
         assert stagings["metadata"]["name"] not in prod_next.read_text()
