@@ -44,7 +44,7 @@ class _VolcanoPyTorchDecoratedOperator(DecoratedOperator, VolcanoPyTorchJobOpera
 
     custom_operator_name = "@task.volcano_pytorch"
     # The function is the script: `training_script` and `command` are not arguments here.
-    untemplated_fields = (*VolcanoPyTorchJobOperator.untemplated_fields, "training_script", "command")
+    refused_arguments = (*VolcanoPyTorchJobOperator.refused_arguments, "training_script", "command")
     extra_template_fields = ("op_args", "op_kwargs")
     shallow_copy_attrs: Sequence[str] = ("python_callable",)
 

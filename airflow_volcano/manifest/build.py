@@ -22,6 +22,7 @@ from airflow_volcano.manifest.checks import (
     merge_resources,
     requests_within_limits,
     resource_requirements,
+    seconds,
     validate_job,
 )
 from airflow_volcano.manifest.launchers import (
@@ -122,7 +123,7 @@ def build_manifests(req: JobRequest, *, run_labels: dict[str, str], default_name
     if req.debug:
         # A hostfile launch's workers run only sshd, which the master's launcher needs when run by hand.
         apply_debug(job, keep={role_names(job, req)[1]} if req.kind is JobKind.HOSTFILE else set(),
-                     seconds=math.ceil(float(req.debug_timeout) + DEBUG_POD_MARGIN_SECONDS))
+                     seconds=math.ceil(seconds("debug_timeout", req.debug_timeout) + DEBUG_POD_MARGIN_SECONDS))
     if req.full_job_spec is None:
         apply_pod_runtime(job, pod_tasks(job, req), req, checkpoint_subdir=checkpoint_subdir)
     validate_job(job, origin=origin, parameters={lands.key: name for name, lands in landings("job")})

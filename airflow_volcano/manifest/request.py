@@ -1,15 +1,19 @@
 """The one request every operator builds from its arguments (`JobRequest`), and its checks.
 
-An argument is declared once, as a field of `JobRequest` named like the operator's argument, with
-the check that validates (and, for templated numbers, converts) it; `normalize` runs those checks and
-the rules that relate arguments to each other, before anything is built or submitted. Every error
-names the parameter and the bad value. `None` means "not given": an explicit argument overrides
-`job_template`, which overrides the built-in defaults.
+An argument is declared once (`argument`), as a field of `JobRequest` named like the operator's
+argument: its check (which validates, and for templated numbers converts, a given value), its
+default, type, templating, where it lands in the Job and its doc text. The operators' signatures
+and `:param` lines are generated from these declarations (operators/arguments.py). `normalize` runs
+the checks and the rules that relate arguments to each other, before anything is built or submitted.
+Every error names the parameter and the bad value. `None` means "not given": an explicit argument
+overrides `job_template`, which overrides the built-in defaults.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -17,7 +21,7 @@ from typing import Any
 
 from airflow_volcano.constants import DEFAULT_DEBUG_TIMEOUT, DEFAULT_SHM_SIZE
 from airflow_volcano.exceptions import JobSpecError
-from airflow_volcano.hostfile_launch import HostfileLaunch
+from airflow_volcano.hostfile_launch import DEFAULT_PORT, DEFAULT_SSH_WAIT_TIMEOUT, LAUNCHERS, HostfileLaunch
 from airflow_volcano.kubelet import ExpandVars, container_string
 from airflow_volcano.manifest.checks import (
     CONFIGMAP_KEY,
@@ -48,6 +52,7 @@ from airflow_volcano.manifest.policies import (
 
 MAX_CONFIGMAP_BYTES = 1024 * 1024
 TENSORBOARD_PORT = 6006
+JINJA = re.compile(r"{{|{%")  # what makes a string a Jinja template (Airflow's default delimiters)
 TENSORBOARD_KEYS = {"logdir", "image", "port", "resources"}
 
 
@@ -83,13 +88,44 @@ class Lands:
     convert: Callable[[Any], Any] | None = None
 
 
-def argument(check: Check | None = None, default: Any = None, *, lands: Lands | tuple[Lands, ...] | None = None,
-             templated: bool = False) -> Any:
-    """A field of JobRequest: an operator argument of the same name, with the check `normalize` runs on
-    it when given, its default (the operators' signatures use the same constant), where it lands in
-    the Job, and whether the operators template it (their `template_fields` are derived from this)."""
+@dataclass(frozen=True)
+class Variant:
+    """What an argument shared by two groups is for one of them: its default and doc text there
+    (`port` and `launcher` are PyTorch's and DeepSpeed's, with different defaults)."""
+
+    default: Any
+    doc: str
+
+
+def argument(check: Check | None = None, default: Any = None, *, doc: str, group: str = "job",
+             lands: Lands | tuple[Lands, ...] | None = None, templated: bool = False, number: bool = False,
+             accepts: str | None = None, request_default: bool = False,
+             variants: dict[str, Variant] | None = None, default_source: str | None = None) -> Any:
+    """An operator argument's one declaration, as a dataclass field named like the argument (of JobRequest,
+    or of operators.arguments.OperatorArguments for the arguments the Job is not built from). It says:
+
+    :param check: what checks (and, for templated numbers, converts) a given value: `normalize` runs it on
+        JobRequest's, the operator's construction on OperatorArguments'.
+    :param default: the operators' default, written in their signatures. JobRequest's own field defaults to
+        None ("not given") unless `request_default`, where a request built without an operator needs it too.
+    :param doc: the argument's text: its `:param` line in the operators' docstrings and the docs' tables.
+    :param group: which operators take it: `job` (every one), `roles` (master/worker), `pytorch`,
+        `hostfile` (DeepSpeed), or several, as a `|`-separated text.
+    :param lands: where it lands in the Job, when it is one field set as given.
+    :param templated: whether the operators template it (their `template_fields` are derived from this).
+    :param number: an integer that, templated, may come as a Jinja string: any other string fails at
+        the operator's construction (a DAG's parse).
+    :param accepts: the type the operators take, when it is not the field's (the field holds what the
+        operator makes of it: a TrainingScript read from the path given).
+    :param variants: the default and doc text for a group other than the first of `group`.
+    :param default_source: the default as the signatures write it, when it is read from the configuration.
+    """
     places = lands if isinstance(lands, tuple) else (lands,) if lands is not None else ()
-    return field(default=default, metadata={"check": check, "lands": places, "templated": templated})
+    return field(default=default if request_default else None,
+                 metadata={"check": check, "lands": places, "templated": templated, "doc": doc,
+                           "groups": tuple(group.split("|")), "default": default, "number": number,
+                           "accepts": accepts, "variants": variants or {},
+                           "default_source": default_source})
 
 
 def _integer(minimum: int, maximum: int | None = None, why: str = "") -> Check:
@@ -214,80 +250,204 @@ def _pull_secrets(names: list[Any]) -> list[dict]:
 
 @dataclass
 class JobRequest:
-    """The operators' arguments for building a Job (see the operators' docstrings and the README for
-    each). A field is an operator argument of the same name; `kind` says which Job it builds."""
+    """The operators' arguments for building a Job: a field is an operator argument of the same name,
+    declared once (`argument`); `kind` says which Job it builds."""
 
     kind: JobKind = JobKind.PYTORCH
     # -- the Job ------------------------------------------------------------------------------------
-    name: str | None = argument(_text, templated=True)
-    namespace: str | None = argument(_dns_label, templated=True)
-    job_template: dict | None = argument(_mapping, templated=True)  # parsed by the operator (a file or text)
-    full_job_spec: dict | None = argument(_mapping, templated=True)
-    main_task: str | None = argument(_dns_label, templated=True)  # GENERIC: the task whose pod 0 is followed
-    labels: dict[str, str] | None = argument(_labels, templated=True)
-    annotations: dict[str, str] | None = argument(_annotations, templated=True)
-    priority_class_name: str | None = argument(_text, templated=True, lands=(Lands("job", "priorityClassName"),
-                                                                            Lands("pod", "priorityClassName")))
-    volcano_queue: str | None = argument(_text, templated=True, lands=Lands("job", "queue"))
-    scheduler_name: str | None = argument(_text, lands=Lands("job", "schedulerName"))
+    name: str | None = argument(
+        _text, templated=True,
+        doc="Job name; default `<dag_id>-<task_id>-<6 hex>`, shortened to keep pod names <= 63.")
+    namespace: str | None = argument(
+        _dns_label, templated=True, doc="default: the connection's namespace, else `default`.")
+    job_template: dict | None = argument(
+        _mapping, templated=True, accepts="str | dict | None",  # parsed by the operator (a file or text)
+        doc="a Job YAML/JSON file path (found like `training_script`, Jinja-rendered) or text: the escape hatch.")
+    full_job_spec: dict | None = argument(
+        _mapping, templated=True, doc="a whole Job dict, used as is apart from name, namespace and labels.")
+    main_task: str | None = argument(
+        _dns_label, templated=True,
+        doc="the task whose pod 0 is the Job's main pod, followed for the log, the result and TensorBoard's "
+            "volume: default the pytorch plugin's master if the Job has one, else its first task.")
+    labels: dict[str, str] | None = argument(_labels, templated=True, doc="added to the Job and every pod.")
+    annotations: dict[str, str] | None = argument(_annotations, templated=True, doc="added to the Job and every pod.")
+    priority_class_name: str | None = argument(
+        _text, templated=True, lands=(Lands("job", "priorityClassName"), Lands("pod", "priorityClassName")),
+        doc="pod and Job priority class.")
+    volcano_queue: str | None = argument(
+        _text, templated=True, lands=Lands("job", "queue"), doc="Volcano queue (default `default`).")
+    scheduler_name: str | None = argument(_text, lands=Lands("job", "schedulerName"), doc="default `volcano`.")
     # Volcano's webhook treats 0 as "unset" and substitutes a default: refuse it rather than surprise.
-    min_available: int | str | None = argument(_integer(1, None, " (Volcano's webhook turns 0 into all replicas)"),
-                                               templated=True)
-    max_retry: int | str | None = argument(_integer(1, None, " (Volcano's webhook turns 0 into 3)"),
-                                           lands=Lands("job", "maxRetry"))
-    ttl_seconds_after_finished: int | str | None = argument(_integer(0), lands=Lands("job", "ttlSecondsAfterFinished"))
-    policies: list[dict] | None = argument(_policies, lands=Lands("job", "policies"))
-    retryable_exit_codes: list[int] | None = argument()  # checked with restart_scope, as they build policies
-    restart_scope: str | None = argument(_one_of(set(RESTART_SCOPES)))
-    extra_plugins: dict[str, list[str]] | None = argument(_plugins)
-    tensorboard: dict[str, Any] | None = argument(_tensorboard, templated=True)
+    min_available: int | str | None = argument(
+        _integer(1, None, " (Volcano's webhook turns 0 into all replicas)"), templated=True, number=True,
+        doc="gang size; default the template's (all replicas for PyTorch).")
+    max_retry: int | None = argument(
+        _integer(1, None, " (Volcano's webhook turns 0 into 3)"), lands=Lands("job", "maxRetry"),
+        doc="Volcano's retry budget (default 3, at least 1).")
+    ttl_seconds_after_finished: int | None = argument(
+        _integer(0), lands=Lands("job", "ttlSecondsAfterFinished"),
+        doc="Volcano garbage-collects the Job this many seconds after it ends.")
+    policies: list[dict] | None = argument(
+        _policies, lands=Lands("job", "policies"),
+        doc="Job lifecycle policies, replacing those `retryable_exit_codes` builds.")
+    retryable_exit_codes: list[int] | None = argument(  # checked with restart_scope, as they build policies
+        doc="exit codes that restart (default 130, 137, 138, 143: a signal, the OOM killer or a preemption, as "
+            "T9k, a Kubernetes ML platform, restarts its training jobs); any other failure ends the Job at once, "
+            "naming the pod and its code.")
+    restart_scope: str | None = argument(
+        _one_of(set(RESTART_SCOPES)),
+        doc="what a retryable exit or an eviction restarts: `job` (the gang, default) or `task`.")
+    extra_plugins: dict[str, list[str]] | None = argument(
+        _plugins, doc='more Volcano plugins, e.g. `{"env": [], "ssh": []}`.')
+    tensorboard: dict[str, Any] | None = argument(
+        _tensorboard, templated=True,
+        doc='`{"logdir": "/logs/tb"}` (and optionally `image`, `port` (6006), `resources`) adds a one-pod '
+            "`tensorboard` task serving the event files the training writes under `logdir`, which must be on a "
+            "volume the master mounts and shares (PVC, NFS, hostPath). It is not a rank (WORLD_SIZE counts "
+            "master and workers only) and not part of the gang.")
     # -- the pods -----------------------------------------------------------------------------------
-    image: str | None = argument(_text, templated=True, lands=Lands("container", "image"))
-    command: list[str] | None = argument(_list_of(str, int, float, ExpandVars), templated=True,
-                                         lands=Lands("container", "command", _container_strings))
-    args: list[str] | None = argument(_list_of(str, int, float, ExpandVars), templated=True,
-                                      lands=Lands("container", "args", _container_strings))
-    env: list[dict] | dict[str, Any] | None = argument(_env, templated=True, lands=Lands("container", "env"))
-    container_resources: dict | None = argument(_resources, templated=True)
-    node_selector: dict[str, str] | None = argument(_labels, templated=True, lands=Lands("pod", "nodeSelector"))
-    tolerations: list[dict] | None = argument(_list_of(dict), templated=True, lands=Lands("pod", "tolerations"))
-    volumes: list[dict] | None = argument(_list_of(dict), templated=True, lands=Lands("pod", "volumes"))
-    volume_mounts: list[dict] | None = argument(_list_of(dict), templated=True,
-                                                lands=Lands("container", "volumeMounts"))
-    service_account_name: str | None = argument(_text, templated=True, lands=Lands("pod", "serviceAccountName"))
-    image_pull_policy: str | None = argument(_one_of(PULL_POLICIES), lands=Lands("container", "imagePullPolicy"))
-    image_pull_secrets: list[str] | None = argument(_list_of(str, int, float),
-                                                    lands=Lands("pod", "imagePullSecrets", _pull_secrets))
-    restart_policy: str | None = argument(_one_of(RESTART_POLICIES), lands=Lands("pod", "restartPolicy"))
-    training_script: TrainingScript | None = argument(_script, templated=True)  # read by the operator
-    debug: bool | None = argument()
-    debug_timeout: float | str = argument(seconds, DEFAULT_DEBUG_TIMEOUT)  # seconds the debug pods may live
+    image: str | None = argument(
+        _text, templated=True, lands=Lands("container", "image"),
+        doc="container image of the pods (required unless the template has one).")
+    command: list[Any] | None = argument(
+        _list_of(str, int, float, ExpandVars), templated=True, lands=Lands("container", "command", _container_strings),
+        doc="container command; `python <script>` when `training_script` is given.")
+    args: list[Any] | None = argument(
+        _list_of(str, int, float, ExpandVars), templated=True, lands=Lands("container", "args", _container_strings),
+        doc="container args. Strings ending in .yaml/.json here are values, not files.")
+    env: dict[str, Any] | list[dict] | None = argument(
+        _env, templated=True, lands=Lands("container", "env"),
+        doc="environment: a dict, or a list of EnvVar dicts (`valueFrom` allowed).")
+    container_resources: dict | None = argument(
+        _resources, templated=True,
+        doc='`{"cpu": "4", "memory": "16Gi", "gpu": 1}` (requests = limits) or `{"requests": {...}, "limits": '
+            "{...}}`.")
+    node_selector: dict[str, str] | None = argument(
+        _labels, templated=True, lands=Lands("pod", "nodeSelector"), doc="pod nodeSelector.")
+    tolerations: list[dict] | None = argument(
+        _list_of(dict), templated=True, lands=Lands("pod", "tolerations"), doc="pod tolerations.")
+    volumes: list[dict] | None = argument(
+        _list_of(dict), templated=True, lands=Lands("pod", "volumes"), doc="pod volumes.")
+    volume_mounts: list[dict] | None = argument(
+        _list_of(dict), templated=True, lands=Lands("container", "volumeMounts"),
+        doc="volumeMounts of each pod's first container.")
+    service_account_name: str | None = argument(
+        _text, templated=True, lands=Lands("pod", "serviceAccountName"), doc="pod service account.")
+    image_pull_policy: str | None = argument(
+        _one_of(PULL_POLICIES), lands=Lands("container", "imagePullPolicy"),
+        doc="`Always`, `IfNotPresent` or `Never`.")
+    image_pull_secrets: list[str] | None = argument(
+        _list_of(str, int, float), lands=Lands("pod", "imagePullSecrets", _pull_secrets),
+        doc="names of pull secrets.")
+    restart_policy: str | None = argument(
+        _one_of(RESTART_POLICIES), lands=Lands("pod", "restartPolicy"), doc="pod restartPolicy (default `Never`).")
+    training_script: TrainingScript | None = argument(
+        _script, templated=True, accepts="str | None",  # read by the operator
+        doc="a local file, relative to the DAG file's folder or the DAG's template_searchpath (or absolute, "
+            "inside one of them or of `allowed_file_dirs`), shipped in a ConfigMap owned by the Job and run with "
+            "python in every pod.")
+    debug: bool | None = argument(
+        default=False, accepts="bool",
+        doc="debug mode (as in T9k, a Kubernetes ML platform): the pods come up as configured but sleep instead "
+            "of running their command; the task log says how to open a shell in each (`kubectl exec`); the Job "
+            "is deleted after `debug_timeout` or when the task is marked success/failed. Waits in the worker.")
+    debug_timeout: float | datetime.timedelta = argument(
+        seconds, DEFAULT_DEBUG_TIMEOUT, request_default=True,
+        doc="seconds (or a timedelta) the debug pods stay up (default 3600).")
     # None turns it off (unlike the other fields, whose None means "not given").
-    shm_size: str | None = argument(_quantity, DEFAULT_SHM_SIZE)
-    termination_grace_period: int | str | None = argument(_integer(0))
-    checkpoint_dir: str | None = argument(_absolute_path, templated=True)
+    shm_size: str | None = argument(
+        _quantity, DEFAULT_SHM_SIZE, request_default=True,
+        doc="size of the memory-backed `emptyDir` mounted at `/dev/shm` in every training pod (default `2Gi`; a "
+            "container's own is 64 MiB, too small for a DataLoader with workers). Its pages count against the "
+            "container's memory limit as they are written. `None` turns it off; a `/dev/shm` volume of the "
+            "template or of `volume_mounts` wins over the default.")
+    termination_grace_period: int | None = argument(
+        _integer(0),
+        doc="seconds a deleted pod's processes have between SIGTERM and SIGKILL (Kubernetes' default 30): for a "
+            "script that saves a checkpoint on SIGTERM. Every training command runs under a small `sh` that "
+            "passes SIGTERM on to the training processes, so a script without a handler ends at once.")
+    checkpoint_dir: str | None = argument(
+        _absolute_path, templated=True,
+        doc="an absolute path on a volume every training pod mounts and shares (a PVC, NFS, hostPath): every "
+            "rank gets `CHECKPOINT_DIR`, its subdirectory `<dag_id>/<task_id>/<run_id>`, the same across "
+            "Volcano's restarts and Airflow's retries of the task instance. Every rank also gets "
+            "`VOLCANO_RESTART_COUNT` and `AIRFLOW_TRY_NUMBER`. A main-pod log line `[airflow-volcano] resumed "
+            "from <checkpoint>` is reported as the result's `resumed_from`.")
     # Also the wait's (WaitLimits, with stall_action); in the pods it adds what prints the Python stacks.
-    stall_timeout: float | None = argument(stall_seconds)  # seconds (or a timedelta), seconds once checked
+    stall_timeout: float | datetime.timedelta | None = argument(
+        stall_seconds,  # seconds once checked
+        doc="seconds (or a timedelta; at least 30) a Running Job may go without output from the followed pods "
+            "(any byte the main pod's, `log_tasks`' pods' and a DeepSpeed/mpirun launch's ranks' processes "
+            "write, a progress bar too) and without a change before it counts as stalled; off by default. Time "
+            "the waiter cannot see the logs (a read that fails) does not count. On a stall the task log gets the "
+            "Python stack of every thread of every Python process in each training pod (a `faulthandler` "
+            "installed through a `sitecustomize` the operator ships), then `stall_action` applies. A script "
+            "that is quiet on purpose touches `$HEARTBEAT_FILE` instead of printing. Needs `get_logs=True`.")
     # -- master and workers (PYTORCH, HOSTFILE) ------------------------------------------------------
-    worker_replicas: int | str | None = argument(_integer(0), templated=True)
-    master_task_name: str | None = argument(_dns_label)
-    worker_task_name: str | None = argument(_dns_label)
-    master_resources: dict | None = argument(_resources, templated=True)
-    worker_resources: dict | None = argument(_resources, templated=True)
-    master_policies: list[dict] | None = argument(_policies)
-    port: int | str | None = argument(_integer(1, 65535))
-    launcher: str | None = argument()  # checked by kind: python/torchrun, or deepspeed/mpirun
+    worker_replicas: int | str | None = argument(
+        _integer(0), templated=True, number=True, group="roles",
+        doc="number of workers (>= 0); there is always exactly one master.")
+    master_task_name: str | None = argument(_dns_label, group="roles", doc="master task name (default `master`).")
+    worker_task_name: str | None = argument(_dns_label, group="roles", doc="worker task name (default `worker`).")
+    master_resources: dict | None = argument(
+        _resources, templated=True, group="roles",
+        doc="like `container_resources`, merged over it for the master.")
+    worker_resources: dict | None = argument(
+        _resources, templated=True, group="roles",
+        doc="like `container_resources`, merged over it for the workers.")
+    master_policies: list[dict] | None = argument(
+        _policies, group="roles",
+        doc="master task policies (default: TaskCompleted -> CompleteJob: the Job succeeds when the master "
+            "does, whatever workers still run).")
+    port: int | None = argument(
+        _integer(1, 65535), group="pytorch|hostfile", doc="the plugin's `--port` (MASTER_PORT), default 23456.",
+        variants={"hostfile": Variant(DEFAULT_PORT, "the rendezvous port on the first worker (MASTER_PORT, "
+                                                    "default 29500).")})
+    launcher: str | None = argument(  # checked by kind: python/torchrun, or deepspeed/mpirun
+        group="pytorch|hostfile",
+        doc="`python` (default: one process per pod, Volcano's RANK/WORLD_SIZE count pods) or `torchrun` (one "
+            "agent per pod starting `nproc_per_node` processes; torch's RANK and WORLD_SIZE then count "
+            "processes). Elastic when `min_available` is below master + workers.",
+        variants={"hostfile": Variant(LAUNCHERS[0], "`deepspeed` (default: DeepSpeed's runner, pdsh over ssh; "
+                                      "DeepSpeed's launch sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT in "
+                                      "each rank) or `mpirun` (OpenMPI; ranks read OMPI_COMM_WORLD_RANK/SIZE, or "
+                                      "let `deepspeed.init_distributed()` discover them through mpi4py; "
+                                      "MASTER_ADDR/MASTER_PORT are passed).")})
     # -- PYTORCH ------------------------------------------------------------------------------------
-    nproc_per_node: int | str | None = argument(templated=True)  # an int or torchrun's names: checked with the launcher
-    max_restarts: int | str | None = argument(_integer(0))
-    torchrun_options: list[str] | None = argument(templated=True)  # checked with the launcher
-    wait_for_master: bool | str | None = argument(_wait_for_master)
+    nproc_per_node: int | str | None = argument(  # an int or torchrun's names: checked with the launcher
+        templated=True, group="pytorch",
+        doc="torchrun's processes per pod: an int, or `auto`, `gpu`, `cpu` (default 1).")
+    max_restarts: int | None = argument(
+        _integer(0), group="pytorch", doc="torchrun's restarts of a pod's process group before it fails the pod.")
+    torchrun_options: list[str] | None = argument(  # checked with the launcher
+        templated=True, group="pytorch",
+        doc='more torchrun flags, e.g. `["--log_dir=/logs"]` (nodes, ranks and rendezvous are the operator\'s).')
+    wait_for_master: bool | str | None = argument(
+        _wait_for_master, default=False, accepts="bool | str", group="pytorch",
+        doc="workers wait in an init container until the master accepts connections on MASTER_PORT (Volcano "
+            "1.14+'s pytorch plugin option): True (Volcano's default busybox image) or the image to use (it "
+            "needs sh and nc).")
     # -- HOSTFILE -----------------------------------------------------------------------------------
-    slots_per_worker: int | str | None = argument(_integer(1), templated=True)
-    launcher_options: list[str] | None = argument(templated=True)  # checked with the launcher
-    ssh_wait_timeout: int | str | None = argument(_integer(1))
+    slots_per_worker: int | str | None = argument(
+        _integer(1), 1, templated=True, number=True, group="hostfile",
+        doc="ranks per worker pod, the hostfile's `slots` (default 1; one per GPU).")
+    launcher_options: list[str] | None = argument(  # checked with the launcher
+        templated=True, group="hostfile",
+        doc="more flags for the launcher, before the script (hostfile, hosts, ranks and rendezvous are the "
+            "operator's).")
+    ssh_wait_timeout: int | None = argument(
+        _integer(1), DEFAULT_SSH_WAIT_TIMEOUT, group="hostfile",
+        doc="seconds the master waits for every worker's sshd before failing with the host that did not answer "
+            "(default 300).")
     # Not an argument: the checked launch of a HOSTFILE Job, set by `normalize`.
     hostfile_launch: HostfileLaunch | None = field(default=None, metadata={"check": None, "derived": True})
+
+
+def template_or_integer(parameter: str, value: Any) -> None:
+    """A templated integer given as text must be a Jinja template (rendered, then checked, when the task
+    runs) or an integer's digits: `worker_replicas="two"` fails when the DAG is parsed, not at run time."""
+    if isinstance(value, str) and not JINJA.search(value) and not re.fullmatch(r"\s*-?\d+\s*", value):
+        raise JobSpecError(f"{parameter}={value!r} is neither an integer nor a Jinja template")
 
 
 def arguments(request_type: type = JobRequest) -> list[str]:

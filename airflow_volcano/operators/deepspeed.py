@@ -8,11 +8,18 @@ submitting, waiting, logs, results, cleanup and kills are VolcanoJobOperator's.
 
 from __future__ import annotations
 
-from typing import Any
+import datetime
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow_volcano.hostfile_launch import DEFAULT_PORT, DEFAULT_SSH_WAIT_TIMEOUT
+from airflow_volcano.constants import IfJobExists, OnFinishAction, OnKillAction, StallAction
 from airflow_volcano.manifest import DEFAULT_WORKER, JobKind, task_pods
+from airflow_volcano.operators.arguments import DEFAULT_DEFERRABLE
+from airflow_volcano.operators.job import passed_on, take_arguments
 from airflow_volcano.operators.master_worker import MasterWorkerJobOperator
+
+if TYPE_CHECKING:
+    from airflow.sdk import Asset
 
 
 class VolcanoDeepSpeedJobOperator(MasterWorkerJobOperator):
@@ -31,38 +38,97 @@ class VolcanoDeepSpeedJobOperator(MasterWorkerJobOperator):
     script (`training_script`) and its `args`; every argument of VolcanoJobOperator and
     MasterWorkerJobOperator applies, except `command`, `main_task` and `full_job_spec`.
 
-    :param launcher: `deepspeed` (default: DeepSpeed's runner, pdsh over ssh; DeepSpeed's
-        launch sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT in each rank) or `mpirun`
-        (OpenMPI; ranks read OMPI_COMM_WORLD_RANK/SIZE, or let `deepspeed.init_distributed()`
-        discover them through mpi4py; MASTER_ADDR/MASTER_PORT are passed).
-    :param slots_per_worker: ranks per worker pod, the hostfile's `slots` (default 1; one per GPU).
     :param port: the rendezvous port on the first worker (MASTER_PORT, default 29500).
-    :param launcher_options: more flags for the launcher, before the script (hostfile, hosts, ranks
-        and rendezvous are the operator's).
-    :param ssh_wait_timeout: seconds the master waits for every worker's sshd before failing with
-        the host that did not answer (default 300).
+    :param launcher: `deepspeed` (default: DeepSpeed's runner, pdsh over ssh; DeepSpeed's launch sets RANK,
+        LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT in each rank) or `mpirun` (OpenMPI; ranks read
+        OMPI_COMM_WORLD_RANK/SIZE, or let `deepspeed.init_distributed()` discover them through mpi4py;
+        MASTER_ADDR/MASTER_PORT are passed).
+    :param slots_per_worker: ranks per worker pod, the hostfile's `slots` (default 1; one per GPU).
+    :param launcher_options: more flags for the launcher, before the script (hostfile, hosts, ranks and rendezvous
+        are the operator's).
+    :param ssh_wait_timeout: seconds the master waits for every worker's sshd before failing with the host that did
+        not answer (default 300).
     """
 
-    untemplated_fields = ("main_task", "command", "full_job_spec")  # the launch's own, or refused
+    refused_arguments: ClassVar[tuple[str, ...]] = ("main_task", "command", "full_job_spec")  # the launch's own
     job_kind = JobKind.HOSTFILE
+    argument_groups: ClassVar[tuple[str, ...]] = ("job", "roles", "hostfile")
 
     def __init__(
         self,
         *,
-        launcher: str = "deepspeed",
-        slots_per_worker: int | str = 1,
-        port: int | str = DEFAULT_PORT,
+        # Generated from the declarations: python -m airflow_volcano.operators.arguments
+        name: str | None = None,
+        namespace: str | None = None,
+        job_template: str | dict | None = None,
+        labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None,
+        priority_class_name: str | None = None,
+        volcano_queue: str | None = None,
+        scheduler_name: str | None = None,
+        min_available: int | str | None = None,
+        max_retry: int | None = None,
+        ttl_seconds_after_finished: int | None = None,
+        policies: list[dict] | None = None,
+        retryable_exit_codes: list[int] | None = None,
+        restart_scope: str | None = None,
+        extra_plugins: dict[str, list[str]] | None = None,
+        tensorboard: dict[str, Any] | None = None,
+        image: str | None = None,
+        args: list[Any] | None = None,
+        env: dict[str, Any] | list[dict] | None = None,
+        container_resources: dict | None = None,
+        node_selector: dict[str, str] | None = None,
+        tolerations: list[dict] | None = None,
+        volumes: list[dict] | None = None,
+        volume_mounts: list[dict] | None = None,
+        service_account_name: str | None = None,
+        image_pull_policy: str | None = None,
+        image_pull_secrets: list[str] | None = None,
+        restart_policy: str | None = None,
+        training_script: str | None = None,
+        debug: bool = False,
+        debug_timeout: float | datetime.timedelta = 3600.0,
+        shm_size: str | None = "2Gi",
+        termination_grace_period: int | None = None,
+        checkpoint_dir: str | None = None,
+        stall_timeout: float | datetime.timedelta | None = None,
+        allowed_file_dirs: Sequence[str] | None = None,
+        kubernetes_conn_id: str = "kubernetes_default",
+        get_logs: bool = True,
+        log_tasks: list[str] | None = None,
+        startup_timeout: float | datetime.timedelta | None = 900.0,
+        image_pull_timeout: float | datetime.timedelta | None = 300.0,
+        job_timeout: float | datetime.timedelta | None = None,
+        node_lost_timeout: float | datetime.timedelta | None = 180.0,
+        stall_action: str = StallAction.FAIL,
+        on_finish_action: str = OnFinishAction.DELETE_SUCCEEDED_JOB,
+        on_kill_action: str = OnKillAction.DELETE_JOB,
+        if_job_exists: str = IfJobExists.REATTACH,
+        delete_orphaned_jobs: bool = True,
+        deferrable: bool = DEFAULT_DEFERRABLE,
+        poll_interval: float | datetime.timedelta = 5.0,
+        model_asset: Asset | str | None = None,
+        worker_replicas: int | str | None = None,
+        master_task_name: str | None = None,
+        worker_task_name: str | None = None,
+        master_resources: dict | None = None,
+        worker_resources: dict | None = None,
+        master_policies: list[dict] | None = None,
+        port: int | None = 29500,
+        launcher: str | None = "deepspeed",
+        slots_per_worker: int | str | None = 1,
         launcher_options: list[str] | None = None,
-        ssh_wait_timeout: int = DEFAULT_SSH_WAIT_TIMEOUT,
+        ssh_wait_timeout: int | None = 300,
         **kwargs: Any,
     ) -> None:
+        given = dict(locals())
         for unsupported in ("full_job_spec", "command"):
             if kwargs.get(unsupported) is not None:
                 raise TypeError(f"VolcanoDeepSpeedJobOperator builds the pods' commands: {unsupported} cannot be "
                                 "given (use job_template for the rest of the Job, args for the script)")
-        super().__init__(**kwargs)
-        self.launcher, self.slots_per_worker, self.port = launcher, slots_per_worker, port
-        self.launcher_options, self.ssh_wait_timeout = launcher_options, ssh_wait_timeout
+        super().__init__(**passed_on(VolcanoDeepSpeedJobOperator, given), **kwargs)
+        take_arguments(self, VolcanoDeepSpeedJobOperator, given)
 
     def _probed_pods(self, job: dict, main: str) -> list[tuple[str, str | None]]:
         """The workers' pods, whose ranks' output counts for stall_timeout: it reaches the task log

@@ -16,12 +16,10 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
-import inspect
 import os
 import secrets
 import time
-from collections.abc import Iterable, Sequence
-from enum import StrEnum
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -30,13 +28,6 @@ from airflow.sdk import Asset, BaseOperator
 
 from airflow_volcano.compat import AirflowFailException, TaskDeferred, conf
 from airflow_volcano.constants import (
-    DEFAULT_CONN_ID,
-    DEFAULT_DEBUG_TIMEOUT,
-    DEFAULT_IMAGE_PULL_TIMEOUT,
-    DEFAULT_NODE_LOST_TIMEOUT,
-    DEFAULT_POLL_INTERVAL,
-    DEFAULT_SHM_SIZE,
-    DEFAULT_STARTUP_TIMEOUT,
     DEPLOYMENT_LABEL,
     TASK_INSTANCE_ANNOTATION,
     IfJobExists,
@@ -53,7 +44,6 @@ from airflow_volcano.manifest import (
     JobManifests,
     JobRequest,
     TrainingScript,
-    arguments,
     build_manifests,
     checkpoint_subdir,
     default_job_name,
@@ -62,7 +52,6 @@ from airflow_volcano.manifest import (
     run_labels,
     seconds,
     task_pods,
-    templated_arguments,
     tensorboard_endpoint,
 )
 from airflow_volcano.manifest.names import pod_name
@@ -75,6 +64,7 @@ from airflow_volcano.masking import (
     shown,
     shown_yaml,
 )
+from airflow_volcano.operators.arguments import DEFAULT_DEFERRABLE, operator_arguments
 from airflow_volcano.orphans import TaskInstanceId
 
 if TYPE_CHECKING:
@@ -87,34 +77,34 @@ if TYPE_CHECKING:
     from airflow_volcano.wait_engine import WaitLimits
 
 TEMPLATE_EXTENSIONS = (".yaml", ".yml", ".json")
-# The operators' own templated arguments besides the Job request's (manifest.request: `templated`).
-OPERATOR_TEMPLATED = frozenset({"kubernetes_conn_id", "log_tasks"})
 # The option (in [volcano] and in a connection's extras) naming more folders files may be read from.
 ALLOWED_FILE_DIRS_OPTION = "allowed_file_dirs"
 
 
 def templated_fields(operator: type) -> tuple[str, ...]:
     """An operator class's template_fields: the two manifests first (the UI shows the Job before
-    anything else), then every templated argument its signature (and its bases') takes, in order;
-    `extra_template_fields` of its own added, `untemplated_fields` left out. Derived, never sliced,
-    so a subclass cannot lose a base class's field."""
-    wanted = templated_arguments() | OPERATOR_TEMPLATED
-    names: list[str] = []
-    for cls in reversed(operator.__mro__):
-        if "__init__" in vars(cls) and issubclass(cls, VolcanoJobOperator):
-            names += [name for name in inspect.signature(vars(cls)["__init__"]).parameters
-                      if name in wanted and name not in names]
-    excluded = set(getattr(operator, "untemplated_fields", ()))
-    extra = tuple(getattr(operator, "extra_template_fields", ()))
-    return ("job_manifest", "script_manifest", *(name for name in names if name not in excluded), *extra)
+    anything else), then every templated argument it takes (its declarations, operators/arguments.py),
+    in order; `extra_template_fields` of its own added. Derived, never sliced, so a subclass cannot lose
+    a base class's field."""
+    names = [declared.name for declared in operator_arguments(operator) if declared.templated]
+    return ("job_manifest", "script_manifest", *names, *getattr(operator, "extra_template_fields", ()))
 
 
-def keep_arguments(operator: BaseOperator, given: dict[str, Any]) -> None:
-    """Each argument of an operator's signature as the attribute of the same name (Airflow renders
-    template fields from the attributes). `given` is the signature's `locals()`."""
-    for name, value in given.items():
-        if name not in ("self", "kwargs", "__class__"):
-            setattr(operator, name, value)
+def take_arguments(operator: BaseOperator, declared_in: type, given: dict[str, Any]) -> None:
+    """Each argument `declared_in` adds to its base's, checked as the operator is constructed, as the
+    attribute of the same name (Airflow renders template fields from the attributes). `given` is the
+    signature's `locals()`."""
+    inherited = {declared.name for declared in operator_arguments(declared_in.__mro__[1])} \
+        if declared_in is not VolcanoJobOperator else set()
+    for declared in operator_arguments(declared_in):
+        if declared.name not in inherited:
+            setattr(operator, declared.name, declared.at_construction(given[declared.name]))
+
+
+def passed_on(declared_in: type, given: dict[str, Any]) -> dict[str, Any]:
+    """The arguments of `given` (a signature's `locals()`) that `declared_in`'s base takes."""
+    return {declared.name: given[declared.name] for declared in operator_arguments(declared_in.__mro__[1])
+            if declared.name in given}
 
 
 class VolcanoJobOperator(BaseOperator):
@@ -127,22 +117,13 @@ class VolcanoJobOperator(BaseOperator):
     master if the Job has one, else its first task. The manifest that will be submitted is shown
     as the rendered templates `job_manifest` and `script_manifest` and by `dry_run()`.
 
-    :param main_task: the task whose pod 0 is the Job's main pod (see above).
-    :param image: container image of the pods (required unless the template has one).
-    :param command: container command; `python <script>` when `training_script` is given.
-    :param args: container args. Strings ending in .yaml/.json here are values, not files.
-    :param env: environment: a dict, or a list of EnvVar dicts (`valueFrom` allowed).
     :param name: Job name; default `<dag_id>-<task_id>-<6 hex>`, shortened to keep pod names <= 63.
     :param namespace: default: the connection's namespace, else `default`.
-    :param container_resources: `{"cpu": "4", "memory": "16Gi", "gpu": 1}` (requests = limits) or
-        `{"requests": {...}, "limits": {...}}`.
-    :param node_selector: pod nodeSelector.
-    :param tolerations: pod tolerations.
-    :param volumes: pod volumes.
-    :param volume_mounts: volumeMounts of each pod's first container.
-    :param service_account_name: pod service account.
-    :param image_pull_policy: `Always`, `IfNotPresent` or `Never`.
-    :param image_pull_secrets: names of pull secrets.
+    :param job_template: a Job YAML/JSON file path (found like `training_script`, Jinja-rendered) or text: the
+        escape hatch.
+    :param full_job_spec: a whole Job dict, used as is apart from name, namespace and labels.
+    :param main_task: the task whose pod 0 is the Job's main pod, followed for the log, the result and TensorBoard's
+        volume: default the pytorch plugin's master if the Job has one, else its first task.
     :param labels: added to the Job and every pod.
     :param annotations: added to the Job and every pod.
     :param priority_class_name: pod and Job priority class.
@@ -150,92 +131,95 @@ class VolcanoJobOperator(BaseOperator):
     :param scheduler_name: default `volcano`.
     :param min_available: gang size; default the template's (all replicas for PyTorch).
     :param max_retry: Volcano's retry budget (default 3, at least 1).
-    :param ttl_seconds_after_finished: Volcano garbage-collects the Job this long after it ends.
+    :param ttl_seconds_after_finished: Volcano garbage-collects the Job this many seconds after it ends.
     :param policies: Job lifecycle policies, replacing those `retryable_exit_codes` builds.
-    :param retryable_exit_codes: exit codes that restart (default 130, 137, 138, 143: a signal, the
-        OOM killer or a preemption, as T9k, a Kubernetes ML platform, restarts its training jobs);
-        any other failure ends the Job at once, naming the pod and its code.
-    :param restart_scope: what a retryable exit or an eviction restarts: `job` (the gang, default)
-        or `task`.
-    :param restart_policy: pod restartPolicy (default `Never`).
+    :param retryable_exit_codes: exit codes that restart (default 130, 137, 138, 143: a signal, the OOM killer or a
+        preemption, as T9k, a Kubernetes ML platform, restarts its training jobs); any other failure ends the Job at
+        once, naming the pod and its code.
+    :param restart_scope: what a retryable exit or an eviction restarts: `job` (the gang, default) or `task`.
     :param extra_plugins: more Volcano plugins, e.g. `{"env": [], "ssh": []}`.
-    :param tensorboard: `{"logdir": "/logs/tb"}` (and optionally `image`, `port` (6006), `resources`)
-        adds a one-pod `tensorboard` task serving the event files the training writes under
-        `logdir`, which must be on a volume the master mounts and shares (PVC, NFS, hostPath). It is
-        not a rank (WORLD_SIZE counts master and workers only) and not part of the gang.
-    :param training_script: a local file, relative to the DAG file's folder or the DAG's
-        template_searchpath (or absolute, inside one of them or of `allowed_file_dirs`), shipped in
-        a ConfigMap owned by the Job and run with python in every pod.
-    :param job_template: a Job YAML/JSON file path (found like `training_script`, Jinja-rendered)
-        or text: the escape hatch.
-    :param allowed_file_dirs: more absolute folders `training_script` and `job_template` may be read
-        from, besides those of `[volcano] allowed_file_dirs` and the connection's extra of that name
-        (not templated: a rendered path can never leave the folders the DAG author chose).
-    :param full_job_spec: a whole Job dict, used as is apart from name, namespace and labels.
+    :param tensorboard: `{"logdir": "/logs/tb"}` (and optionally `image`, `port` (6006), `resources`) adds a one-pod
+        `tensorboard` task serving the event files the training writes under `logdir`, which must be on a volume the
+        master mounts and shares (PVC, NFS, hostPath). It is not a rank (WORLD_SIZE counts master and workers only)
+        and not part of the gang.
+    :param image: container image of the pods (required unless the template has one).
+    :param command: container command; `python <script>` when `training_script` is given.
+    :param args: container args. Strings ending in .yaml/.json here are values, not files.
+    :param env: environment: a dict, or a list of EnvVar dicts (`valueFrom` allowed).
+    :param container_resources: `{"cpu": "4", "memory": "16Gi", "gpu": 1}` (requests = limits) or `{"requests":
+        {...}, "limits": {...}}`.
+    :param node_selector: pod nodeSelector.
+    :param tolerations: pod tolerations.
+    :param volumes: pod volumes.
+    :param volume_mounts: volumeMounts of each pod's first container.
+    :param service_account_name: pod service account.
+    :param image_pull_policy: `Always`, `IfNotPresent` or `Never`.
+    :param image_pull_secrets: names of pull secrets.
+    :param restart_policy: pod restartPolicy (default `Never`).
+    :param training_script: a local file, relative to the DAG file's folder or the DAG's template_searchpath (or
+        absolute, inside one of them or of `allowed_file_dirs`), shipped in a ConfigMap owned by the Job and run
+        with python in every pod.
+    :param debug: debug mode (as in T9k, a Kubernetes ML platform): the pods come up as configured but sleep instead
+        of running their command; the task log says how to open a shell in each (`kubectl exec`); the Job is deleted
+        after `debug_timeout` or when the task is marked success/failed. Waits in the worker.
+    :param debug_timeout: seconds (or a timedelta) the debug pods stay up (default 3600).
+    :param shm_size: size of the memory-backed `emptyDir` mounted at `/dev/shm` in every training pod (default
+        `2Gi`; a container's own is 64 MiB, too small for a DataLoader with workers). Its pages count against the
+        container's memory limit as they are written. `None` turns it off; a `/dev/shm` volume of the template or of
+        `volume_mounts` wins over the default.
+    :param termination_grace_period: seconds a deleted pod's processes have between SIGTERM and SIGKILL (Kubernetes'
+        default 30): for a script that saves a checkpoint on SIGTERM. Every training command runs under a small `sh`
+        that passes SIGTERM on to the training processes, so a script without a handler ends at once.
+    :param checkpoint_dir: an absolute path on a volume every training pod mounts and shares (a PVC, NFS, hostPath):
+        every rank gets `CHECKPOINT_DIR`, its subdirectory `<dag_id>/<task_id>/<run_id>`, the same across Volcano's
+        restarts and Airflow's retries of the task instance. Every rank also gets `VOLCANO_RESTART_COUNT` and
+        `AIRFLOW_TRY_NUMBER`. A main-pod log line `[airflow-volcano] resumed from <checkpoint>` is reported as the
+        result's `resumed_from`.
+    :param stall_timeout: seconds (or a timedelta; at least 30) a Running Job may go without output from the
+        followed pods (any byte the main pod's, `log_tasks`' pods' and a DeepSpeed/mpirun launch's ranks' processes
+        write, a progress bar too) and without a change before it counts as stalled; off by default. Time the waiter
+        cannot see the logs (a read that fails) does not count. On a stall the task log gets the Python stack of
+        every thread of every Python process in each training pod (a `faulthandler` installed through a
+        `sitecustomize` the operator ships), then `stall_action` applies. A script that is quiet on purpose touches
+        `$HEARTBEAT_FILE` instead of printing. Needs `get_logs=True`.
+    :param allowed_file_dirs: more absolute folders `training_script` and `job_template` may be read from, besides
+        those of `[volcano] allowed_file_dirs` and the connection's extra of that name (not templated: a rendered
+        path can never leave the folders the DAG author chose).
     :param kubernetes_conn_id: the cncf-kubernetes `kubernetes` connection.
     :param get_logs: stream the main pod's log into the task log.
-    :param log_tasks: names of more Volcano tasks (e.g. `["worker"]`) whose every pod's log is
-        copied into the task log as it is written, each line prefixed with its pod, in both modes.
-    :param startup_timeout: seconds (or a timedelta) the gang may take to first run, counted from the
-        Job's creation on the apiserver's clock, before the task fails with the scheduler's reason; after
-        a restart (a retryable exit, an eviction, a lost node, a stall), the same bound counted from when
-        the waiter saw the restart. Pods outside the gang (TensorBoard, replicas above `min_available`)
-        never end the Job: the task log names them. Default 900; `None`: no limit.
-    :param image_pull_timeout: seconds (or a timedelta) a pod the gang needs may stay in image pull
-        back-off that may pass (a 429 or 5xx of the registry, a registry out of reach), counted by the
-        waiter from when it first saw it, before the Job counts as unable to start; an image the kubelet
-        says cannot exist or cannot be read (not found, manifest unknown, unauthorized, an invalid
-        name) fails at once. Default 300; `None`: only `startup_timeout` bounds it.
+    :param log_tasks: names of more Volcano tasks (e.g. `["worker"]`) whose every pod's log is copied into the task
+        log as it is written, each line prefixed with its pod, in both modes.
+    :param startup_timeout: seconds (or a timedelta) the gang may take to first run, counted from the Job's creation
+        on the apiserver's clock, before the task fails with the scheduler's reason; after a restart (a retryable
+        exit, an eviction, a lost node, a stall), the same bound counted from when the waiter saw the restart. Pods
+        outside the gang (TensorBoard, replicas above `min_available`) never end the Job: the task log names them.
+        Default 900; `None`: no limit.
+    :param image_pull_timeout: seconds (or a timedelta) a pod the gang needs may stay in image pull back-off that
+        may pass (a 429 or 5xx of the registry, a registry out of reach), counted by the waiter from when it first
+        saw it, before the Job counts as unable to start; an image the kubelet says cannot exist or cannot be read
+        (not found, manifest unknown, unauthorized, an invalid name) fails at once. Default 300; `None`: only
+        `startup_timeout` bounds it.
     :param job_timeout: client-side deadline, seconds or a timedelta; the Job is then deleted.
+    :param node_lost_timeout: seconds (or a timedelta) the pods of a node that stopped answering (the cluster marks
+        them not ready) may stay lost before they are deleted and handled like an eviction: the Job restarts under
+        its retry budget, or the task fails naming the node. Default 180; `None` turns the check off.
+    :param stall_action: `fail` (default: the Job is deleted, the task fails with "stalled: no output for N minutes"
+        and where each process was) or `restart` (the training pods are deleted, which the Job's policies answer
+        with a gang restart under its `max_retry` budget; at most 3 times, and a restart that is refused fails the
+        task as `fail` would).
     :param on_finish_action: `delete_job`, `delete_succeeded_job` (default) or `keep_job`.
     :param on_kill_action: `delete_job` (default) or `keep_job`.
-    :param if_job_exists: an earlier try's Job of this task instance: `reattach` (default),
-        `fail` or `replace`.
-    :param delete_orphaned_jobs: before submitting, sweep the namespace for Jobs no try will watch
-        again: another task instance's, which Airflow reports finished (a worker killed outright, then the
-        task marked failed or success), not kept on purpose (`on_finish_action`, `on_kill_action`). Each is
-        marked at first sight and deleted by a submission five minutes later or more. Default True.
-    :param debug: debug mode (as in T9k, a Kubernetes ML platform): the pods come up as configured
-        but sleep instead of running their command; the task log says how to open a shell in each
-        (`kubectl exec`); the Job is deleted after `debug_timeout` or when the task is marked
-        success/failed. Waits in the worker.
-    :param debug_timeout: seconds (or a timedelta) the debug pods stay up (default 3600).
-    :param shm_size: size of the memory-backed `emptyDir` mounted at `/dev/shm` in every training pod
-        (default `2Gi`; a container's own is 64 MiB, too small for a DataLoader with workers). Its
-        pages count against the container's memory limit as they are written. `None` turns it off; a
-        `/dev/shm` volume of the template or of `volume_mounts` wins over the default.
-    :param termination_grace_period: seconds a deleted pod's processes have between SIGTERM and
-        SIGKILL (Kubernetes' default 30): for a script that saves a checkpoint on SIGTERM. Every
-        training command runs under a small `sh` that passes SIGTERM on to the training processes, so
-        a script without a handler ends at once.
-    :param checkpoint_dir: an absolute path on a volume every training pod mounts and shares (a PVC,
-        NFS, hostPath): every rank gets `CHECKPOINT_DIR`, its subdirectory `<dag_id>/<task_id>/<run_id>`,
-        the same across Volcano's restarts and Airflow's retries of the task instance. Every rank also
-        gets `VOLCANO_RESTART_COUNT` and `AIRFLOW_TRY_NUMBER`. A main-pod log line
-        `[airflow-volcano] resumed from <checkpoint>` is reported as the result's `resumed_from`.
-    :param node_lost_timeout: seconds (or a timedelta) the pods of a node that stopped answering
-        (the cluster marks them not ready) may stay lost before they are deleted and handled like an
-        eviction: the Job restarts under its retry budget, or the task fails naming the node.
-        Default 180; `None` turns the check off.
-    :param stall_timeout: seconds (or a timedelta; at least 30) a Running Job may go without output
-        from the followed pods (any byte the main pod's, `log_tasks`' pods' and a DeepSpeed/mpirun
-        launch's ranks' processes write, a progress bar too) and without a change before it counts
-        as stalled; off by default. Time the waiter cannot see the logs (a read that fails) does not
-        count. On a stall the task log gets the Python stack of every thread of every Python process
-        in each training pod (a `faulthandler` installed through a `sitecustomize` the operator
-        ships), then `stall_action` applies. A script that is quiet on purpose touches
-        `$HEARTBEAT_FILE` instead of printing. Needs `get_logs=True`.
-    :param stall_action: `fail` (default: the Job is deleted, the task fails with "stalled: no output
-        for N minutes" and where each process was) or `restart` (the training pods are deleted, which
-        the Job's policies answer with a gang restart under its `max_retry` budget; at most 3 times,
-        and a restart that is refused fails the task as `fail` would).
+    :param if_job_exists: an earlier try's Job of this task instance: `reattach` (default), `fail` or `replace`.
+    :param delete_orphaned_jobs: before submitting, sweep the namespace for Jobs no try will watch again: another
+        task instance's, which Airflow reports finished (a worker killed outright, then the task marked failed or
+        success), not kept on purpose (`on_finish_action`, `on_kill_action`). Each is marked at first sight and
+        deleted by a submission five minutes later or more. Default True.
     :param deferrable: wait in the triggerer (default `[operators] default_deferrable`).
     :param poll_interval: seconds (or a timedelta) between pod checks while the Job has not started.
-    :param model_asset: an Airflow `Asset` (or its URI) the training produces, added to the task's
-        `outlets`. Every successful run emits an event of each Asset in `outlets`, whose `extra` holds
-        what a consumer needs: the `model_uri` and metrics the main pod's termination message reports,
-        the Volcano Job, the image and its digest, the Airflow run, where the time went (README
-        "Retraining pipelines"). A failed run emits nothing.
+    :param model_asset: an Airflow `Asset` (or its URI) the training produces, added to the task's `outlets`. Every
+        successful run emits an event of each Asset in `outlets`, whose `extra` holds what a consumer needs: the
+        `model_uri` and metrics the main pod's termination message reports, the Volcano Job, the image and its
+        digest, the Airflow run, where the time went (README "Retraining pipelines"). A failed run emits nothing.
     """
 
     # Empty: Airflow would read *every* templated string ending in .yaml/.json as a template file
@@ -249,12 +233,19 @@ class VolcanoJobOperator(BaseOperator):
     ui_color = "#f37021"
     operator_extra_links = LINKS
     job_kind: ClassVar[JobKind] = JobKind.GENERIC  # which Job the arguments build (see manifest.JobKind)
-    untemplated_fields: ClassVar[tuple[str, ...]] = ()  # a subclass's arguments that are not its to template
+    # Which declared arguments (operators/arguments.py) a class takes: those of its groups, less those it
+    # refuses (a base's argument that is not the subclass's to take).
+    argument_groups: ClassVar[tuple[str, ...]] = ("job",)
+    refused_arguments: ClassVar[tuple[str, ...]] = ()
     extra_template_fields: ClassVar[tuple[str, ...]] = ()  # a subclass's own template fields
-    # The arguments this class reads itself (keep_arguments sets every one; the Job request's others are
+    # The arguments this class reads itself (take_arguments sets every one; the Job request's others are
     # read by name, _job_request).
     training_script: str | None
     job_template: str | dict | None
+    allowed_file_dirs: list[str] | None
+    on_finish_action: str
+    on_kill_action: str
+    if_job_exists: str
     debug: bool
     debug_timeout: float | datetime.timedelta
     kubernetes_conn_id: str
@@ -279,13 +270,29 @@ class VolcanoJobOperator(BaseOperator):
     def __init__(
         self,
         *,
-        image: str | None = None,
-        command: list[str] | None = None,
-        args: list[str] | None = None,
-        env: dict[str, str] | list[dict] | None = None,
+        # Generated from the declarations: python -m airflow_volcano.operators.arguments
         name: str | None = None,
         namespace: str | None = None,
+        job_template: str | dict | None = None,
+        full_job_spec: dict | None = None,
         main_task: str | None = None,
+        labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None,
+        priority_class_name: str | None = None,
+        volcano_queue: str | None = None,
+        scheduler_name: str | None = None,
+        min_available: int | str | None = None,
+        max_retry: int | None = None,
+        ttl_seconds_after_finished: int | None = None,
+        policies: list[dict] | None = None,
+        retryable_exit_codes: list[int] | None = None,
+        restart_scope: str | None = None,
+        extra_plugins: dict[str, list[str]] | None = None,
+        tensorboard: dict[str, Any] | None = None,
+        image: str | None = None,
+        command: list[Any] | None = None,
+        args: list[Any] | None = None,
+        env: dict[str, Any] | list[dict] | None = None,
         container_resources: dict | None = None,
         node_selector: dict[str, str] | None = None,
         tolerations: list[dict] | None = None,
@@ -294,44 +301,29 @@ class VolcanoJobOperator(BaseOperator):
         service_account_name: str | None = None,
         image_pull_policy: str | None = None,
         image_pull_secrets: list[str] | None = None,
-        labels: dict[str, str] | None = None,
-        annotations: dict[str, str] | None = None,
-        priority_class_name: str | None = None,
-        volcano_queue: str | None = None,
-        scheduler_name: str | None = None,
-        min_available: int | None = None,
-        max_retry: int | None = None,
-        ttl_seconds_after_finished: int | None = None,
-        policies: list[dict] | None = None,
-        retryable_exit_codes: list[int] | None = None,
-        restart_scope: str | None = None,
         restart_policy: str | None = None,
-        extra_plugins: dict[str, list[str]] | None = None,
-        tensorboard: dict[str, Any] | None = None,
+        training_script: str | None = None,
         debug: bool = False,
-        debug_timeout: float | datetime.timedelta = DEFAULT_DEBUG_TIMEOUT,
-        shm_size: str | None = DEFAULT_SHM_SIZE,
+        debug_timeout: float | datetime.timedelta = 3600.0,
+        shm_size: str | None = "2Gi",
         termination_grace_period: int | None = None,
         checkpoint_dir: str | None = None,
-        node_lost_timeout: float | datetime.timedelta | None = DEFAULT_NODE_LOST_TIMEOUT,
         stall_timeout: float | datetime.timedelta | None = None,
-        stall_action: str = StallAction.FAIL,
-        training_script: str | None = None,
-        job_template: str | dict | None = None,
         allowed_file_dirs: Sequence[str] | None = None,
-        full_job_spec: dict | None = None,
-        kubernetes_conn_id: str = DEFAULT_CONN_ID,
+        kubernetes_conn_id: str = "kubernetes_default",
         get_logs: bool = True,
         log_tasks: list[str] | None = None,
-        startup_timeout: float | datetime.timedelta | None = DEFAULT_STARTUP_TIMEOUT,
-        image_pull_timeout: float | datetime.timedelta | None = DEFAULT_IMAGE_PULL_TIMEOUT,
+        startup_timeout: float | datetime.timedelta | None = 900.0,
+        image_pull_timeout: float | datetime.timedelta | None = 300.0,
         job_timeout: float | datetime.timedelta | None = None,
+        node_lost_timeout: float | datetime.timedelta | None = 180.0,
+        stall_action: str = StallAction.FAIL,
         on_finish_action: str = OnFinishAction.DELETE_SUCCEEDED_JOB,
         on_kill_action: str = OnKillAction.DELETE_JOB,
         if_job_exists: str = IfJobExists.REATTACH,
         delete_orphaned_jobs: bool = True,
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
-        poll_interval: float | datetime.timedelta = DEFAULT_POLL_INTERVAL,
+        deferrable: bool = DEFAULT_DEFERRABLE,
+        poll_interval: float | datetime.timedelta = 5.0,
         model_asset: Asset | str | None = None,
         **kwargs: Any,
     ) -> None:
@@ -342,11 +334,7 @@ class VolcanoJobOperator(BaseOperator):
         super().__init__(**kwargs)
         # Not `resources`: BaseOperator owns that name (Airflow's executor resources), as in
         # KubernetesPodOperator; not `queue` either (the executor queue): `container_resources`, `volcano_queue`.
-        keep_arguments(self, given)
-        self.allowed_file_dirs = _folders("allowed_file_dirs", allowed_file_dirs)
-        self.on_finish_action = _choice("on_finish_action", on_finish_action, OnFinishAction)
-        self.on_kill_action = _choice("on_kill_action", on_kill_action, OnKillAction)
-        self.if_job_exists = _choice("if_job_exists", if_job_exists, IfJobExists)
+        take_arguments(self, VolcanoJobOperator, given)
         # Filled when templates are rendered: what the UI shows is what is submitted. The Job and
         # the script's ConfigMap are separate fields, so a long script cannot push the Job past
         # Airflow's rendered-field size limit.
@@ -895,23 +883,7 @@ def _new_cursor() -> LogCursor:
 
 @functools.cache
 def _request_arguments(operator: type) -> tuple[str, ...]:
-    """The JobRequest fields an operator class takes as arguments (its and its bases' signatures)."""
-    fields = set(arguments()) - {"debug", "training_script", "job_template"}  # (converted by _job_request)
-    names = {name for cls in operator.__mro__ if "__init__" in vars(cls)
-             for name in inspect.signature(vars(cls)["__init__"]).parameters}
-    return tuple(sorted(fields & names))
-
-
-def _folders(parameter: str, value: Iterable[str] | None) -> list[str] | None:
-    """Absolute folders, checked at DAG parse (the argument is not templated, by design)."""
-    if value is None:
-        return None
-    if isinstance(value, str) or not all(isinstance(item, str) and os.path.isabs(item) for item in value):
-        raise JobSpecError(f"{parameter} must be a list of absolute folder paths, got {value!r}")
-    return list(value)
-
-
-def _choice(parameter: str, value: str, allowed: type[StrEnum]) -> str:
-    if value not in set(allowed):
-        raise JobSpecError(f"{parameter} must be one of {', '.join(allowed)}; got {value!r}")
-    return str(value)
+    """The JobRequest fields an operator class takes as arguments."""
+    converted = {"debug", "training_script", "job_template"}  # (converted by _job_request)
+    return tuple(sorted(declared.name for declared in operator_arguments(operator)
+                        if declared.in_request and declared.name not in converted))

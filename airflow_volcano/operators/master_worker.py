@@ -6,10 +6,17 @@ per-role resources and the master's policies. What the pods run is the subclass'
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+import datetime
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from airflow_volcano.constants import IfJobExists, OnFinishAction, OnKillAction, StallAction
 from airflow_volcano.manifest import DEFAULT_MASTER, DEFAULT_WORKER, max_job_name_length
-from airflow_volcano.operators.job import VolcanoJobOperator
+from airflow_volcano.operators.arguments import DEFAULT_DEFERRABLE
+from airflow_volcano.operators.job import VolcanoJobOperator, passed_on, take_arguments
+
+if TYPE_CHECKING:
+    from airflow.sdk import Asset
 
 
 class MasterWorkerJobOperator(VolcanoJobOperator):
@@ -22,15 +29,74 @@ class MasterWorkerJobOperator(VolcanoJobOperator):
     :param worker_task_name: worker task name (default `worker`).
     :param master_resources: like `container_resources`, merged over it for the master.
     :param worker_resources: like `container_resources`, merged over it for the workers.
-    :param master_policies: master task policies (default: TaskCompleted -> CompleteJob: the Job
-        succeeds when the master does, whatever workers still run).
+    :param master_policies: master task policies (default: TaskCompleted -> CompleteJob: the Job succeeds when the
+        master does, whatever workers still run).
     """
 
-    untemplated_fields: ClassVar[tuple[str, ...]] = ("main_task",)  # the master, by definition
+    argument_groups: ClassVar[tuple[str, ...]] = ("job", "roles")
+    refused_arguments: ClassVar[tuple[str, ...]] = ("main_task",)  # the master, by definition
+    # The arguments this class reads itself (take_arguments sets every one).
+    worker_replicas: int | str | None
+    master_task_name: str | None
+    worker_task_name: str | None
 
     def __init__(
         self,
         *,
+        # Generated from the declarations: python -m airflow_volcano.operators.arguments
+        name: str | None = None,
+        namespace: str | None = None,
+        job_template: str | dict | None = None,
+        full_job_spec: dict | None = None,
+        labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None,
+        priority_class_name: str | None = None,
+        volcano_queue: str | None = None,
+        scheduler_name: str | None = None,
+        min_available: int | str | None = None,
+        max_retry: int | None = None,
+        ttl_seconds_after_finished: int | None = None,
+        policies: list[dict] | None = None,
+        retryable_exit_codes: list[int] | None = None,
+        restart_scope: str | None = None,
+        extra_plugins: dict[str, list[str]] | None = None,
+        tensorboard: dict[str, Any] | None = None,
+        image: str | None = None,
+        command: list[Any] | None = None,
+        args: list[Any] | None = None,
+        env: dict[str, Any] | list[dict] | None = None,
+        container_resources: dict | None = None,
+        node_selector: dict[str, str] | None = None,
+        tolerations: list[dict] | None = None,
+        volumes: list[dict] | None = None,
+        volume_mounts: list[dict] | None = None,
+        service_account_name: str | None = None,
+        image_pull_policy: str | None = None,
+        image_pull_secrets: list[str] | None = None,
+        restart_policy: str | None = None,
+        training_script: str | None = None,
+        debug: bool = False,
+        debug_timeout: float | datetime.timedelta = 3600.0,
+        shm_size: str | None = "2Gi",
+        termination_grace_period: int | None = None,
+        checkpoint_dir: str | None = None,
+        stall_timeout: float | datetime.timedelta | None = None,
+        allowed_file_dirs: Sequence[str] | None = None,
+        kubernetes_conn_id: str = "kubernetes_default",
+        get_logs: bool = True,
+        log_tasks: list[str] | None = None,
+        startup_timeout: float | datetime.timedelta | None = 900.0,
+        image_pull_timeout: float | datetime.timedelta | None = 300.0,
+        job_timeout: float | datetime.timedelta | None = None,
+        node_lost_timeout: float | datetime.timedelta | None = 180.0,
+        stall_action: str = StallAction.FAIL,
+        on_finish_action: str = OnFinishAction.DELETE_SUCCEEDED_JOB,
+        on_kill_action: str = OnKillAction.DELETE_JOB,
+        if_job_exists: str = IfJobExists.REATTACH,
+        delete_orphaned_jobs: bool = True,
+        deferrable: bool = DEFAULT_DEFERRABLE,
+        poll_interval: float | datetime.timedelta = 5.0,
+        model_asset: Asset | str | None = None,
         worker_replicas: int | str | None = None,
         master_task_name: str | None = None,
         worker_task_name: str | None = None,
@@ -39,13 +105,11 @@ class MasterWorkerJobOperator(VolcanoJobOperator):
         master_policies: list[dict] | None = None,
         **kwargs: Any,
     ) -> None:
+        given = dict(locals())
         if "main_task" in kwargs:
             raise TypeError(f"{type(self).__name__}: the main task is the master; set master_task_name")
-        super().__init__(**kwargs)
-        self.worker_replicas = worker_replicas
-        self.master_task_name, self.worker_task_name = master_task_name, worker_task_name
-        self.master_resources, self.worker_resources = master_resources, worker_resources
-        self.master_policies = master_policies
+        super().__init__(**passed_on(MasterWorkerJobOperator, given), **kwargs)
+        take_arguments(self, MasterWorkerJobOperator, given)
 
     def _default_name_limit(self) -> int:
         try:

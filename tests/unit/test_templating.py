@@ -40,7 +40,7 @@ def arguments(operator: type) -> set[str]:
 def test_every_templated_argument_of_the_readme_is_a_template_field_of_every_operator_that_takes_it(operator):
     marks = documented("VolcanoPyTorchJobOperator arguments")
     templated = {name for name, mark in marks.items() if mark}
-    refused = set(getattr(operator, "untemplated_fields", ()))
+    refused = set(getattr(operator, "refused_arguments", ()))
     wanted = (templated & arguments(operator)) - refused
     assert wanted <= set(operator.template_fields), sorted(wanted - set(operator.template_fields))
     untemplated = {name for name, mark in marks.items() if not mark} & set(operator.template_fields)

@@ -1,0 +1,267 @@
+"""The operators' own arguments (those the Job is not built from), declared like JobRequest's, and what
+is generated from every declaration: the operators' `__init__` signatures and their `:param` lines.
+
+Both are written into the operators' source by `python -m airflow_volcano.operators.arguments` (and
+tests/unit/test_argument_declarations.py fails when they are not current), so that IDEs and type
+checkers see every argument of every operator with its type, and `inspect.signature` and `__doc__`
+show them at run time. An argument a class takes is one of its `argument_groups`' and not one of its
+`refused_arguments`; its `template_fields` are its templated arguments (operators/job.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import functools
+import json
+import os
+import textwrap
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import Enum, StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow_volcano.compat import conf
+from airflow_volcano.constants import (
+    DEFAULT_CONN_ID,
+    DEFAULT_IMAGE_PULL_TIMEOUT,
+    DEFAULT_NODE_LOST_TIMEOUT,
+    DEFAULT_POLL_INTERVAL,
+    DEFAULT_STARTUP_TIMEOUT,
+    IfJobExists,
+    OnFinishAction,
+    OnKillAction,
+    StallAction,
+)
+from airflow_volcano.exceptions import JobSpecError
+from airflow_volcano.manifest.request import Check, JobRequest, argument, template_or_integer
+
+if TYPE_CHECKING:
+    from airflow.sdk import Asset
+
+DEFAULT_DEFERRABLE = conf.getboolean("operators", "default_deferrable", fallback=False)
+
+
+def _folders(parameter: str, value: Iterable[str] | None) -> list[str] | None:
+    """Absolute folders, checked at DAG parse (the argument is not templated, by design)."""
+    if value is None:
+        return None
+    if isinstance(value, str) or not all(isinstance(item, str) and os.path.isabs(item) for item in value):
+        raise JobSpecError(f"{parameter} must be a list of absolute folder paths, got {value!r}")
+    return list(value)
+
+
+def _one_of(allowed: type[StrEnum]) -> Check:
+    def check(parameter: str, value: Any) -> str:
+        if value not in set(allowed):
+            raise JobSpecError(f"{parameter} must be one of {', '.join(allowed)}; got {value!r}")
+        return str(value)
+
+    return check
+
+
+@dataclass
+class OperatorArguments:
+    """The arguments of every operator that are not the Job's (how it is waited for, logged, kept or
+    deleted), declared as JobRequest's are. A check here runs when the operator is constructed (at the
+    DAG's parse), on every value; the durations are checked before submitting (WaitLimits.checked)."""
+
+    allowed_file_dirs: Sequence[str] | None = argument(
+        _folders,
+        doc="more absolute folders `training_script` and `job_template` may be read from, besides those of "
+            "`[volcano] allowed_file_dirs` and the connection's extra of that name (not templated: a rendered "
+            "path can never leave the folders the DAG author chose).")
+    kubernetes_conn_id: str = argument(
+        default=DEFAULT_CONN_ID, templated=True, doc="the cncf-kubernetes `kubernetes` connection.")
+    get_logs: bool = argument(default=True, doc="stream the main pod's log into the task log.")
+    log_tasks: list[str] | None = argument(
+        templated=True,
+        doc='names of more Volcano tasks (e.g. `["worker"]`) whose every pod\'s log is copied into the task log '
+            "as it is written, each line prefixed with its pod, in both modes.")
+    startup_timeout: float | datetime.timedelta | None = argument(
+        default=DEFAULT_STARTUP_TIMEOUT,
+        doc="seconds (or a timedelta) the gang may take to first run, counted from the Job's creation on the "
+            "apiserver's clock, before the task fails with the scheduler's reason; after a restart (a retryable "
+            "exit, an eviction, a lost node, a stall), the same bound counted from when the waiter saw the "
+            "restart. Pods outside the gang (TensorBoard, replicas above `min_available`) never end the Job: "
+            "the task log names them. Default 900; `None`: no limit.")
+    image_pull_timeout: float | datetime.timedelta | None = argument(
+        default=DEFAULT_IMAGE_PULL_TIMEOUT,
+        doc="seconds (or a timedelta) a pod the gang needs may stay in image pull back-off that may pass (a 429 "
+            "or 5xx of the registry, a registry out of reach), counted by the waiter from when it first saw it, "
+            "before the Job counts as unable to start; an image the kubelet says cannot exist or cannot be read "
+            "(not found, manifest unknown, unauthorized, an invalid name) fails at once. Default 300; `None`: "
+            "only `startup_timeout` bounds it.")
+    job_timeout: float | datetime.timedelta | None = argument(
+        doc="client-side deadline, seconds or a timedelta; the Job is then deleted.")
+    node_lost_timeout: float | datetime.timedelta | None = argument(
+        default=DEFAULT_NODE_LOST_TIMEOUT,
+        doc="seconds (or a timedelta) the pods of a node that stopped answering (the cluster marks them not "
+            "ready) may stay lost before they are deleted and handled like an eviction: the Job restarts under "
+            "its retry budget, or the task fails naming the node. Default 180; `None` turns the check off.")
+    stall_action: str = argument(
+        default=StallAction.FAIL,
+        doc="`fail` (default: the Job is deleted, the task fails with \"stalled: no output for N minutes\" and "
+            "where each process was) or `restart` (the training pods are deleted, which the Job's policies "
+            "answer with a gang restart under its `max_retry` budget; at most 3 times, and a restart that is "
+            "refused fails the task as `fail` would).")
+    on_finish_action: str = argument(
+        _one_of(OnFinishAction), OnFinishAction.DELETE_SUCCEEDED_JOB,
+        doc="`delete_job`, `delete_succeeded_job` (default) or `keep_job`.")
+    on_kill_action: str = argument(
+        _one_of(OnKillAction), OnKillAction.DELETE_JOB, doc="`delete_job` (default) or `keep_job`.")
+    if_job_exists: str = argument(
+        _one_of(IfJobExists), IfJobExists.REATTACH,
+        doc="an earlier try's Job of this task instance: `reattach` (default), `fail` or `replace`.")
+    delete_orphaned_jobs: bool = argument(
+        default=True,
+        doc="before submitting, sweep the namespace for Jobs no try will watch again: another task instance's, "
+            "which Airflow reports finished (a worker killed outright, then the task marked failed or success), "
+            "not kept on purpose (`on_finish_action`, `on_kill_action`). Each is marked at first sight and "
+            "deleted by a submission five minutes later or more. Default True.")
+    deferrable: bool = argument(
+        default=DEFAULT_DEFERRABLE, default_source="DEFAULT_DEFERRABLE",
+        doc="wait in the triggerer (default `[operators] default_deferrable`).")
+    poll_interval: float | datetime.timedelta = argument(
+        default=DEFAULT_POLL_INTERVAL,
+        doc="seconds (or a timedelta) between pod checks while the Job has not started.")
+    model_asset: Asset | str | None = argument(  # made an Asset (lineage.as_asset) as the operator is constructed
+        doc="an Airflow `Asset` (or its URI) the training produces, added to the task's `outlets`. Every "
+            "successful run emits an event of each Asset in `outlets`, whose `extra` holds what a consumer needs: "
+            "the `model_uri` and metrics the main pod's termination message reports, the Volcano Job, the image "
+            "and its digest, the Airflow run, where the time went (README \"Retraining pipelines\"). A failed run "
+            "emits nothing.")
+
+
+@dataclass(frozen=True)
+class Declared:
+    """One argument as a class takes it: its declaration, with the class's default and doc text."""
+
+    name: str
+    annotation: str  # as the signatures write it
+    default: Any
+    doc: str
+    templated: bool
+    group: str  # the class's group it belongs to
+    check: Check | None
+    in_request: bool  # a JobRequest field (checked by `normalize`); else checked at construction
+    number: bool
+    default_source: str | None = None
+
+    def at_construction(self, value: Any) -> Any:
+        """The value as the operator keeps it: an operator argument's check; a templated integer given
+        as text must be a Jinja template (or digits)."""
+        if self.number:
+            template_or_integer(self.name, value)
+        return value if self.in_request or self.check is None else self.check(self.name, value)
+
+
+def declarations() -> list[dataclasses.Field]:
+    """Every argument's one declaration: JobRequest's fields, then OperatorArguments'."""
+    return [item for request_type in (JobRequest, OperatorArguments) for item in dataclasses.fields(request_type)
+            if "doc" in item.metadata]
+
+
+@functools.cache
+def operator_arguments(operator: type) -> tuple[Declared, ...]:
+    """The arguments `operator` takes, grouped in the order of its `argument_groups`, each group in
+    declaration order."""
+    groups: tuple[str, ...] = operator.argument_groups  # type: ignore[attr-defined]
+    refused = set(operator.refused_arguments)  # type: ignore[attr-defined]
+    taken: list[tuple[int, Declared]] = []
+    request_fields = {field.name for field in dataclasses.fields(JobRequest)}
+    for order, item in enumerate(declarations()):
+        meta = item.metadata
+        mine = [group for group in groups if group in meta["groups"]]
+        if not mine or item.name in refused:
+            continue
+        variant = next((meta["variants"][group] for group in reversed(mine) if group in meta["variants"]), None)
+        taken.append((groups.index(mine[-1]) * 1000 + order, Declared(
+            name=item.name, annotation=meta["accepts"] or str(item.type),
+            default=variant.default if variant else meta["default"], doc=variant.doc if variant else meta["doc"],
+            templated=meta["templated"], group=mine[-1], check=meta["check"],
+            in_request=item.name in request_fields,
+            number=meta["number"], default_source=None if variant else meta["default_source"])))
+    return tuple(declared for _, declared in sorted(taken, key=lambda pair: pair[0]))
+
+
+def own_arguments(operator: type) -> list[Declared]:
+    """The arguments `operator` adds to its bases': those of its last group (its `:param` lines)."""
+    return [declared for declared in operator_arguments(operator) if declared.group == operator.argument_groups[-1]]  # type: ignore[attr-defined]
+
+
+# -- generated source --------------------------------------------------------------------------------------
+
+
+def _code(declared: Declared) -> str:
+    value = declared.default
+    if declared.default_source:
+        return declared.default_source
+    if isinstance(value, Enum):
+        return f"{type(value).__name__}.{value.name}"
+    if isinstance(value, str):
+        return json.dumps(value)  # double-quoted, as the code around it
+    if value is None or isinstance(value, bool | int | float):
+        return repr(value)
+    raise TypeError(f"{declared.name}: a default of type {type(value).__name__} needs a default_source")
+
+
+def signature_lines(operator: type) -> list[str]:
+    """`operator`'s `def __init__(...) -> None:`, every argument it takes keyword-only and typed."""
+    return ["    def __init__(", "        self,", "        *,",
+            "        # Generated from the declarations: python -m airflow_volcano.operators.arguments",
+            *(f"        {declared.name}: {declared.annotation} = {_code(declared)},"
+              for declared in operator_arguments(operator)),
+            "        **kwargs: Any,", "    ) -> None:"]
+
+
+def param_lines(operator: type) -> list[str]:
+    """The `:param` lines of `operator`'s docstring: those of the arguments it adds to its bases'."""
+    return [line for declared in own_arguments(operator)
+            for line in textwrap.wrap(f":param {declared.name}: {declared.doc}", width=116, initial_indent="    ",
+                                      subsequent_indent="        ", break_long_words=False, break_on_hyphens=False)]
+
+
+def regenerated(source: str, operator: type) -> str:
+    """`source` (the module of `operator`) with the class's `:param` lines (from its docstring's first one to
+    its end) and its `__init__` signature written from the declarations."""
+    lines = source.split("\n")
+    start = lines.index(next(line for line in lines if line.startswith(f"class {operator.__name__}(")))
+    first_param = next(index for index in range(start, len(lines)) if lines[index].startswith("    :param "))
+    doc_end = lines.index('    """', first_param)
+    lines[first_param:doc_end] = param_lines(operator)
+    init = lines.index("    def __init__(", start)
+    init_end = lines.index("    ) -> None:", init)
+    lines[init:init_end + 1] = signature_lines(operator)
+    return "\n".join(lines)
+
+
+def generated_classes() -> list[type]:
+    """The operator classes whose source is generated here."""
+    from airflow_volcano.operators.deepspeed import VolcanoDeepSpeedJobOperator
+    from airflow_volcano.operators.job import VolcanoJobOperator
+    from airflow_volcano.operators.master_worker import MasterWorkerJobOperator
+    from airflow_volcano.operators.pytorch import VolcanoPyTorchJobOperator
+
+    return [VolcanoJobOperator, MasterWorkerJobOperator, VolcanoPyTorchJobOperator, VolcanoDeepSpeedJobOperator]
+
+
+def source_file(operator: type) -> Path:
+    import sys
+
+    return Path(str(sys.modules[operator.__module__].__file__))
+
+
+def regenerate() -> None:
+    """Rewrite the operators' generated source after a declaration changed."""
+    for operator in generated_classes():
+        path = source_file(operator)
+        path.write_text(regenerated(path.read_text(), operator))
+        print(f"{path}: {operator.__name__}")
+
+
+if __name__ == "__main__":
+    from airflow_volcano.operators import arguments  # the module the operators use, not this __main__ copy
+
+    arguments.regenerate()
