@@ -13,9 +13,9 @@ import structlog
 
 from airflow_volcano.constants import DEBUG_ANNOTATION, ENDED_POD_PHASES, PodPhase
 from airflow_volcano.exceptions import VolcanoJobError
-from airflow_volcano.finalize import delete_job_and_script
 from airflow_volcano.manifest import TENSORBOARD_TASK, task_pods
 from airflow_volcano.manifest.names import pod_task
+from airflow_volcano.ownership import delete_job_and_script
 from airflow_volcano.wait_engine import WaitLimits, startup_problem
 
 if TYPE_CHECKING:

@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from airflow_volcano import metrics
-from airflow_volcano.constants import CHECKED_LABEL, OnFinishAction
+from airflow_volcano.constants import OnFinishAction
 from airflow_volcano.events import Verdict, WaitOutcome
 from airflow_volcano.exceptions import VolcanoJobError
 from airflow_volcano.goodput import goodput
 from airflow_volcano.lineage import image_digest
 from airflow_volcano.logs import iter_lines
+from airflow_volcano.ownership import cleanup, delete_job_and_script
 from airflow_volcano.pod_logs import PodLogCopy, follow_until_exit
 from airflow_volcano.status import (
     LOG_SCAN_LINES,
@@ -37,9 +38,6 @@ if TYPE_CHECKING:
 log = structlog.get_logger(f"airflow.task.{__name__}")
 # How many troubled pods' events a failure report reads (one request each).
 EVENT_PODS = 5
-# How long a cleanup keeps retrying an apiserver it cannot reach before the task fails (and its next
-# try, if any, reattaches and cleans up).
-CLEANUP_RETRY_SECONDS = 120.0
 
 
 @dataclass(frozen=True)
@@ -115,71 +113,6 @@ def main_result(hook: VolcanoHook, ref: JobRef) -> tuple[Any, str | None, str | 
                     ref.main_pod, error)
         return None, None, None
     return (termination_result(pod, ref.main_pod_container), *image_digest(pod, ref.main_pod_container))
-
-
-def cleanup(hook: VolcanoHook, ref: JobRef, *, succeeded: bool, action: OnFinishAction) -> bool:
-    """Apply `on_finish_action`; returns whether the Job was deleted. A Job kept is labelled as
-    reported, so no later try takes it for its own; a Job to delete is not labelled first: if the
-    delete fails, the task fails, and its next try reattaches to the finished Job and deletes it
-    (never trains again, never leaves it behind)."""
-    delete = action is OnFinishAction.DELETE_JOB or (action is OnFinishAction.DELETE_SUCCEEDED_JOB and succeeded)
-    if not delete or not ref.owned:
-        if ref.owned:
-            log.info("Keeping Volcano Job %s/%s (on_finish_action=%s)", ref.namespace, ref.name, action.value)
-        mark_reported(hook, ref)
-        return False
-    delete_job_and_script(hook, ref)
-    return True
-
-
-def mark_reported(hook: VolcanoHook, ref: JobRef) -> None:
-    """Label a kept Job as reported by this try: a later try of the task must not pick it up again."""
-    if ref.owned:
-        hook.label_job(ref.name, ref.namespace, {CHECKED_LABEL: "true"})
-
-
-def delete_job_and_script(hook: VolcanoHook, ref: JobRef) -> None:
-    """Delete the Job (its pods, PodGroup, Service go with it), retrying an unreachable apiserver for
-    up to CLEANUP_RETRY_SECONDS: a Job nobody deletes trains on unwatched. Only that Job (its uid), and
-    only while this try owns it: a Job of the same name made since, or this one once a later try of the
-    task reattached to it, is not touched."""
-    from airflow_volcano.hooks import calls
-
-    done = hook.drive(calls.delete_owned_job(ref.name, ref.namespace, ref.uid, ref.owner_try,
-                                             retry_for=CLEANUP_RETRY_SECONDS))
-    if done == "adopted":
-        log.info("Leaving Volcano Job %s/%s: a later try of this task reattached to it and owns it now", ref.namespace,
-                 ref.name)
-        return
-    # The ConfigMap is owned by the Job, but a cluster without the garbage collector would leave it
-    # behind: delete it explicitly (only the one this Job owns).
-    if ref.script_configmap:
-        hook.delete_script_configmap(ref.script_configmap, ref.namespace, ref.uid)
-    if done == "deleted":
-        log.info("Deleted Volcano Job %s/%s", ref.namespace, ref.name)
-    else:
-        log.info("Volcano Job %s/%s (uid %s) was gone already", ref.namespace, ref.name, ref.uid)
-
-
-def delete_if_still_running(hook: VolcanoHook, ref: JobRef) -> None:
-    """When no later try will reattach: delete the Job if it still runs (or waits to), so nothing trains
-    (and holds GPUs) unwatched; a finished Job is left to on_finish_action. Never raises: the task's own
-    error is the one to report."""
-    try:
-        job = hook.get_job(ref.name, ref.namespace)
-    except Exception:  # noqa: BLE001 - cannot tell whether it still runs: delete it rather than leave it running
-        job = {}
-    if job is None or (job and job_state(job).finished):
-        return  # gone, or finished: on_finish_action has had its say
-    if job and ref.uid and job["metadata"].get("uid") != ref.uid:
-        return  # its name is another Job's now (a later try's): not this try's to delete
-    log.info("No later try of this task will reattach: deleting Volcano Job %s/%s (%s), which would otherwise run "
-             "unwatched", ref.namespace, ref.name, job_state(job).phase if job else "unreadable")
-    try:
-        delete_job_and_script(hook, ref)
-    except Exception as error:  # noqa: BLE001 - see above
-        log.error("Could not delete Volcano Job %s/%s (%s): delete it by hand (kubectl -n %s delete vcjob %s)",
-                  ref.namespace, ref.name, error, ref.namespace, ref.name)
 
 
 def report_goodput(ref: JobRef, outcome: WaitOutcome, metric_tags: Mapping[str, str] | None) -> dict | None:

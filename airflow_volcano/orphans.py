@@ -35,6 +35,7 @@ from airflow_volcano.constants import (
     OnKillAction,
 )
 from airflow_volcano.exceptions import VolcanoApiError
+from airflow_volcano.ownership import state_in
 from airflow_volcano.progress import duration_text
 from airflow_volcano.status import job_state
 from airflow_volcano.timestamps import clock_text
@@ -65,11 +66,6 @@ class TaskInstanceId:
     task_id: str
     run_id: str
     map_index: int = -1
-
-    @property
-    def state_key(self) -> str:
-        """Its key in Airflow's task states of a run (`get_task_states`)."""
-        return self.task_id if self.map_index < 0 else f"{self.task_id}_{self.map_index}"
 
     def annotation(self, on_kill_action: str) -> str:
         return json.dumps({**asdict(self), "on_kill_action": str(on_kill_action)}, sort_keys=True)
@@ -133,11 +129,11 @@ def orphans(found: Iterable[tuple[Mapping[str, Any], TaskInstanceId]],
     (another Airflow's, or deleted from this one): not an orphan."""
     result = []
     for job, ti in found:
-        state = (states.get((ti.dag_id, ti.run_id)) or {}).get(ti.state_key)
-        if state is not None and str(state) in FINISHED_TASK_STATES:
+        state = state_in(states.get((ti.dag_id, ti.run_id)), ti.task_id, ti.map_index)
+        if state in FINISHED_TASK_STATES:
             metadata = job["metadata"]
             result.append(Orphan(metadata["name"], metadata.get("namespace", ""), metadata.get("uid", ""),
-                                 job_state(job).phase if job.get("status") else "", ti, str(state),
+                                 job_state(job).phase if job.get("status") else "", ti, state,
                                  orphaned_at(job)))
     return result
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import yaml
 from airflow.sdk import Asset, BaseOperator
 
-from airflow_volcano.compat import AirflowFailException, TaskDeferred, conf
+from airflow_volcano.compat import TaskDeferred, conf
 from airflow_volcano.constants import (
     DEPLOYMENT_LABEL,
     TASK_INSTANCE_ANNOTATION,
@@ -648,29 +648,16 @@ class VolcanoJobOperator(BaseOperator):
     def _settle_after_failure(self, error: BaseException) -> None:
         """The task is failing with its Job submitted: keep the Job when a later try of this task will
         reattach to it; otherwise delete it if it still runs."""
-        from airflow_volcano.finalize import delete_if_still_running
+        from airflow_volcano.ownership import delete_if_still_running, later_try_will_reattach
 
         ref, self._job_ref = self._job_ref, None  # on_kill, called next on a timeout, has nothing left to do
         if ref is None or self.on_kill_action == OnKillAction.KEEP_JOB:
             return
-        if self._later_try_will_reattach(error):
+        if later_try_will_reattach(self._ti, error):
             self.log.info("Keeping Volcano Job %s/%s for the next try of this task to reattach", ref.namespace,
                           ref.name)
             return
         delete_if_still_running(self.hook, ref)
-
-    def _later_try_will_reattach(self, error: BaseException | None) -> bool:
-        """Whether Airflow will run another try of this task instance (which reattaches to the Job):
-        the server's own answer (`should_retry`), else the try count against max_tries."""
-        if isinstance(error, AirflowFailException):
-            return False
-        ti = self._ti
-        if ti is None:
-            return False
-        context = getattr(ti, "_ti_context_from_server", None)
-        if context is not None and getattr(context, "should_retry", None) is not None:
-            return bool(context.should_retry)
-        return int(getattr(ti, "try_number", 1) or 1) <= int(getattr(ti, "max_tries", 0) or 0)
 
     def _log_copies(self, ref: JobRef, job: dict, cursors: dict[str, LogCursor] | None = None) -> list[PodLogCopy]:
         """The main pod's log (get_logs) first, then every pod of log_tasks, each line prefixed with its
@@ -832,13 +819,13 @@ class VolcanoJobOperator(BaseOperator):
         to the Job, so deleting it would throw the training away; with no try left, nobody would
         ever watch it again. When the state cannot be read and a try is left, the Job is kept: a
         training is not deleted on a guess (the next try, or the user, finds it by its labels)."""
-        from airflow_volcano.finalize import delete_job_and_script
+        from airflow_volcano.ownership import delete_job_and_script, later_try_will_reattach
 
         self._kill_requested = True
         ref = self._job_ref
         if ref is None or self.on_kill_action == OnKillAction.KEEP_JOB:
             return
-        if self._later_try_will_reattach(None):
+        if later_try_will_reattach(self._ti, None):
             state = self._state_on_server()
             if state is None:
                 self.log.warning("Keeping Volcano Job %s/%s: whether this is a kill or a worker stopping is "
@@ -857,19 +844,15 @@ class VolcanoJobOperator(BaseOperator):
     def _state_on_server(self) -> str | None:
         """The task instance's state as the API server has it ("none" when it has none: cleared);
         None when it cannot be read."""
-        from airflow_volcano.task_state import task_state_key
+        from airflow_volcano.ownership import ask_task_state
 
-        ti = self._ti
-        if ti is None:
+        if self._ti is None:
             return None
         try:
-            states = ti.get_task_states(dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id],
-                                        map_index=ti.map_index)
+            return ask_task_state(self._ti.get_task_states, self._ti)
         except Exception as error:  # noqa: BLE001 - an unknown state is reported as such
             self.log.warning("Could not read the task instance's state: %s", error)
             return None
-        state = (states.get(ti.run_id) or {}).get(task_state_key(ti.task_id, ti.map_index))
-        return str(getattr(state, "value", state)).lower()
 
 
 VolcanoJobOperator.template_fields = templated_fields(VolcanoJobOperator)

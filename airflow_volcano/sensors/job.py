@@ -57,7 +57,7 @@ class VolcanoJobSensor(BaseSensorOperator):
         if not self.deferrable:
             return super().execute(context)
         from airflow_volcano.hooks.volcano import VolcanoHook
-        from airflow_volcano.job_ref import JobRef
+        from airflow_volcano.ownership import watched_only
         from airflow_volcano.status import job_state
         from airflow_volcano.triggers.job import VolcanoJobTrigger
         from airflow_volcano.wait_engine import WaitLimits
@@ -69,8 +69,7 @@ class VolcanoJobSensor(BaseSensorOperator):
         job = hook.get_job(self.job_name, self._namespace(hook))
         if job is None:  # not submitted yet: wait for it the ordinary way
             return super().execute(context)
-        ref = JobRef.from_job(job, self.main_task)
-        ref.owned = False
+        ref = watched_only(job, self.main_task)
         deadline = None
         if self.timeout is not None and context.get("ti") is not None and context["ti"].start_date is not None:
             deadline = context["ti"].start_date.timestamp() + float(self.timeout)
@@ -106,7 +105,7 @@ class VolcanoJobSensor(BaseSensorOperator):
         from airflow_volcano.events import Verdict, WaitOutcome
         from airflow_volcano.finalize import finalize
         from airflow_volcano.hooks.volcano import VolcanoHook
-        from airflow_volcano.job_ref import JobRef
+        from airflow_volcano.ownership import watched_only
         from airflow_volcano.pod_logs import main_log_copy, read_remaining_log
         from airflow_volcano.status import job_state
 
@@ -120,8 +119,7 @@ class VolcanoJobSensor(BaseSensorOperator):
         self.log.info("Volcano Job %s/%s is %s", namespace, self.job_name, state.phase)
         if not state.finished:
             return False
-        ref = JobRef.from_job(job, self.main_task)
-        ref.owned = False
+        ref = watched_only(job, self.main_task)
         main_log = main_log_copy(ref, self.log)
         if self.get_logs:
             read_remaining_log(hook, namespace, main_log)

@@ -31,9 +31,9 @@ from airflow_volcano.hooks import calls
 from airflow_volcano.job_ref import JobRef
 from airflow_volcano.logs import LOG_CHUNK_BYTES, LineSplitter, LogCursor, emit_unseen
 from airflow_volcano.masking import JobSecrets, secret_values
+from airflow_volcano.ownership import USER_ENDED_STATES, ask_task_state
 from airflow_volcano.pod_logs import printed_at
 from airflow_volcano.status import Outcome, failed_pods, job_state, waited_view
-from airflow_volcano.task_state import task_state_key
 from airflow_volcano.triggers.job_watch import (
     WATCH_BROKEN,
     Changes,
@@ -71,7 +71,6 @@ if TYPE_CHECKING:
 TRIGGERER_CALLS_ON_KILL = "on_kill" in vars(BaseTrigger)
 # The states a user's action leaves a deferred task in (Mark failed / success, Clear: no state), as
 # the pre-3.3 triggerer's cancellation sees them. Not "scheduled", "queued", "running": a resumed task.
-USER_ENDED_STATES = frozenset({None, "none", "failed", "success", "skipped", "removed", "upstream_failed"})
 ON_KILL_SECONDS = 30.0  # as long as Airflow 3.3 gives on_kill
 
 
@@ -479,18 +478,14 @@ class VolcanoJobTrigger(BaseTrigger):
         self.log.info("Cancelled while the task is %s: treating it as a kill", state)
         await self._delete_job()
 
-    async def _task_state(self) -> str | None:
+    async def _task_state(self) -> str:
         from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
         from asgiref.sync import sync_to_async
 
         ti = self.task_instance
         assert ti is not None, "a trigger the triggerer runs knows its task instance"
         # The triggerer answers this through its supervisor; sync_to_async keeps the event loop free.
-        states = await sync_to_async(RuntimeTaskInstance.get_task_states)(
-            dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id], map_index=ti.map_index,
-        )
-        state = (states.get(ti.run_id) or {}).get(task_state_key(ti.task_id, ti.map_index))
-        return None if state is None else str(getattr(state, "value", state))
+        return await sync_to_async(ask_task_state)(RuntimeTaskInstance.get_task_states, ti)
 
     async def on_kill(self) -> None:
         """A user marked the deferred task failed/success or cleared it: stop the training. The triggerer

@@ -57,9 +57,9 @@ def test_deletes_failing_for_a_minute_neither_orphan_the_job_nor_train_it_twice(
     """The apiserver refuses every delete of the Job for 60 s. The cleanup retries (here for 10 s),
     then the task fails without marking the Job reported; its retry reattaches to the finished Job,
     reports it and deletes it. One Job, trained once, none left."""
-    from airflow_volcano import finalize
+    from airflow_volcano import ownership
 
-    monkeypatch.setattr(finalize, "CLEANUP_RETRY_SECONDS", 10.0)
+    monkeypatch.setattr(ownership, "CLEANUP_RETRY_SECONDS", 10.0)
     config = json.loads(operator_kubeconfig.read_text())
     ca_file = kubeconfig.parent / "pki" / "ca.crt"
     with FaultyProxy(config["clusters"][0]["cluster"]["server"], ca_file, every=0, job_deletes_fail_for=60) as proxy:

@@ -134,7 +134,7 @@ def test_a_kill_leaves_a_job_a_later_try_reattached_to_and_deletes_one_its_try_s
     """Issue 41: a cleared deferred task's on_kill delete, retried for seconds, landed on the Job the next
     try had just reattached to. A try deletes its Job only while it owns it (the try-number label a
     reattaching try sets), compared and deleted as one (uid and resourceVersion)."""
-    from airflow_volcano.finalize import delete_job_and_script
+    from airflow_volcano.ownership import delete_job_and_script
 
     hook = Hook()
     mine = dataclasses.replace(REF, owner_try=1)

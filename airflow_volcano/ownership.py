@@ -1,0 +1,143 @@
+"""Who owns a Volcano Job, and what becomes of it: the rules the operator, its trigger, the sensor and
+the orphan sweep share.
+
+A try owns the Job it submitted (or reattached to) until it reports it (labelled checked) or deletes
+it; a later try of the same task instance reattaches to it (`later_try_will_reattach`); a sensor only
+watches (`watched_only`). What a kill or a cancellation does depends on Airflow's state of the task
+instance, read in one place (`ask_task_state`, `state_in`): a user's "Mark failed/success" or "Clear"
+ends the Job, a worker or triggerer stopping with a try left keeps it for that try. Jobs no try will
+watch again are swept by later submissions (orphans.py). Deleting takes only the Job this try owns
+(its uid), never one a later try reattached to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from airflow_volcano.compat import AirflowFailException
+from airflow_volcano.constants import CHECKED_LABEL, OnFinishAction
+from airflow_volcano.job_ref import JobRef
+from airflow_volcano.status import job_state
+
+if TYPE_CHECKING:
+    from airflow_volcano.hooks.volcano import VolcanoHook
+
+# Airflow's task-time logger, as an operator's own `self.log` is: its lines are the task log's.
+log = structlog.get_logger(f"airflow.task.{__name__}")
+# How long a cleanup keeps retrying an apiserver it cannot reach before the task fails (and its next
+# try, if any, reattaches and cleans up).
+CLEANUP_RETRY_SECONDS = 120.0
+# The task state store key (Airflow 3.3+) under which a try records the Job it submitted.
+STATE_STORE_KEY = "volcano_job"
+# The states in which a deferred task's cancelled trigger was ended by a user ("none": cleared).
+USER_ENDED_STATES = frozenset({"none", "failed", "success", "skipped", "removed", "upstream_failed"})
+
+
+# -- the task instance's state ---------------------------------------------------------------------------
+
+
+def task_state_key(task_id: str, map_index: int | None) -> str:
+    """How Airflow's get_task_states names a task instance: mapped ones carry their index."""
+    return task_id if map_index is None or map_index < 0 else f"{task_id}_{map_index}"
+
+
+def state_in(run_states: Mapping[str, Any] | None, task_id: str, map_index: int | None) -> str:
+    """A task instance's state in one run's part of Airflow's `get_task_states` answer, as its value
+    ("running", "failed", ...); "none" when it has none (cleared) or is not in it."""
+    state = (run_states or {}).get(task_state_key(task_id, map_index))
+    return str(getattr(state, "value", state)).lower()
+
+
+def ask_task_state(get_task_states: Callable[..., Mapping[str, Mapping[str, Any]]], ti: Any) -> str:
+    """Airflow's state of the task instance `ti`, asked through `get_task_states` (the task instance's
+    own, or the triggerer's); raises what the asking raises."""
+    states = get_task_states(dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id], map_index=ti.map_index)
+    return state_in(states.get(ti.run_id), ti.task_id, ti.map_index)
+
+
+def later_try_will_reattach(ti: Any, error: BaseException | None) -> bool:
+    """Whether Airflow will run another try of this task instance (which reattaches to the Job): the
+    server's own answer (`should_retry`), else the try count against max_tries."""
+    if isinstance(error, AirflowFailException) or ti is None:
+        return False
+    context = getattr(ti, "_ti_context_from_server", None)
+    if context is not None and getattr(context, "should_retry", None) is not None:
+        return bool(context.should_retry)
+    return int(getattr(ti, "try_number", 1) or 1) <= int(getattr(ti, "max_tries", 0) or 0)
+
+
+def watched_only(job: dict, main_task: str) -> JobRef:
+    """A Job this task watches but does not own (the sensor's): never deleted, relabelled or adopted."""
+    return replace(JobRef.from_job(job, main_task), owned=False)
+
+
+# -- ending the Job ---------------------------------------------------------------------------------------
+
+
+def cleanup(hook: VolcanoHook, ref: JobRef, *, succeeded: bool, action: OnFinishAction) -> bool:
+    """Apply `on_finish_action`; returns whether the Job was deleted. A Job kept is labelled as
+    reported, so no later try takes it for its own; a Job to delete is not labelled first: if the
+    delete fails, the task fails, and its next try reattaches to the finished Job and deletes it
+    (never trains again, never leaves it behind)."""
+    delete = action is OnFinishAction.DELETE_JOB or (action is OnFinishAction.DELETE_SUCCEEDED_JOB and succeeded)
+    if not delete or not ref.owned:
+        if ref.owned:
+            log.info("Keeping Volcano Job %s/%s (on_finish_action=%s)", ref.namespace, ref.name, action.value)
+        mark_reported(hook, ref)
+        return False
+    delete_job_and_script(hook, ref)
+    return True
+
+
+def mark_reported(hook: VolcanoHook, ref: JobRef) -> None:
+    """Label a kept Job as reported by this try: a later try of the task must not pick it up again."""
+    if ref.owned:
+        hook.label_job(ref.name, ref.namespace, {CHECKED_LABEL: "true"})
+
+
+def delete_job_and_script(hook: VolcanoHook, ref: JobRef) -> None:
+    """Delete the Job (its pods, PodGroup, Service go with it), retrying an unreachable apiserver for
+    up to CLEANUP_RETRY_SECONDS: a Job nobody deletes trains on unwatched. Only that Job (its uid), and
+    only while this try owns it: a Job of the same name made since, or this one once a later try of the
+    task reattached to it, is not touched."""
+    from airflow_volcano.hooks import calls
+
+    done = hook.drive(calls.delete_owned_job(ref.name, ref.namespace, ref.uid, ref.owner_try,
+                                             retry_for=CLEANUP_RETRY_SECONDS))
+    if done == "adopted":
+        log.info("Leaving Volcano Job %s/%s: a later try of this task reattached to it and owns it now", ref.namespace,
+                 ref.name)
+        return
+    # The ConfigMap is owned by the Job, but a cluster without the garbage collector would leave it
+    # behind: delete it explicitly (only the one this Job owns).
+    if ref.script_configmap:
+        hook.delete_script_configmap(ref.script_configmap, ref.namespace, ref.uid)
+    if done == "deleted":
+        log.info("Deleted Volcano Job %s/%s", ref.namespace, ref.name)
+    else:
+        log.info("Volcano Job %s/%s (uid %s) was gone already", ref.namespace, ref.name, ref.uid)
+
+
+def delete_if_still_running(hook: VolcanoHook, ref: JobRef) -> None:
+    """When no later try will reattach: delete the Job if it still runs (or waits to), so nothing trains
+    (and holds GPUs) unwatched; a finished Job is left to on_finish_action. Never raises: the task's own
+    error is the one to report."""
+    try:
+        job = hook.get_job(ref.name, ref.namespace)
+    except Exception:  # noqa: BLE001 - cannot tell whether it still runs: delete it rather than leave it running
+        job = {}
+    if job is None or (job and job_state(job).finished):
+        return  # gone, or finished: on_finish_action has had its say
+    if job and ref.uid and job["metadata"].get("uid") != ref.uid:
+        return  # its name is another Job's now (a later try's): not this try's to delete
+    log.info("No later try of this task will reattach: deleting Volcano Job %s/%s (%s), which would otherwise run "
+             "unwatched", ref.namespace, ref.name, job_state(job).phase if job else "unreadable")
+    try:
+        delete_job_and_script(hook, ref)
+    except Exception as error:  # noqa: BLE001 - see above
+        log.error("Could not delete Volcano Job %s/%s (%s): delete it by hand (kubectl -n %s delete vcjob %s)",
+                  ref.namespace, ref.name, error, ref.namespace, ref.name)
