@@ -11,7 +11,7 @@ model or checkpoint is) and its final metrics, as numbers at the top level or un
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from airflow.sdk import Asset
@@ -118,3 +118,35 @@ def lineage(*, inputs: list[Any], outputs: list[Any], job: Mapping[str, Any],
 
     return OperatorLineage(inputs=inputs, outputs=outputs, job_facets={"volcanoJob": VolcanoJobFacet(**job)},
                            run_facets={"volcanoRun": VolcanoRunFacet(**run)} if run else {})
+
+
+def fill_model_asset_events(outlets: Iterable[Any] | None, context: Any, summary: Mapping[str, Any], *,
+                            uid: str | None, say: Callable[..., None]) -> None:
+    """Put what a consumer needs (model_asset_extra) in the event of each Asset among the task's `outlets`:
+    Airflow emits the events when the task succeeds, and none if it fails after this."""
+    assets = [outlet for outlet in outlets or [] if isinstance(outlet, Asset)]
+    if not assets:
+        return
+    ti = context["ti"]
+    extra = model_asset_extra(summary, uid=uid, dag_id=ti.dag_id, run_id=ti.run_id, task_id=ti.task_id,
+                              try_number=getattr(ti, "try_number", None))
+    for asset in assets:
+        context["outlet_events"][asset].extra.update(extra)
+    say("Asset events for %s: model_uri %s, metrics %s", ", ".join(asset.uri for asset in assets),
+        extra["model_uri"] or "not reported", extra["metrics"] or "none reported")
+
+
+def operator_lineage(*, inlets: Iterable[Any] | None, outlets: Iterable[Any] | None, checkpoint_dir: str | None,
+                     job: dict | None, operator: str, launcher: str | None,
+                     run: Mapping[str, Any] | None) -> Any:
+    """An operator's OpenLineage facets: its inlets and outlets (and checkpoint_dir) as datasets, the Job
+    and the run, the Job's secrets masked in every facet (lineage events leave the deployment)."""
+    from airflow_volcano.masking import JobSecrets
+
+    outputs = [dataset_of(asset) for asset in outlets or [] if isinstance(asset, Asset)]
+    if checkpoint_dir:
+        outputs.append(dataset_of(f"file://{checkpoint_dir}"))
+    redact = JobSecrets.of(job).redact
+    return lineage(inputs=[dataset_of(asset) for asset in inlets or [] if isinstance(asset, Asset)],
+                   outputs=outputs, run=redact(run),
+                   job=redact(job_description(job, operator=operator, launcher=launcher)))

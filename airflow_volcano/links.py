@@ -10,6 +10,7 @@ calls the cluster. No template, no link.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import structlog
@@ -18,6 +19,8 @@ from airflow.sdk import BaseOperatorLink
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator
     from airflow.sdk.types import TaskInstanceKey
+
+    from airflow_volcano.job_ref import JobRef
 
 # Airflow's task-time logger, as an operator's own `self.log` is: its lines are the task log's.
 log = structlog.get_logger(f"airflow.task.{__name__}")
@@ -87,3 +90,18 @@ def link_urls(templates: dict[str, str | None], values: dict[str, Any]) -> dict[
             log.warning("[volcano] %s %r cannot be filled (%s); known fields: %s", link.template_option, template,
                         error, ", ".join(sorted(values)))
     return urls
+
+
+def job_link_urls(connection_extra: Callable[[str], Any], ref: JobRef, job: dict) -> dict[str, str]:
+    """The UI links' URLs for this Job: each template from the connection's extra (`connection_extra`
+    reads it), else `[volcano]`, filled with the Job's values."""
+    from airflow_volcano.compat import conf
+    from airflow_volcano.manifest import tensorboard_endpoint
+
+    templates = {link.template_option: connection_extra(link.template_option)
+                 or conf.get("volcano", link.template_option, fallback="") for link in LINKS}
+    values: dict[str, Any] = {"namespace": ref.namespace, "name": ref.name, "uid": ref.uid or "",
+                              "pod": ref.main_pod, "container": ref.main_pod_container}
+    if (endpoint := tensorboard_endpoint(job)) is not None:
+        values["tensorboard_pod"], values["tensorboard_port"] = endpoint
+    return link_urls(templates, values)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
-import os
 import secrets
 import time
 from collections.abc import Sequence
@@ -37,8 +36,9 @@ from airflow_volcano.constants import (
 )
 from airflow_volcano.exceptions import JobSpecError, VolcanoJobError
 from airflow_volcano.job_ref import JobRef
-from airflow_volcano.lineage import as_asset, job_description, model_asset_extra
-from airflow_volcano.links import LINKS, link_urls
+from airflow_volcano.lineage import as_asset, fill_model_asset_events
+from airflow_volcano.links import LINKS, job_link_urls
+from airflow_volcano.local_files import ALLOWED_FILE_DIRS_OPTION
 from airflow_volcano.manifest import (
     JobKind,
     JobManifests,
@@ -47,7 +47,6 @@ from airflow_volcano.manifest import (
     build_manifests,
     checkpoint_subdir,
     default_job_name,
-    load_job_template,
     max_job_name_length,
     run_labels,
     seconds,
@@ -58,7 +57,6 @@ from airflow_volcano.manifest.names import pod_name
 from airflow_volcano.manifest.policies import restarts_on_eviction
 from airflow_volcano.masking import (
     MASKED_ANNOTATION,
-    JobSecrets,
     mark_masked_places,
     register_secrets,
     shown,
@@ -76,9 +74,6 @@ if TYPE_CHECKING:
     from airflow_volcano.pod_logs import PodLogCopy
     from airflow_volcano.wait_engine import WaitLimits
 
-TEMPLATE_EXTENSIONS = (".yaml", ".yml", ".json")
-# The option (in [volcano] and in a connection's extras) naming more folders files may be read from.
-ALLOWED_FILE_DIRS_OPTION = "allowed_file_dirs"
 
 
 def templated_fields(operator: type) -> tuple[str, ...]:
@@ -224,7 +219,7 @@ class VolcanoJobOperator(BaseOperator):
 
     # Empty: Airflow would read *every* templated string ending in .yaml/.json as a template file
     # (so `args=["--config", "train.yaml"]` failed with TemplateNotFound). Only job_template is a
-    # file, and _job_template_text reads it.
+    # file, and local_files.parsed_job_template reads it.
     template_ext: Sequence[str] = ()
     template_fields_renderers = {
         "job_template": "yaml", "full_job_spec": "json", "env": "json", "container_resources": "json",
@@ -448,33 +443,10 @@ class VolcanoJobOperator(BaseOperator):
         return []
 
     def _file_folders(self) -> list[Path]:
-        """Where `training_script` and `job_template` may be read from: the DAG file's folder and its
-        template_searchpath (as Airflow's own template files), `allowed_file_dirs`, and the deployment's
-        `[volcano] allowed_file_dirs` and connection extra; without a DAG, the working directory."""
-        folders = [Path(folder) for folder in [*(self.allowed_file_dirs or []), *self._deployment_file_dirs()]]
-        if self.has_dag():
-            if self.dag.fileloc:
-                folders.insert(0, Path(self.dag.fileloc).parent)
-            searchpath = self.dag.template_searchpath or []
-            folders += [Path(folder) for folder in ([searchpath] if isinstance(searchpath, str) else searchpath)]
-        else:
-            folders.append(Path.cwd())
-        return [Path(os.path.normpath(folder.absolute())) for folder in folders]
+        """Where `training_script` and `job_template` may be read from (local_files.file_folders)."""
+        from airflow_volcano.local_files import file_folders
 
-    def _deployment_file_dirs(self) -> list[str]:
-        """The folders a deployment allows for every task: `[volcano] allowed_file_dirs` and the
-        connection's extra of that name (a list, or a comma-separated text), each absolute."""
-        found: list[str] = []
-        setting = conf.get("volcano", ALLOWED_FILE_DIRS_OPTION, fallback="") or ""
-        for where, value in ((f"[volcano] {ALLOWED_FILE_DIRS_OPTION}", setting),
-                             (f"connection extra {ALLOWED_FILE_DIRS_OPTION}", self._connection_file_dirs())):
-            items = value if isinstance(value, list | tuple) else str(value or "").split(",")
-            for item in (str(item).strip() for item in items):
-                if item and not os.path.isabs(item):
-                    raise JobSpecError(f"{where}: {item!r} is not an absolute folder path")
-                if item:
-                    found.append(item)
-        return found
+        return file_folders(self.allowed_file_dirs, self._connection_file_dirs, self.dag if self.has_dag() else None)
 
     def _connection_file_dirs(self) -> Any:
         try:
@@ -482,50 +454,16 @@ class VolcanoJobOperator(BaseOperator):
         except Exception:  # noqa: BLE001 - no connection here (dry_run without a cluster): no extra
             return None
 
-    def _local_path(self, parameter: str, value: str) -> Path:
-        """A local file named in a (rendered) argument: relative to one of `_file_folders`, or absolute
-        inside one. A rendered value comes from whoever triggers the DAG run, so `../` may not leave them."""
-        folders = self._file_folders()
-        path = Path(value)
-        candidates = [path] if path.is_absolute() else [folder / path for folder in folders]
-        inside = [Path(os.path.normpath(candidate)) for candidate in candidates]
-        inside = [candidate for candidate in inside if any(candidate.is_relative_to(folder) for folder in folders)]
-        if not inside:
-            raise JobSpecError(
-                f"{parameter}: {value!r} is outside the folders files are read from "
-                f"({', '.join(map(str, folders))}: the DAG file's folder and the DAG's template_searchpath); "
-                "name a file there, or add its folder to allowed_file_dirs")
-        return next((candidate for candidate in inside if candidate.exists()), inside[0])
-
     def _read_training_script(self) -> TrainingScript | None:
-        if not self.training_script:
-            return None
-        path = self._local_path("training_script", self.training_script)
-        try:
-            return TrainingScript(filename=path.name, content=path.read_text())
-        except OSError as error:
-            raise JobSpecError(f"training_script: cannot read {str(path)!r}: {error.strerror or error}") from error
+        from airflow_volcano.local_files import read_training_script
 
-    def _job_template_text(self, context: Context | None) -> tuple[str, str]:
-        """The template's text and where it came from: a file (rendered with Jinja, as Airflow
-        renders template files) when job_template names one, else the string itself."""
-        value = str(self.job_template)
-        if not value.strip().endswith(TEMPLATE_EXTENSIONS) or "\n" in value.strip():
-            return value, "<string>"
-        path = self._local_path("job_template", value.strip())
-        try:
-            text = path.read_text()
-        except OSError as error:
-            raise JobSpecError(f"job_template: cannot read {str(path)!r}: {error.strerror or error}") from error
-        if context is not None:
-            text = self.render_template(text, context)
-        return text, str(path)
+        return read_training_script(self.training_script, self._file_folders)
 
     def _parsed_job_template(self, context: Context | None = None) -> dict | None:
-        if self.job_template is None or isinstance(self.job_template, dict):
-            return self.job_template
-        text, source = self._job_template_text(context)
-        return load_job_template(text, source=source)
+        from airflow_volcano.local_files import parsed_job_template
+
+        render = (lambda text: self.render_template(text, context)) if context is not None else None
+        return parsed_job_template(self.job_template, self._file_folders, render)
 
     def dry_run(self) -> dict[str, Any]:  # type: ignore[override]
         """Print the manifests (ConfigMap and Job) as YAML and return them, secret env values masked;
@@ -670,22 +608,12 @@ class VolcanoJobOperator(BaseOperator):
         return [PodLogCopy(pod, container, pod_line_emit(self.log, pod), cursors.get(pod) or _new_cursor())
                 for pod, container in pods]
 
-    def _links(self, hook: VolcanoHook, ref: JobRef, job: dict) -> dict[str, str]:
-        """The UI links' URLs (see airflow_volcano.links) for this Job."""
-        templates = {link.template_option: hook.connection_extra(link.template_option)
-                     or conf.get("volcano", link.template_option, fallback="") for link in LINKS}
-        values: dict[str, Any] = {"namespace": ref.namespace, "name": ref.name, "uid": ref.uid or "",
-                                  "pod": ref.main_pod, "container": ref.main_pod_container}
-        if (endpoint := tensorboard_endpoint(job)) is not None:
-            values["tensorboard_pod"], values["tensorboard_port"] = endpoint
-        return link_urls(templates, values)
-
     def _push_links(self, hook: VolcanoHook, ref: JobRef, job: dict, ti: Any) -> None:
         """Store the UI links' URLs in XCom, where the UI reads them, as soon as the Job exists."""
         if (endpoint := tensorboard_endpoint(job)) is not None:
             self.log.info("TensorBoard of this Job: kubectl port-forward -n %s pod/%s %d, then http://localhost:%d",
                           ref.namespace, endpoint[0], endpoint[1], endpoint[1])
-        self._link_urls = self._links(hook, ref, job)
+        self._link_urls = job_link_urls(hook.connection_extra, ref, job)
         for key, url in self._link_urls.items():
             ti.xcom_push(key=key, value=url)
 
@@ -707,15 +635,7 @@ class VolcanoJobOperator(BaseOperator):
         except VolcanoJobError as error:
             self._lineage_run["failure"] = str(error).splitlines()[0]
             raise
-        assets = [outlet for outlet in self.outlets or [] if isinstance(outlet, Asset)]
-        if assets:
-            # Airflow emits the events when the task succeeds, and none if it fails after this.
-            extra = model_asset_extra(done, uid=ref.uid, dag_id=ti.dag_id, run_id=ti.run_id, task_id=ti.task_id,
-                                      try_number=getattr(ti, "try_number", None))
-            for asset in assets:
-                context["outlet_events"][asset].extra.update(extra)
-            self.log.info("Asset events for %s: model_uri %s, metrics %s", ", ".join(asset.uri for asset in assets),
-                          extra["model_uri"] or "not reported", extra["metrics"] or "none reported")
+        fill_model_asset_events(self.outlets, context, done, uid=ref.uid, say=self.log.info)
         return done
 
     # -- OpenLineage (called by the OpenLineage provider's listener, when it is installed) -----------
@@ -733,18 +653,11 @@ class VolcanoJobOperator(BaseOperator):
         return self._openlineage(self._lineage_run)
 
     def _openlineage(self, run: dict[str, Any] | None = None) -> Any:
-        from airflow_volcano.lineage import dataset_of, lineage
+        from airflow_volcano.lineage import operator_lineage
 
-        outputs = [dataset_of(asset) for asset in self.outlets or [] if isinstance(asset, Asset)]
-        if self.checkpoint_dir:
-            outputs.append(dataset_of(f"file://{self.checkpoint_dir}"))
-        job = self._manifests.job if self._manifests is not None else None
-        # Lineage events leave the deployment: the Job's secrets masked in every facet of ours.
-        redact = JobSecrets.of(job).redact
-        return lineage(inputs=[dataset_of(asset) for asset in self.inlets or [] if isinstance(asset, Asset)],
-                       outputs=outputs, run=redact(run),
-                       job=redact(job_description(job, operator=type(self).__name__,
-                                                  launcher=getattr(self, "launcher", None))))
+        return operator_lineage(inlets=self.inlets, outlets=self.outlets, checkpoint_dir=self.checkpoint_dir,
+                                job=self._manifests.job if self._manifests is not None else None,
+                                operator=type(self).__name__, launcher=getattr(self, "launcher", None), run=run)
 
     def _defer(self, ref: JobRef, context: Context, job: dict) -> None:
         from airflow_volcano.triggers.job import VolcanoJobTrigger
@@ -794,7 +707,7 @@ class VolcanoJobOperator(BaseOperator):
             job = hook.get_job(ref.name, ref.namespace)
             if job is not None:  # the values the Job's annotation names, whatever this process rendered
                 register_secrets(job)
-            self._link_urls = self._links(hook, ref, job or {"metadata": {"name": ref.name}})
+            self._link_urls = job_link_urls(hook.connection_extra, ref, job or {"metadata": {"name": ref.name}})
             # What the trigger had not copied yet (its last copy, and any pod it could not read).
             copies = self._log_copies(ref, job or {"metadata": {"name": ref.name}},
                                       {ref.main_pod: outcome.log_cursor, **outcome.log_cursors})
