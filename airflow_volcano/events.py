@@ -43,7 +43,7 @@ _OLDER_STATUSES = {"finished": Verdict.FINISHED, "timeout": Verdict.JOB_TIMEOUT,
                    "stalled": Verdict.STALLED, "error": Verdict.WAIT_FAILED}
 
 
-@dataclass
+@dataclass(frozen=True)
 class WaitOutcome:
     """The end of one wait.
 

@@ -12,7 +12,7 @@ from airflow_volcano.manifest.names import pod_name
 from airflow_volcano.timestamps import parse_time
 
 
-@dataclass
+@dataclass(frozen=True)
 class JobRef:
     """A Job, and its main pod: pod 0 of `main_task`, whose log is followed and whose termination
     message is the task's result (the master's, for PyTorch and DeepSpeed Jobs)."""

@@ -4,6 +4,7 @@ pods' last states, and carries out the engine's actions with the programs of `wa
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -116,12 +117,10 @@ def wait_for_job(
         for follower in followers:
             follower.stop()
         failed = recorder.stop()
-    outcome.failed_pods = failed | outcome.failed_pods
     for copy in logs:
         read_remaining_log(hook, ref.namespace, copy)
-    if logs:
-        outcome.log_cursor = logs[0].cursor
-    return outcome
+    return dataclasses.replace(outcome, failed_pods=failed | outcome.failed_pods,
+                               log_cursor=logs[0].cursor if logs else outcome.log_cursor)
 
 
 def read_server_clock(hook: VolcanoHook, clock: Callable[[], float]) -> tuple[float | None, float]:

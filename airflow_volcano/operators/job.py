@@ -715,9 +715,9 @@ class VolcanoJobOperator(BaseOperator):
                 read_remaining_log(hook, ref.namespace, copy)
             if job is None and outcome.verdict is Verdict.FINISHED:
                 raise VolcanoJobError(f"Volcano Job {ref.namespace}/{ref.name} no longer exists")
-            outcome.job = job if job is not None else outcome.job
-            if copies and copies[0].pod == ref.main_pod:
-                outcome.log_cursor = copies[0].cursor
+            main_copied = bool(copies) and copies[0].pod == ref.main_pod
+            outcome = dataclasses.replace(outcome, job=job if job is not None else outcome.job,
+                                          log_cursor=copies[0].cursor if main_copied else outcome.log_cursor)
             return self._finalize(hook, ref, outcome, context, copies)
         except BaseException as error:
             self._settle_after_failure(error)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import importlib
 import random
 import time
@@ -231,9 +232,9 @@ class VolcanoJobTrigger(BaseTrigger):
             # chaos soak: "AssertionError: " alone said nothing).
             self._say(f"The wait for Volcano Job {ref.namespace}/{ref.name} failed:\n{traceback.format_exc()}")
             outcome = WaitOutcome(Verdict.WAIT_FAILED, message=f"{type(error).__name__}: {error}")
-        if self.get_logs:
-            outcome.log_cursor = copies[0].cursor
-        outcome.log_cursors = {copy.pod: copy.cursor for copy in copies if copy.pod != ref.main_pod}
+        outcome = dataclasses.replace(
+            outcome, log_cursors={copy.pod: copy.cursor for copy in copies if copy.pod != ref.main_pod},
+            log_cursor=copies[0].cursor if self.get_logs else outcome.log_cursor)
         # Airflow logs a fired event and stores it unencrypted: nothing secret leaves the trigger.
         yield TriggerEvent(outcome.masked(self._secrets.redact).to_event(ref))
 
@@ -307,7 +308,7 @@ class VolcanoJobTrigger(BaseTrigger):
                     case Done(outcome=outcome):
                         if outcome.verdict is Verdict.STALLED or (
                                 outcome.job is not None and job_state(outcome.job).outcome is Outcome.FAILED):
-                            await self._note_failures(ref, watch, job_pods, outcome)
+                            return await self._noted_failures(ref, watch, job_pods, outcome)
                         return outcome
                     case CheckPods(scheduling=scheduling):
                         cached = await queue_view.podgroup(engine.job) if scheduling and engine.job else None
@@ -345,9 +346,10 @@ class VolcanoJobTrigger(BaseTrigger):
         finally:
             await queue_view.close()
 
-    async def _note_failures(self, ref: JobRef, watch: Any, job_pods: JobPods, outcome: WaitOutcome) -> None:
-        """The failed pods Volcano has removed or is removing, as last seen (the failure report reads
-        the rest). One being deleted is still listed as the Job ends, and gone when the task resumes.
+    async def _noted_failures(self, ref: JobRef, watch: Any, job_pods: JobPods,
+                              outcome: WaitOutcome) -> WaitOutcome:
+        """The outcome with the failed pods Volcano has removed or is removing, as last seen (the failure
+        report reads the rest). One being deleted is still listed as the Job ends, and gone when the task resumes.
         And the pod that failed first, said now: if the task is marked failed before a worker resumes it,
         the full report is never written, and this line is what the log tells of the cause (found by the
         chaos soak)."""
@@ -359,14 +361,16 @@ class VolcanoJobTrigger(BaseTrigger):
             pods = []
         else:
             listed = {pod["metadata"]["name"] for pod in pods if not pod["metadata"].get("deletionTimestamp")}
-            outcome.failed_pods = {name: view for name, view in job_pods.failed.items() if name not in listed
-                                   and (not ref.uid or calls.owned_by(view, ref.uid))}
+            outcome = dataclasses.replace(outcome, failed_pods={
+                name: view for name, view in job_pods.failed.items()
+                if name not in listed and (not ref.uid or calls.owned_by(view, ref.uid))})
         pods = [pod for pod in pods if not ref.uid or calls.owned_by(pod, ref.uid)]
         names = {pod["metadata"]["name"] for pod in pods}
         problems = failed_pods([*pods, *(view for name, view in job_pods.failed.items() if name not in names)],
                                ref.main_task)
         if problems:
             self._say(f"Volcano Job {ref.namespace}/{ref.name} failed; first to fail: {problems[0].describe()}")
+        return outcome
 
     # -- copying the followed pods' logs -----------------------------------------------------------
 
