@@ -79,3 +79,19 @@ def of_deployment(job: Mapping[str, Any], deployment: str | None) -> bool:
     """Whether a Job may be this deployment's: it names this deployment, or none (an earlier release's)."""
     labelled = deployment_of(job)
     return labelled is None or labelled == deployment
+
+
+def this_deployment() -> str:
+    """This Airflow deployment's id: `[volcano] deployment_id`, else the Variable the provider keeps in
+    this deployment's metadata database (made on first use)."""
+    from airflow.sdk import Variable
+
+    from airflow_volcano.compat import conf
+
+    return deployment_id(
+        conf.get("volcano", DEPLOYMENT_OPTION, fallback=""),
+        lambda: Variable.get(DEPLOYMENT_VARIABLE, default=None),
+        lambda value: Variable.set(DEPLOYMENT_VARIABLE, value, description=(
+            "airflow-volcano: this Airflow deployment's id, the label airflow-volcano.io/deployment of every "
+            "Volcano Job it submits (two Airflows sharing a namespace never touch each other's Jobs). Keep it; "
+            "a deployment that moves its database sets [volcano] deployment_id instead.")))

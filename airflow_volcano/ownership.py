@@ -12,6 +12,7 @@ watch again are swept by later submissions (orphans.py). Deleting takes only the
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -19,12 +20,13 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from airflow_volcano.compat import AirflowFailException
-from airflow_volcano.constants import CHECKED_LABEL, OnFinishAction
+from airflow_volcano.constants import CHECKED_LABEL, OnFinishAction, OnKillAction
 from airflow_volcano.job_ref import JobRef
 from airflow_volcano.status import job_state
 
 if TYPE_CHECKING:
     from airflow_volcano.hooks.volcano import VolcanoHook
+    from airflow_volcano.orphans import TaskInstanceId
 
 # Airflow's task-time logger, as an operator's own `self.log` is: its lines are the task log's.
 log = structlog.get_logger(f"airflow.task.{__name__}")
@@ -73,6 +75,60 @@ def later_try_will_reattach(ti: Any, error: BaseException | None) -> bool:
 def watched_only(job: dict, main_task: str) -> JobRef:
     """A Job this task watches but does not own (the sensor's): never deleted, relabelled or adopted."""
     return replace(JobRef.from_job(job, main_task), owned=False)
+
+
+def kill_keeps_job(ref: JobRef, ti: Any, on_kill_action: str, state_on_server: Callable[[], str | None],
+                   log: Any) -> bool:
+    """Whether a kill (the operator's on_kill) keeps the Job rather than deleting it.
+
+    Airflow calls on_kill when a user marks the task failed/success or clears it, when the worker shuts
+    down (apache/airflow#39791) and when execution_timeout passes. In the last two the task instance is
+    still `running` on the server: if the task has a try left, that try reattaches to the Job, so deleting
+    it would throw the training away; with no try left, nobody would ever watch it again. When the state
+    cannot be read (`state_on_server` says None) and a try is left, the Job is kept: a training is not
+    deleted on a guess (the next try, or the user, finds it by its labels). `log`: the task's logger."""
+    if on_kill_action == OnKillAction.KEEP_JOB:
+        return True
+    if not later_try_will_reattach(ti, None):
+        return False
+    state = state_on_server()
+    if state is None:
+        log.warning("Keeping Volcano Job %s/%s: whether this is a kill or a worker stopping is unknown, and a later "
+                    "try would reattach to it. If the task was killed, delete it: kubectl delete vcjob -n %s %s",
+                    ref.namespace, ref.name, ref.namespace, ref.name)
+        return True
+    if state == "running":
+        log.info("Worker stopping while the task instance is still running: keeping Volcano Job %s/%s for the next "
+                 "try to reattach", ref.namespace, ref.name)
+        return True
+    return False
+
+
+def settle_after_failure(hook: Callable[[], VolcanoHook], ref: JobRef | None, ti: Any, error: BaseException,
+                         on_kill_action: str, log: Any) -> None:
+    """A task failing with its Job submitted: keep the Job when a later try of this task will reattach to
+    it (or on_kill_action keeps it); otherwise delete it if it still runs. `log`: the task's logger."""
+    if ref is None or on_kill_action == OnKillAction.KEEP_JOB:
+        return
+    if later_try_will_reattach(ti, error):
+        log.info("Keeping Volcano Job %s/%s for the next try of this task to reattach", ref.namespace, ref.name)
+        return
+    delete_if_still_running(hook(), ref)
+
+
+def sweep_orphans_before_submitting(hook: VolcanoHook, namespace: str, own: TaskInstanceId, ti: Any,
+                                    deployment: str, log: Any) -> None:
+    """Mark, then delete, the Jobs no try will watch again (orphans.py), freeing what they hold before
+    this task's Job queues. A sweep that cannot read or ask deletes nothing and never fails the task."""
+    from airflow_volcano.orphans import sweep_orphans
+
+    if not hasattr(ti, "get_task_states"):
+        return
+    try:
+        sweep_orphans(hook, namespace, own, lambda dag_id, task_ids, run_ids: ti.get_task_states(
+            dag_id=dag_id, task_ids=task_ids, run_ids=run_ids), time.time(), deployment)
+    except Exception as error:  # noqa: BLE001 - the sweep is a courtesy; this task's own Job comes first
+        log.warning("Could not look for orphaned Volcano Jobs in %s (left as they are): %s", namespace, error)
 
 
 # -- ending the Job ---------------------------------------------------------------------------------------

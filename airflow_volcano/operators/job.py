@@ -17,7 +17,6 @@ import dataclasses
 import datetime
 import functools
 import secrets
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -25,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import yaml
 from airflow.sdk import Asset, BaseOperator
 
-from airflow_volcano.compat import TaskDeferred, conf
+from airflow_volcano.compat import TaskDeferred
 from airflow_volcano.constants import (
     DEPLOYMENT_LABEL,
     TASK_INSTANCE_ANNOTATION,
@@ -486,7 +485,9 @@ class VolcanoJobOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_volcano import wait_worker
         from airflow_volcano.debug_session import debug_session
+        from airflow_volcano.deployment import this_deployment
         from airflow_volcano.manifest.compatibility import fit_to_volcano
+        from airflow_volcano.ownership import sweep_orphans_before_submitting
         from airflow_volcano.submission import submit_or_reattach
 
         manifests = self._manifests or self.build_manifests(context)
@@ -503,11 +504,12 @@ class VolcanoJobOperator(BaseOperator):
         manifests.job["metadata"].setdefault("annotations", {})[TASK_INSTANCE_ANNOTATION] = own.annotation(
             self.on_kill_action)
         # Whose Job it is: reattach, the sweep and cleanup take only their own deployment's (deployment.py).
-        deployment = self._deployment()
+        deployment = this_deployment()
         for manifest in (manifests.job, manifests.configmap):
             if manifest is not None:
                 manifest["metadata"].setdefault("labels", {})[DEPLOYMENT_LABEL] = deployment
-        self._sweep_orphans(hook, namespace, own, context, deployment)
+        if self.delete_orphaned_jobs:
+            sweep_orphans_before_submitting(hook, namespace, own, context["ti"], deployment, self.log)
         try:
             self._stop_if_killed()
             ref = submit_or_reattach(hook, manifests, namespace, if_job_exists=IfJobExists(self.if_job_exists),
@@ -537,37 +539,6 @@ class VolcanoJobOperator(BaseOperator):
             self._settle_after_failure(error)
             raise
 
-    @staticmethod
-    def _deployment() -> str:
-        """This Airflow deployment's id (deployment.py): `[volcano] deployment_id`, else the Variable the
-        provider keeps in this deployment's metadata database."""
-        from airflow.sdk import Variable
-
-        from airflow_volcano.deployment import DEPLOYMENT_OPTION, DEPLOYMENT_VARIABLE, deployment_id
-
-        return deployment_id(
-            conf.get("volcano", DEPLOYMENT_OPTION, fallback=""),
-            lambda: Variable.get(DEPLOYMENT_VARIABLE, default=None),
-            lambda value: Variable.set(DEPLOYMENT_VARIABLE, value, description=(
-                "airflow-volcano: this Airflow deployment's id, the label airflow-volcano.io/deployment of every "
-                "Volcano Job it submits (two Airflows sharing a namespace never touch each other's Jobs). Keep it; "
-                "a deployment that moves its database sets [volcano] deployment_id instead.")))
-
-    def _sweep_orphans(self, hook: VolcanoHook, namespace: str, own: TaskInstanceId, context: Context,
-                       deployment: str) -> None:
-        """Mark, then delete, the Jobs no try will watch again (orphans.py), freeing what they hold before
-        this Job queues. A sweep that cannot read or ask deletes nothing and never fails the task."""
-        from airflow_volcano.orphans import sweep_orphans
-
-        ti = context["ti"]
-        if not self.delete_orphaned_jobs or not hasattr(ti, "get_task_states"):
-            return
-        try:
-            sweep_orphans(hook, namespace, own, lambda dag_id, task_ids, run_ids: ti.get_task_states(
-                dag_id=dag_id, task_ids=task_ids, run_ids=run_ids), time.time(), deployment)
-        except Exception as error:  # noqa: BLE001 - the sweep is a courtesy; this task's own Job comes first
-            self.log.warning("Could not look for orphaned Volcano Jobs in %s (left as they are): %s", namespace, error)
-
     def _stop_if_killed(self) -> None:
         """Airflow's SIGTERM handler only calls on_kill: the task runs on until it is SIGKILLed. A kill that
         came before the Job was known (a user's "Mark failed" while the try was starting, or submitting)
@@ -584,18 +555,11 @@ class VolcanoJobOperator(BaseOperator):
         self._job_ref = ref
 
     def _settle_after_failure(self, error: BaseException) -> None:
-        """The task is failing with its Job submitted: keep the Job when a later try of this task will
-        reattach to it; otherwise delete it if it still runs."""
-        from airflow_volcano.ownership import delete_if_still_running, later_try_will_reattach
+        """The task is failing with its Job submitted: ownership.settle_after_failure."""
+        from airflow_volcano.ownership import settle_after_failure
 
         ref, self._job_ref = self._job_ref, None  # on_kill, called next on a timeout, has nothing left to do
-        if ref is None or self.on_kill_action == OnKillAction.KEEP_JOB:
-            return
-        if later_try_will_reattach(self._ti, error):
-            self.log.info("Keeping Volcano Job %s/%s for the next try of this task to reattach", ref.namespace,
-                          ref.name)
-            return
-        delete_if_still_running(self.hook, ref)
+        settle_after_failure(lambda: self.hook, ref, self._ti, error, self.on_kill_action, self.log)
 
     def _log_copies(self, ref: JobRef, job: dict, cursors: dict[str, LogCursor] | None = None) -> list[PodLogCopy]:
         """The main pod's log (get_logs) first, then every pod of log_tasks, each line prefixed with its
@@ -724,32 +688,14 @@ class VolcanoJobOperator(BaseOperator):
             raise
 
     def on_kill(self) -> None:
-        """Delete the Job when a user kills the task, or when no later try will reattach to it.
-
-        Airflow calls this when a user marks the task failed/success or clears it, when the worker
-        shuts down (apache/airflow#39791) and when execution_timeout passes. In the last two the task
-        instance is still `running` on the server: if the task has a try left, that try reattaches
-        to the Job, so deleting it would throw the training away; with no try left, nobody would
-        ever watch it again. When the state cannot be read and a try is left, the Job is kept: a
-        training is not deleted on a guess (the next try, or the user, finds it by its labels)."""
-        from airflow_volcano.ownership import delete_job_and_script, later_try_will_reattach
+        """Delete the Job when a user kills the task, or when no later try will reattach to it; a worker
+        stopping, or a timeout, with a try left keeps it for that try (ownership.kill_keeps_job)."""
+        from airflow_volcano.ownership import delete_job_and_script, kill_keeps_job
 
         self._kill_requested = True
         ref = self._job_ref
-        if ref is None or self.on_kill_action == OnKillAction.KEEP_JOB:
+        if ref is None or kill_keeps_job(ref, self._ti, self.on_kill_action, self._state_on_server, self.log):
             return
-        if later_try_will_reattach(self._ti, None):
-            state = self._state_on_server()
-            if state is None:
-                self.log.warning("Keeping Volcano Job %s/%s: whether this is a kill or a worker stopping is "
-                                 "unknown, and a later try would reattach to it. If the task was killed, "
-                                 "delete it: kubectl delete vcjob -n %s %s", ref.namespace, ref.name,
-                                 ref.namespace, ref.name)
-                return
-            if state == "running":
-                self.log.info("Worker stopping while the task instance is still running: keeping Volcano Job "
-                              "%s/%s for the next try to reattach", ref.namespace, ref.name)
-                return
         self._job_ref = None
         self.log.info("Task killed: deleting Volcano Job %s/%s", ref.namespace, ref.name)
         delete_job_and_script(self.hook, ref)
