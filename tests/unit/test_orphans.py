@@ -187,3 +187,29 @@ def test_other_dags_orphans_are_counted_in_the_task_log_never_named(monkeypatch)
     assert any("mine-left" in line for line in said)
     assert not any("finance-secret-dag" in line or "theirs-left" in line for line in said), said
     assert any("other DAGs' task instances in ml: 1 found and marked" in line for line in said), said
+
+
+# -- the one read of a task instance's state (ownership.state_in), shared with the operator and the trigger --
+
+
+def test_a_task_instances_state_is_read_the_same_for_the_operator_the_trigger_and_the_sweep():
+    from airflow.utils.state import TaskInstanceState
+
+    from airflow_volcano.ownership import ask_task_state, state_in
+
+    run = {"train": TaskInstanceState.FAILED, "train_3": "success", "cleared": None}
+    assert state_in(run, "train", -1) == state_in(run, "train", None) == "failed"
+    assert state_in(run, "train", 3) == "success", "a mapped task instance carries its index"
+    assert state_in(run, "cleared", -1) == state_in(run, "absent", -1) == state_in(None, "train", -1) == "none"
+
+    class TaskInstance:
+        dag_id, task_id, run_id, map_index = "d", "train", "r", 3
+
+    asked: list[dict] = []
+
+    def get_task_states(**question):
+        asked.append(question)
+        return {"r": run}
+
+    assert ask_task_state(get_task_states, TaskInstance()) == "success"
+    assert asked == [{"dag_id": "d", "task_ids": ["train"], "run_ids": ["r"], "map_index": 3}]
