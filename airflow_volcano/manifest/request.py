@@ -113,7 +113,7 @@ def argument(check: Check | None = None, default: Any = None, *, doc: str, group
         `hostfile` (DeepSpeed), or several, as a `|`-separated text.
     :param lands: where it lands in the Job, when it is one field set as given.
     :param templated: whether the operators template it (their `template_fields` are derived from this).
-    :param number: an integer that, templated, may come as a Jinja string: any other string fails at
+    :param number: an integer that, templated, may come as a Jinja string: any other string (but digits) fails at
         the operator's construction (a DAG's parse).
     :param accepts: the type the operators take, when it is not the field's (the field holds what the
         operator makes of it: a TrainingScript read from the path given).
