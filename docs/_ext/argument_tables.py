@@ -1,0 +1,176 @@
+"""The `argument-table` directive: an operator's (or the sensor's) arguments as a table, read from the
+class itself, never written by hand.
+
+For each argument of `inspect.signature(cls.__init__)` along the MRO (self and **kwargs left out): its
+annotation and default, whether the class templates it (`cls.template_fields`), where it lands in the
+Job (the `lands` metadata of `airflow_volcano.manifest.request.JobRequest`'s field of that name) and
+its text, from the `:param name:` lines of the class docstrings along the MRO (the nearest class's
+wins). Parameters of classes outside this package (Airflow's DecoratedOperator) are listed only when
+one of ours documents them. A subclass's `untemplated_fields` are arguments it does not take (it
+refuses them): they are left out of its table and named under it. An argument without doc text is a
+warning, so `make docs` (-W) fails on it.
+
+In a Markdown page::
+
+    ```{argument-table} airflow_volcano.operators.pytorch.VolcanoPyTorchJobOperator
+    ```
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from docutils import nodes
+from docutils.statemachine import StringList
+from sphinx.application import Sphinx
+from sphinx.util import logging
+from sphinx.util.docutils import SphinxDirective
+
+logger = logging.getLogger(__name__)
+PACKAGE = "airflow_volcano"
+PARAM = re.compile(r"^:param (\w+):(.*)$")
+
+
+@dataclass(frozen=True)
+class Argument:
+    name: str
+    annotation: str
+    default: str
+    templated: bool
+    lands: str
+    doc: str
+    declared_in: str
+
+
+def import_object(path: str) -> Any:
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def param_docs(cls: type) -> dict[str, str]:
+    """`:param name: text` of the docstrings along the MRO (continuation lines joined), nearest first."""
+    docs: dict[str, str] = {}
+    for klass in cls.__mro__:
+        lines = inspect.cleandoc(vars(klass).get("__doc__") or "").splitlines()
+        current: str | None = None
+        found: dict[str, list[str]] = {}
+        for line in lines:
+            match = PARAM.match(line)
+            if match:
+                current = match.group(1)
+                found[current] = [match.group(2).strip()]
+            elif current is not None and line.startswith((" ", "\t")) and line.strip():
+                found[current].append(line.strip())
+            else:
+                current = None
+        for name, parts in found.items():
+            docs.setdefault(name, " ".join(parts))
+    return docs
+
+
+def landings() -> dict[str, str]:
+    """argument -> where it lands in the Job, from JobRequest's field metadata."""
+    from airflow_volcano.manifest.request import JobRequest
+
+    where = {"job": "Job spec", "pod": "pod spec", "container": "container"}
+    return {item.name: ", ".join(f"{where.get(lands.where, lands.where)} ``{lands.key}``"
+                                 for lands in item.metadata.get("lands") or ())
+            for item in dataclasses.fields(JobRequest)}
+
+
+def _annotation(parameter: inspect.Parameter) -> str:
+    annotation = parameter.annotation
+    if annotation is inspect.Parameter.empty:
+        return ""
+    return annotation if isinstance(annotation, str) else inspect.formatannotation(annotation)
+
+
+def _default(parameter: inspect.Parameter) -> str:
+    if parameter.default is inspect.Parameter.empty:
+        return "required"
+    value = parameter.default
+    return repr(value.value if hasattr(value, "value") and type(value).__module__.startswith(PACKAGE) else value)
+
+
+def arguments(cls: type) -> list[Argument]:
+    """Every argument `cls` takes, the class's own first, then its bases' (each declared once: the
+    nearest class's signature wins); `untemplated_fields` (refused by the class) left out."""
+    docs, lands = param_docs(cls), landings()
+    templated = set(getattr(cls, "template_fields", ()))
+    refused = set(getattr(cls, "untemplated_fields", ()))
+    found: dict[str, Argument] = {}
+    for klass in cls.__mro__:
+        init = vars(klass).get("__init__")
+        if init is None or klass is object:
+            continue
+        ours = klass.__module__.startswith(PACKAGE)
+        for parameter in inspect.signature(init).parameters.values():
+            if parameter.name == "self" or parameter.kind in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL):
+                continue
+            if parameter.name in found or parameter.name in refused or (not ours and parameter.name not in docs):
+                continue
+            found[parameter.name] = Argument(
+                name=parameter.name, annotation=_annotation(parameter), default=_default(parameter),
+                templated=parameter.name in templated, lands=lands.get(parameter.name, ""),
+                doc=docs.get(parameter.name, ""), declared_in=klass.__name__)
+    return list(found.values())
+
+
+def refused(cls: type) -> list[str]:
+    """The arguments a base class takes that `cls` refuses (its `untemplated_fields`)."""
+    return sorted(getattr(cls, "untemplated_fields", ()))
+
+
+def _literal(text: str) -> str:
+    return f"``{text}``" if text else ""
+
+
+def table_rst(cls: type) -> list[str]:
+    """The reST of the table (a list-table), its rows in `arguments(cls)`'s order."""
+    rows = [".. list-table::", "   :header-rows: 1", "   :widths: 18 18 12 6 16 30", "   :class: argument-table", "",
+            "   * - argument", "     - type", "     - default", "     - templated", "     - lands in the Job",
+            "     - meaning"]
+    for argument in arguments(cls):
+        doc = argument.doc.replace("\n", " ")
+        rows += [f"   * - .. _{cls.__name__.lower()}-{argument.name.replace('_', '-')}:",
+                 "",
+                 f"       ``{argument.name}``",
+                 f"     - {_literal(argument.annotation)}", f"     - {_literal(argument.default)}",
+                 f"     - {'T' if argument.templated else ''}", f"     - {argument.lands}",
+                 f"     - {doc}" + (f" (from {argument.declared_in})" if argument.declared_in != cls.__name__ else "")]
+    if refused(cls):
+        rows += ["", "Not taken by this class (it builds them itself, or they have no meaning here): "
+                 + ", ".join(f"``{name}``" for name in refused(cls)) + "."]
+    return rows
+
+
+class ArgumentTable(SphinxDirective):
+    """`.. argument-table:: package.module.Class`"""
+
+    required_arguments = 1
+    has_content = False
+
+    def run(self) -> list[nodes.Node]:
+        path = self.arguments[0]
+        try:
+            cls = import_object(path)
+        except (ImportError, AttributeError) as error:
+            logger.warning("argument-table: cannot import %s: %s", path, error, location=self.get_location())
+            return []
+        for argument in arguments(cls):
+            if not argument.doc:
+                logger.warning("argument-table: %s.%s has no :param line in the class docstrings along its MRO",
+                               cls.__name__, argument.name, location=self.get_location())
+        container = nodes.container(classes=["argument-table"])
+        self.state.nested_parse(StringList(table_rst(cls), source=path), self.content_offset, container)
+        return [container]
+
+
+def setup(app: Sphinx) -> dict[str, Any]:
+    app.add_directive("argument-table", ArgumentTable)
+    return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
