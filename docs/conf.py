@@ -5,7 +5,7 @@ generated from the operators themselves (_ext/argument_tables.py)."""
 from __future__ import annotations
 
 import sys
-from importlib.metadata import version as installed_version
+import tomllib
 from pathlib import Path
 
 DOCS = Path(__file__).resolve().parent
@@ -14,7 +14,8 @@ sys.path[:0] = [str(DOCS / "_ext"), str(DOCS.parent)]
 project = "airflow-volcano"
 author = "The airflow-volcano authors"
 copyright = "The airflow-volcano authors, Apache License 2.0"
-release = installed_version("airflow-volcano")
+# The version's one place is pyproject.toml (the package reads its own from the installed metadata).
+release = tomllib.loads((DOCS.parent / "pyproject.toml").read_text())["project"]["version"]
 version = release
 
 extensions = [
@@ -32,6 +33,9 @@ myst_heading_anchors = 4
 default_role = "literal"
 
 autosummary_generate = True
+# The sitecustomize the training pods run with stall_timeout: importing it registers a signal handler and
+# writes files beside it. Package data, not an API: never imported here (so left out of the reference).
+autosummary_mock_imports = ["airflow_volcano.shell.stack_dumps"]
 # A package's page documents what it defines, not what it re-exports (documented where defined).
 autodoc_default_options = {"members": True, "show-inheritance": True, "member-order": "bysource",
                            "ignore-module-all": True}
@@ -43,4 +47,5 @@ nitpick_ignore_regex = [(r"py:.*", r"(?!airflow_volcano\.).*"), (r"py:.*", r"air
 
 html_theme = "furo"
 html_title = f"airflow-volcano {release}"
-html_static_path: list[str] = []
+html_static_path = ["_static"]
+html_css_files = ["argument-table.css"]

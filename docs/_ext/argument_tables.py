@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from docutils import nodes
-from docutils.statemachine import StringList
+from docutils.parsers.rst import Parser
+from docutils.utils import new_document
 from sphinx.application import Sphinx
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
@@ -53,9 +54,12 @@ def import_object(path: str) -> Any:
 
 
 def param_docs(cls: type) -> dict[str, str]:
-    """`:param name: text` of the docstrings along the MRO (continuation lines joined), nearest first."""
+    """`:param name: text` of this package's class docstrings along the MRO (continuation lines joined),
+    the nearest class's first. Airflow's own classes (BaseOperator, ...) are not read."""
     docs: dict[str, str] = {}
     for klass in cls.__mro__:
+        if not klass.__module__.startswith(PACKAGE):
+            continue
         lines = inspect.cleandoc(vars(klass).get("__doc__") or "").splitlines()
         current: str | None = None
         found: dict[str, list[str]] = {}
@@ -126,34 +130,37 @@ def refused(cls: type) -> list[str]:
     return sorted(getattr(cls, "untemplated_fields", ()))
 
 
-def _literal(text: str) -> str:
-    return f"``{text}``" if text else ""
+def anchor(cls: type, name: str) -> str:
+    """The id of an argument's row: `volcanopytorchjoboperator-worker-replicas` (a link target for the docs)."""
+    return f"{cls.__name__.lstrip('_').lower()}-{name.replace('_', '-')}"
 
 
-def table_rst(cls: type) -> list[str]:
-    """The reST of the table (a list-table), its rows in `arguments(cls)`'s order."""
-    rows = [".. list-table::", "   :header-rows: 1", "   :widths: 18 18 12 6 16 30", "   :class: argument-table", "",
-            "   * - argument", "     - type", "     - default", "     - templated", "     - lands in the Job",
-            "     - meaning"]
-    for argument in arguments(cls):
-        doc = argument.doc.replace("\n", " ")
-        rows += [f"   * - .. _{cls.__name__.lower()}-{argument.name.replace('_', '-')}:",
-                 "",
-                 f"       ``{argument.name}``",
-                 f"     - {_literal(argument.annotation)}", f"     - {_literal(argument.default)}",
-                 f"     - {'T' if argument.templated else ''}", f"     - {argument.lands}",
-                 f"     - {doc}" + (f" (from {argument.declared_in})" if argument.declared_in != cls.__name__ else "")]
-    if refused(cls):
-        rows += ["", "Not taken by this class (it builds them itself, or they have no meaning here): "
-                 + ", ".join(f"``{name}``" for name in refused(cls)) + "."]
-    return rows
+HEADER = ("argument", "lands in the Job", "meaning")
+WIDTHS = (30, 20, 50)
+
+
+def row(cls: type, argument: Argument) -> tuple[str, ...]:
+    """The row's cells after the argument's name, as reST text: its type, default and templating; where it
+    lands; its text (and the class declaring it, when a base class does)."""
+    facts = [f"``{argument.annotation}``" if argument.annotation else "", f"default ``{argument.default}``"]
+    if argument.templated:
+        facts.append("**T** (templated)")
+    source = f" (from {argument.declared_in})" if argument.declared_in != cls.__name__ else ""
+    return ("\n\n".join(fact for fact in facts if fact), argument.lands, argument.doc + source)
 
 
 class ArgumentTable(SphinxDirective):
-    """`.. argument-table:: package.module.Class`"""
+    """`.. argument-table:: package.module.Class` (in Markdown: a `{argument-table}` fence). The page may be
+    Markdown, so the cells are parsed as reST on their own (the docstrings' markup) and the table built here."""
 
     required_arguments = 1
     has_content = False
+
+    def rst(self, text: str) -> list[nodes.Node]:
+        document = new_document(self.arguments[0], self.state.document.settings)
+        # The docstrings write `name` for code (conf.py's default_role, which a document of its own lacks).
+        Parser().parse(re.sub(r"(?<![`:])`([^`]+)`(?!`)", r"``\1``", text), document)
+        return list(document.children)
 
     def run(self) -> list[nodes.Node]:
         path = self.arguments[0]
@@ -162,13 +169,27 @@ class ArgumentTable(SphinxDirective):
         except (ImportError, AttributeError) as error:
             logger.warning("argument-table: cannot import %s: %s", path, error, location=self.get_location())
             return []
+        table = nodes.table(classes=["argument-table"])
+        group = nodes.tgroup(cols=len(HEADER))
+        table += group
+        group += [nodes.colspec(colwidth=width) for width in WIDTHS]
+        head, body = nodes.thead(), nodes.tbody()
+        head += nodes.row("", *(nodes.entry("", nodes.paragraph(text=title)) for title in HEADER))
+        group += [head, body]
         for argument in arguments(cls):
             if not argument.doc:
                 logger.warning("argument-table: %s.%s has no :param line in the class docstrings along its MRO",
                                cls.__name__, argument.name, location=self.get_location())
-        container = nodes.container(classes=["argument-table"])
-        self.state.nested_parse(StringList(table_rst(cls), source=path), self.content_offset, container)
-        return [container]
+            facts, lands, doc = row(cls, argument)
+            name = nodes.paragraph("", "", nodes.strong("", "", nodes.literal(text=argument.name)),
+                                   ids=[anchor(cls, argument.name)])
+            body += nodes.row("", nodes.entry("", name, *self.rst(facts)), nodes.entry("", *self.rst(lands)),
+                              nodes.entry("", *self.rst(doc)))
+        result: list[nodes.Node] = [table]
+        if refused(cls):
+            result += self.rst("Not taken by this class (it builds them itself, or they have no meaning here): "
+                               + ", ".join(f"``{name}``" for name in refused(cls)) + ".")
+        return result
 
 
 def setup(app: Sphinx) -> dict[str, Any]:
