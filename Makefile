@@ -90,11 +90,11 @@ test: venv lint docs cluster-up
 	scripts/test-compat --oldest
 
 # The compatibility subset on every Volcano x Kubernetes combination the local cluster can build
-# (README "Versions"); make test runs the oldest corner after the whole suite on the newest.
+# (docs/versions.md); make test runs the oldest corner after the whole suite on the newest.
 test-compat: venv
 	scripts/test-compat
 
-# The chaos soak (benchmarks/chaos_soak.py, README "Chaos soak"): 320 task instances under seeded faults,
+# The chaos soak (benchmarks/chaos_soak.py, docs/performance.md "Chaos soak"): 320 task instances under seeded faults,
 # about an hour, alone on the machine. SOAK_SIZE=small is the one make test runs; SOAK_SEED=N replays a seed.
 SOAK_SIZE ?= full
 soak: venv cluster-up

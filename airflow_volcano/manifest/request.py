@@ -214,7 +214,7 @@ def _pull_secrets(names: list[Any]) -> list[dict]:
 
 @dataclass
 class JobRequest:
-    """The operators' arguments for building a Job (see the operators' docstrings and the README for
+    """The operators' arguments for building a Job (see the operators' docstrings and the docs' argument tables for
     each). A field is an operator argument of the same name; `kind` says which Job it builds."""
 
     kind: JobKind = JobKind.PYTORCH
@@ -297,7 +297,7 @@ def arguments(request_type: type = JobRequest) -> list[str]:
 
 
 def templated_arguments() -> frozenset[str]:
-    """The arguments the operators template (README: the arguments marked T)."""
+    """The arguments the operators template (the docs' argument tables: templated)."""
     return frozenset(item.name for item in dataclasses.fields(JobRequest) if item.metadata.get("templated"))
 
 
