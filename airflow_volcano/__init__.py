@@ -1,3 +1,6 @@
 """airflow-volcano: distributed PyTorch training on Volcano as one Airflow task."""
 
-__version__ = "0.1.0"
+from importlib.metadata import version
+
+# The version is pyproject.toml's alone; the installed package's metadata carries it here.
+__version__ = version("airflow-volcano")
