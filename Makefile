@@ -61,11 +61,12 @@ cluster-down:
 	scripts/volcano-cluster down
 
 # The shell the pods run. shellcheck, and busybox and strace for the unit tests that run that shell
-# under busybox sh and inject signals (tests/unit/test_forward_signals.py), are Debian packages:
-# installed here when missing, as scripts/volcano-cluster installs its host tools (sudo when not root).
+# under busybox sh and inject signals (tests/unit/test_forward_signals.py), and chromium for the docs'
+# screenshots (tests/unit/test_docs.py), are Debian packages: installed here when missing, as
+# scripts/volcano-cluster installs its host tools (sudo when not root).
 SHELL_SCRIPTS := $(wildcard airflow_volcano/shell/*.sh)
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
-HOST_TOOLS := shellcheck busybox strace
+HOST_TOOLS := shellcheck busybox strace chromium
 shellcheck:
 	@missing=$$(for tool in $(HOST_TOOLS); do command -v $$tool >/dev/null || echo $$tool; done); \
 	if [ -n "$$missing" ]; then echo "installing Debian packages" $$missing; \
@@ -104,7 +105,7 @@ soak: venv cluster-up
 # and a generated argument table fails on an argument without a :param line (docs/_ext/argument_tables.py).
 # No network: links to other sites are not checked. Open docs/_build/html/index.html.
 DOCS_BUILD := docs/_build
-docs: venv
+docs: $(VENV)/.installed
 	rm -rf docs/_api
 	$(BIN)/python -m sphinx -W --keep-going -n -q -b html docs $(DOCS_BUILD)/html
 	@echo "docs: $(DOCS_BUILD)/html/index.html"
