@@ -18,10 +18,12 @@ In a Markdown page::
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import importlib
 import inspect
 import re
+import textwrap
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,9 +96,27 @@ def _annotation(parameter: inspect.Parameter) -> str:
     return annotation if isinstance(annotation, str) else inspect.formatannotation(annotation)
 
 
-def _default(parameter: inspect.Parameter) -> str:
+def computed_defaults(init: Any) -> dict[str, str]:
+    """parameter -> the source of its default, for defaults computed by a call when the module is imported
+    (`deferrable`'s reads `[operators] default_deferrable`): their value would be the docs builder's."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(init)))
+    except (OSError, TypeError, SyntaxError):
+        return {}
+    function = tree.body[0]
+    if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+        return {}
+    args = function.args
+    pairs = [*zip(args.args[len(args.args) - len(args.defaults):], args.defaults, strict=True),
+             *((arg, default) for arg, default in zip(args.kwonlyargs, args.kw_defaults, strict=True) if default)]
+    return {arg.arg: ast.unparse(default) for arg, default in pairs if isinstance(default, ast.Call)}
+
+
+def _default(parameter: inspect.Parameter, computed: dict[str, str]) -> str:
     if parameter.default is inspect.Parameter.empty:
         return "required"
+    if parameter.name in computed:
+        return computed[parameter.name]
     value = parameter.default
     return repr(value.value if hasattr(value, "value") and type(value).__module__.startswith(PACKAGE) else value)
 
@@ -113,13 +133,14 @@ def arguments(cls: type) -> list[Argument]:
         if init is None or klass is object:
             continue
         ours = klass.__module__.startswith(PACKAGE)
+        computed = computed_defaults(init) if ours else {}
         for parameter in inspect.signature(init).parameters.values():
             if parameter.name == "self" or parameter.kind in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL):
                 continue
             if parameter.name in found or parameter.name in refused or (not ours and parameter.name not in docs):
                 continue
             found[parameter.name] = Argument(
-                name=parameter.name, annotation=_annotation(parameter), default=_default(parameter),
+                name=parameter.name, annotation=_annotation(parameter), default=_default(parameter, computed),
                 templated=parameter.name in templated, lands=lands.get(parameter.name, ""),
                 doc=docs.get(parameter.name, ""), declared_in=klass.__name__)
     return list(found.values())
