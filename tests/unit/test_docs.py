@@ -115,6 +115,20 @@ def test_every_argument_appears_in_its_operators_table_with_its_text(built, path
     assert signature - refused <= {argument.name for argument in rows}, "every argument of the signatures"
 
 
+def test_an_argument_without_a_param_line_fails_the_build(tmp_path):
+    """The table's warning, which -W makes an error: a new argument cannot reach a release undocumented."""
+    (tmp_path / "airflow_volcano_undocumented.py").write_text(
+        'class Operator:\n    """An operator.\n\n    :param documented: has a text.\n    """\n\n'
+        '    def __init__(self, *, documented: int = 1, forgotten: str = "x", **kwargs) -> None:\n        pass\n')
+    (tmp_path / "conf.py").write_text(f"import sys\nsys.path[:0] = [{str(tmp_path)!r}, {str(DOCS / '_ext')!r}]\n"
+                                      "extensions = ['argument_tables']\n")
+    (tmp_path / "index.rst").write_text("Test\n====\n\n.. argument-table:: airflow_volcano_undocumented.Operator\n")
+    done = subprocess.run([sys.executable, "-m", "sphinx", "-W", "-q", "-b", "html", str(tmp_path),
+                           str(tmp_path / "out")], capture_output=True, text=True, cwd=REPO,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert done.returncode != 0 and "Operator.forgotten has no :param line" in done.stderr, done.stderr
+
+
 def test_the_pytorch_table_says_default_templating_and_where_an_argument_lands(built):
     text = html.unescape(re.sub(r"<[^>]+>", "", page(built, "operators/pytorch")))
     row = text[text.index("volcano_queue"):][:400]
