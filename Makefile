@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 export AIRFLOW_HOME ?= $(CURDIR)/.airflow-home
 
 .PHONY: venv test unit lint shellcheck demo cluster-up cluster-down clean lowest-constraints airflow-3.2-constraints \
-	test-compat soak
+	test-compat soak docs
 
 $(BIN)/uv:
 	$(PYTHON) -m venv $(VENV)
@@ -13,7 +13,7 @@ $(BIN)/uv:
 
 # Pinned by constraints.txt, so a fresh machine gets the versions the tests passed with.
 $(VENV)/.installed: pyproject.toml constraints.txt | $(BIN)/uv
-	$(BIN)/uv pip install -q --python $(BIN)/python -c constraints.txt -e . --group test
+	$(BIN)/uv pip install -q --python $(BIN)/python -c constraints.txt -e . --group test --group docs
 	touch $@
 
 # A second venv with the lowest resolution of pyproject's floors (Airflow 3.1.7, cncf-kubernetes
@@ -61,11 +61,12 @@ cluster-down:
 	scripts/volcano-cluster down
 
 # The shell the pods run. shellcheck, and busybox and strace for the unit tests that run that shell
-# under busybox sh and inject signals (tests/unit/test_forward_signals.py), are Debian packages:
-# installed here when missing, as scripts/volcano-cluster installs its host tools (sudo when not root).
+# under busybox sh and inject signals (tests/unit/test_forward_signals.py), and chromium for the docs'
+# screenshots (tests/unit/test_docs.py), are Debian packages: installed here when missing, as
+# scripts/volcano-cluster installs its host tools (sudo when not root).
 SHELL_SCRIPTS := $(wildcard airflow_volcano/shell/*.sh)
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
-HOST_TOOLS := shellcheck busybox strace
+HOST_TOOLS := shellcheck busybox strace chromium
 shellcheck:
 	@missing=$$(for tool in $(HOST_TOOLS); do command -v $$tool >/dev/null || echo $$tool; done); \
 	if [ -n "$$missing" ]; then echo "installing Debian packages" $$missing; \
@@ -85,23 +86,32 @@ unit: venv shellcheck
 # started on first use; see scripts/volcano-cluster), most of them concurrently and the disruptive ones
 # alone (scripts/test-suite, which prints the 20 slowest tests), then the compatibility subset on the
 # oldest Volcano and Kubernetes.
-test: venv lint cluster-up
+test: venv lint docs cluster-up
 	scripts/test-suite
 	scripts/test-compat --oldest
 
 # The compatibility subset on every Volcano x Kubernetes combination the local cluster can build
-# (README "Versions"); make test runs the oldest corner after the whole suite on the newest.
+# (docs/versions.md); make test runs the oldest corner after the whole suite on the newest.
 test-compat: venv
 	scripts/test-compat
 
-# The chaos soak (benchmarks/chaos_soak.py, README "Chaos soak"): 320 task instances under seeded faults,
+# The chaos soak (benchmarks/chaos_soak.py, docs/performance.md "Chaos soak"): 320 task instances under seeded faults,
 # about an hour, alone on the machine. SOAK_SIZE=small is the one make test runs; SOAK_SEED=N replays a seed.
 SOAK_SIZE ?= full
 soak: venv cluster-up
 	$(BIN)/python benchmarks/chaos_soak.py --size $(SOAK_SIZE) $(if $(SOAK_SEED),--seed $(SOAK_SEED))
 
+# The docs site (docs/, Sphinx): warnings are errors (-W), every cross-reference must resolve (-n, nitpicky),
+# and a generated argument table fails on an argument without a :param line (docs/_ext/argument_tables.py).
+# No network: links to other sites are not checked. Open docs/_build/html/index.html.
+DOCS_BUILD := docs/_build
+docs: $(VENV)/.installed
+	rm -rf docs/_api
+	$(BIN)/python -m sphinx -W --keep-going -n -q -b html docs $(DOCS_BUILD)/html
+	@echo "docs: $(DOCS_BUILD)/html/index.html"
+
 demo: venv cluster-up
 	$(BIN)/python scripts/demo.py
 
 clean: cluster-down
-	rm -rf $(VENV) $(VENV_LOWEST) $(VENV_AIRFLOW_32) $(AIRFLOW_HOME)
+	rm -rf docs/_build docs/_api $(VENV) $(VENV_LOWEST) $(VENV_AIRFLOW_32) $(AIRFLOW_HOME)

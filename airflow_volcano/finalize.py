@@ -1,6 +1,6 @@
 """The end of a wait, the same for the operator (waiting in a worker, or resumed after deferring) and
 the sensor: the result, the failure explained (the pod that failed first, its exit code and last log
-lines), and the Job cleaned up as README "Cleanup guarantees" says. No Airflow operator state lives
+lines), and the Job cleaned up as docs/deferrable.md "Cleanup guarantees" says. No Airflow operator state lives
 here: callers pass what they know."""
 
 from __future__ import annotations
@@ -200,7 +200,7 @@ def finalize(
 ) -> dict[str, Any]:
     """Push the final phase, say where the run's time went, record what the Volcano Job panel shows once
     the Job is gone, clean up, and return the summary, or raise with the failure's reason. What becomes
-    of the Job follows README "Cleanup guarantees": a wait that failed (DEADLINE, WAIT_FAILED) raises and
+    of the Job follows docs/deferrable.md "Cleanup guarantees": a wait that failed (DEADLINE, WAIT_FAILED) raises and
     leaves the Job to the caller, which keeps it for a later try. `metric_tags` (the DAG and task): the
     run's figures go to Airflow's metrics with them; `links`: the UI's links, for the panel. What it returns
     and raises is masked (masking.JobSecrets): the summary becomes the return XCom and the asset events'

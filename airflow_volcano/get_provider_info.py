@@ -71,7 +71,7 @@ def get_provider_info() -> dict[str, Any]:
                     },
                     "volcano_version": {
                         "description": "The cluster's Volcano release (e.g. 1.10), for a cluster whose Job CRD "
-                                       "schema does not tell it (README: Versions). Empty: learned from the schema.",
+                                       "schema does not tell it (docs/versions.md). Empty: learned from the schema.",
                         "version_added": "0.2.0", "type": "string", "example": "1.10", "default": "",
                     },
                 },

@@ -7,6 +7,7 @@ does not keep (`RunTimeline`: when each generation of its pods was placed on nod
 nodes lost), and the progress the training reported. No I/O, no clock.
 
 The buckets split the wall time exactly: every second from the Job's creation to its end is in one.
+
 - queued: submitted, its gang not placed yet (until the first pods are scheduled);
 - starting: placed, not running yet (image pulls, init containers, until the Job is Running);
 - running: Running, but for what the next buckets take;
@@ -14,6 +15,7 @@ The buckets split the wall time exactly: every second from the Job's creation to
 - stalled: from the last output to the stall's end (a restart, or the task's failure);
 - redone: the share of running time spent on steps done again after resuming from an earlier step
   (only when the script reports progress: `progress.Progress.redone` of its executed steps).
+
 The Volcano controller's times and the waiter's (stalls, lost nodes, the end of a wait it ended) are
 taken as one clock: a skew between the two moves seconds between buckets, never out of the total.
 """

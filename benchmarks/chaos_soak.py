@@ -642,7 +642,7 @@ def check(soak: Soak, jobs: JobWatch, core: client.CoreV1Api, custom: client.Cus
         owned = (ti is not None and phase in FAILED_PHASES and (try_state in ("failed", "up_for_retry") or reported)
                  and per_try[(ti_key, try_number)] == 1)
         # Or an orphan a sweep found (a task instance ended with no process of it left): marked, and deleted by
-        # the first submission in the namespace ORPHAN_GRACE after the mark (README "Orphaned Jobs").
+        # the first submission in the namespace ORPHAN_GRACE after the mark (docs/deferrable.md "Orphaned Jobs").
         marked = LABEL_PREFIX + "orphaned-at" in (job["metadata"].get("annotations") or {})
         owned = owned or (marked and ti is not None and ti["state"] in ("failed", "success"))
         orphans.check(owned, f"Job {job['metadata']['name']} ({phase}) of {ti_key} try {try_number}: task instance "

@@ -10,7 +10,7 @@
 - `volcano_promote` runs on each evaluation and promotes only a model whose `eval_loss` is at most
   `params.max_eval_loss`.
 
-README "Retraining pipelines" shows what a consumer reads.
+docs/pipelines.md "Retraining pipelines" shows what a consumer reads.
 """
 
 from __future__ import annotations

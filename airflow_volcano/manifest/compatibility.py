@@ -1,6 +1,7 @@
 """What the cluster's Volcano release can do, and fitting a Job to it before it is submitted.
 
 Two of the pytorch plugin's behaviours changed across releases (../shared/volcano-notes.md):
+
 - before v1.12 it counts every task's replicas in WORLD_SIZE, so a Job with a task besides master and
   workers (tensorboard=, an evaluator in a template) tells the ranks to wait for a rank that never
   comes: a hang, not an error;

@@ -457,7 +457,7 @@ def arguments(request_type: type = JobRequest) -> list[str]:
 
 
 def templated_arguments() -> frozenset[str]:
-    """The arguments the operators template (README: the arguments marked T)."""
+    """The arguments the operators template (the docs' argument tables: templated)."""
     return frozenset(item.name for item in dataclasses.fields(JobRequest) if item.metadata.get("templated"))
 
 

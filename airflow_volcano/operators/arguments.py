@@ -130,7 +130,7 @@ class OperatorArguments:
         doc="an Airflow `Asset` (or its URI) the training produces, added to the task's `outlets`. Every "
             "successful run emits an event of each Asset in `outlets`, whose `extra` holds what a consumer needs: "
             "the `model_uri` and metrics the main pod's termination message reports, the Volcano Job, the image "
-            "and its digest, the Airflow run, where the time went (README \"Retraining pipelines\"). A failed run "
+            "and its digest, the Airflow run, where the time went (docs \"Retraining pipelines\"). A failed run "
             "emits nothing.")
 
 

@@ -213,7 +213,7 @@ class VolcanoJobOperator(BaseOperator):
     :param model_asset: an Airflow `Asset` (or its URI) the training produces, added to the task's `outlets`. Every
         successful run emits an event of each Asset in `outlets`, whose `extra` holds what a consumer needs: the
         `model_uri` and metrics the main pod's termination message reports, the Volcano Job, the image and its
-        digest, the Airflow run, where the time went (README "Retraining pipelines"). A failed run emits nothing.
+        digest, the Airflow run, where the time went (docs "Retraining pipelines"). A failed run emits nothing.
     """
 
     # Empty: Airflow would read *every* templated string ending in .yaml/.json as a template file

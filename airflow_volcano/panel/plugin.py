@@ -35,7 +35,7 @@ class PanelApp:
 
 class VolcanoPanelPlugin(AirflowPlugin):
     """A task instance's "Volcano Job" view: the Job, why it waits, its pods, progress, where its time
-    went, the failure and stacks, a pod's last log lines (README "The Volcano Job panel")."""
+    went, the failure and stacks, a pod's last log lines (docs/panel.md "The Volcano Job panel")."""
 
     name = "airflow_volcano"
     fastapi_apps = [{"app": PanelApp(), "url_prefix": PREFIX, "name": "Volcano Job panel"}]

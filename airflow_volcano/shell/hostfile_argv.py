@@ -10,10 +10,12 @@ a secret). So the arguments never travel through a launcher:
   saves them at start, each ended by a NUL, to $AIRFLOW_VOLCANO_POD_ARGS_FILE (mode 600, readable in
   the pod only), and the ssh sessions restore the pod's environment, that variable included.
 - On the master, airflow-volcano-launch.sh runs `python3 <this file> --launch [--launcher-options N
-  OPTION...] SCRIPT`, and the launcher runs this file as the program of every rank:
+  OPTION...] SCRIPT`, and the launcher runs this file as the program of every rank::
+
       deepspeed --force_multi --hostfile=H --master_addr=A --master_port=P OPTION... <this file> SCRIPT
       mpirun --allow-run-as-root --hostfile H -np R -x MASTER_ADDR=A -x MASTER_PORT=P OPTION... \
           <python> <this file> SCRIPT
+
   The launcher, its port and the hostfile come from AIRFLOW_VOLCANO_LAUNCHER, AIRFLOW_VOLCANO_PORT
   and AIRFLOW_VOLCANO_HOSTFILE (A is the hostfile's first host, R the sum of its slots).
 - On every rank (`<this file> [OPTION...] SCRIPT`, the OPTIONs being what the launcher inserts, such
@@ -87,7 +89,7 @@ def read_hostfile(path: str) -> tuple[str, int]:
 def runner_environment(environ: dict[str, str], cwd: str) -> dict[str, str]:
     """DeepSpeed's runner's environment: without the variables it would only copy into the workers'
     command line; the PYTHON* ones it needs itself stay, and they and the working directory (which
-    it `cd`s to there, and prepends to PYTHONPATH) must then be shell-inert."""
+    it changes to there with `cd`, and prepends to PYTHONPATH) must then be shell-inert."""
     if not INERT.match(cwd):
         raise LaunchError(f"the working directory {cwd!r} has characters DeepSpeed's runner would pass unquoted to "
                           "the workers' shell (it runs `cd <dir>` there); use letters, digits and _@%+=:,./-")

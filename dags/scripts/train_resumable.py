@@ -16,13 +16,13 @@ its own moment; a rank that stopped alone would leave its peers in a collective 
 which fails with a gloo/NCCL error (exit code 1) before rank 0 has saved, and Volcano reads it as a
 failure of its own.
 
-Checkpoints belong to the newest generation (README "Checkpoints and resuming"): a gang's generation is
+Checkpoints belong to the newest generation (docs/failures.md "Checkpoints and resuming"): a gang's generation is
 (AIRFLOW_TRY_NUMBER, VOLCANO_RESTART_COUNT), rank 0 claims CHECKPOINT_DIR for it at start, and a rank
 writes only while no newer generation has claimed it. So ranks on a node cut off from the cluster, which
 keep running while a restarted gang trains elsewhere, stop writing once it starts, instead of
 overwriting its checkpoints with older ones.
 
-It reports its progress in steps, the way the operator reads it (README "How far is it"), on rank 0:
+It reports its progress in steps, the way the operator reads it (docs/waiting.md "How far is it"), on rank 0:
 
     [airflow-volcano] progress 12/24 steps
 
@@ -83,7 +83,7 @@ def may_write_checkpoints() -> bool:
 
 
 def report_progress(done: int, total: int, unit: str = "steps") -> None:
-    """The line the operator reads as progress (no import needed: README "How far is it")."""
+    """The line the operator reads as progress (no import needed: docs/waiting.md "How far is it")."""
     print(f"[airflow-volcano] progress {done}/{total} {unit}", flush=True)
 
 

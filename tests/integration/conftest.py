@@ -2,7 +2,7 @@
 
 The cluster is started once per session (or reused). Each test gets its own namespace, and the
 operator under test authenticates as a ServiceAccount bound to deploy/rbac.yaml's Role, the least
-privilege the README documents, under deploy/admission-policy.yaml (applied once per session, bound to
+privilege docs/getting-started.md documents, under deploy/admission-policy.yaml (applied once per session, bound to
 the session's namespaces); the harness itself uses the admin kubeconfig to set up and inspect. A
 cluster that cannot start fails the run: it is never skipped.
 """

@@ -370,7 +370,7 @@ def test_every_pod_of_the_providers_own_jobs_passes_pod_security_baseline(cluste
                                                                           tmp_path):
     """Pod Security admission (`pod-security.kubernetes.io/enforce=baseline` on the namespace) judges the pods
     Volcano's controller creates, with what its plugins add (ssh's Secret volume, svc's hosts, the pytorch
-    plugin's init container): what the README advises beside the policy. Asked as a platform team would,
+    plugin's init container): what the docs advise beside the policy. Asked as a platform team would,
     before labelling: the server-side dry run of the label lists the existing pods that would violate it."""
     jobs = jobs_client(operator_kubeconfig)
     built = providers_own_jobs(cluster.namespace, tmp_path)

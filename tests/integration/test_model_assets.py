@@ -24,7 +24,7 @@ from .test_kill_and_reattach import RUNNER
 from .test_triggerer import AIRFLOWS, airflow_env
 
 MODEL_URI = "s3://models/linear"
-ARTIFACTS = REPO / ".artifacts"  # what was recorded, for a reader (README "Retraining pipelines")
+ARTIFACTS = REPO / ".artifacts"  # what was recorded, for a reader (docs/pipelines.md "Retraining pipelines")
 SECRET = "hf_m0del_asset_0123456789"
 
 WRAPPER = '''\

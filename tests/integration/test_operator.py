@@ -137,7 +137,8 @@ def test_unschedulable_gpu_request_fails_within_startup_timeout(cluster, operato
 
 @pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferred"])
 def test_image_pull_error_fails_fast_with_the_image(cluster, operator_kubeconfig, run_task, deferrable):
-    """README "Cleanup guarantees": a Job whose pods cannot start is deleted, whatever on_kill_action says."""
+    """docs/deferrable.md "Cleanup guarantees": a Job whose pods cannot start is deleted, whatever on_kill_action
+    says."""
     run = run_task(lambda: seed_operator(cluster.namespace, "pull", image="registry.invalid/nope:1",
                                          annotations={SIM + "outcome": "image-pull-error"}, deferrable=deferrable,
                                          on_kill_action="keep_job", on_finish_action="keep_job"))

@@ -107,7 +107,7 @@ def test_generated_arguments_fail_early_naming_a_parameter_or_are_accepted(clust
     script.write_text("print('hi')\n")
 
     # CI replays one fixed set of examples (a red run must mean a regression, not a new draw);
-    # elsewhere every run draws new ones, which is how the gaps listed in the README were found.
+    # elsewhere every run draws new ones, which is how the gaps listed in docs/operators/pytorch.md were found.
     @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), database=None,
               derandomize=os.environ.get("CI") == "true")
     @given(operators)

@@ -56,7 +56,7 @@ def test_a_rank_killed_while_its_peers_wait_in_a_collective_restarts_the_gang(
 @pytest.mark.parametrize("trial", range(BUG_TRIALS))
 def test_a_rank_failing_first_with_a_bug_still_ends_the_job_without_a_restart(
         cluster, operator_kubeconfig, run_task, real_node, tmp_path, trial):
-    """The hold delays the end (README: "Which failure decides"); it does not turn a bug into a restart."""
+    """The hold delays the end (docs/failures.md "Which failure decides"); it does not turn a bug into a restart."""
     run = run_task(lambda: real_operator(real_node, cluster.namespace, "bug", training_script=script(
         tmp_path, ONE_RANK_DIES), env={"FIRST_EXIT": "1"}, max_retry=3, job_timeout=300, **state_volume(tmp_path)))
 

@@ -1,4 +1,4 @@
-"""The checkpoint rule of README "Checkpoints and resuming", as the example script follows it: a rank left
+"""The checkpoint rule of docs/failures.md "Checkpoints and resuming", as the example script follows it: a rank left
 running on a node cut off from the cluster (a partition) must not keep writing the checkpoints of a gang
 that restarted without it, or of a later try. Real processes of the example script's own functions."""
 

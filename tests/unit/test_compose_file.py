@@ -1,5 +1,6 @@
-"""docker-compose.yaml against the Compose Specification's JSON schema, and what the README promises
-about it. (tests/integration/test_compose_services.py runs its services.)"""
+"""docker-compose.yaml against the Compose Specification's JSON schema, and what docs/getting-started.md
+("Running Airflow with docker compose") promises about it. (tests/integration/test_compose_services.py runs
+its services.)"""
 
 from __future__ import annotations
 

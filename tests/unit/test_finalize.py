@@ -1,4 +1,4 @@
-"""finalize: the end of every wait (README "Cleanup guarantees"), against a scripted hook: what becomes of
+"""finalize: the end of every wait (docs/deferrable.md "Cleanup guarantees"), against a scripted hook: what becomes of
 the Job for each verdict, what the task returns or raises."""
 
 from __future__ import annotations

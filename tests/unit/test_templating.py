@@ -1,11 +1,12 @@
-"""Every argument the README marks templated (T) is a template field of every operator class that takes
-it, and renders: from a Jinja expression in a DAG to the rendered value the Job is built from."""
+"""Every argument the docs' argument tables mark templated (T) is a template field of every operator class
+that takes it, as the argument declarations say (their `templated`), and renders: from a
+Jinja expression in a DAG to the rendered value the Job is built from."""
 
 from __future__ import annotations
 
 import datetime
 import inspect
-import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,21 +14,28 @@ import pytest
 
 from airflow_volcano.decorators.volcano_pytorch import _VolcanoPyTorchDecoratedOperator
 from airflow_volcano.operators.deepspeed import VolcanoDeepSpeedJobOperator
+from airflow_volcano.operators.arguments import declarations
 from airflow_volcano.operators.job import VolcanoJobOperator
 from airflow_volcano.operators.pytorch import VolcanoPyTorchJobOperator
 from airflow_volcano.sensors.job import VolcanoJobSensor
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "docs" / "_ext"))
+import argument_tables  # noqa: E402  (docs/_ext: the Sphinx extension that writes the tables)
+
 OPERATORS = [VolcanoJobOperator, VolcanoPyTorchJobOperator, VolcanoDeepSpeedJobOperator]
 
 
-def documented(section: str) -> dict[str, bool]:
-    """The arguments of the README's tables under `## <section>`: name -> marked T."""
-    text = README.read_text().split(f"\n## {section}", 1)[1].split("\n## ", 1)[0]
+def documented(cls: type) -> dict[str, bool]:
+    """The arguments of a class's generated docs table: name -> marked T."""
+    return {argument.name: argument.templated for argument in argument_tables.arguments(cls)}
+
+
+def marks() -> dict[str, bool]:
+    """Every operator table's arguments: name -> marked T in any of them."""
     found: dict[str, bool] = {}
-    for row in re.findall(r"^\| ([^|]*) \|", text, re.MULTILINE):
-        for name, templated in re.findall(r"`(\w+)`( T)?", row):
-            found[name] = found.get(name, False) or bool(templated)
+    for operator in [*OPERATORS, _VolcanoPyTorchDecoratedOperator]:
+        for name, templated in documented(operator).items():
+            found[name] = found.get(name, False) or templated
     return found
 
 
@@ -36,20 +44,28 @@ def arguments(operator: type) -> set[str]:
             for name in inspect.signature(vars(cls)["__init__"]).parameters} - {"self", "kwargs"}
 
 
+def test_the_docs_mark_templated_what_the_declarations_template():
+    marked = {name for name, mark in marks().items() if mark}
+    declared = {item.name for item in declarations() if item.metadata["templated"]} & set(marks())
+    extra = {"op_args", "op_kwargs"}  # the decorator's own (its extra_template_fields)
+    assert marked - extra == declared, (sorted(marked - extra - declared), sorted(declared - marked))
+
+
 @pytest.mark.parametrize("operator", [*OPERATORS, _VolcanoPyTorchDecoratedOperator], ids=lambda cls: cls.__name__)
-def test_every_templated_argument_of_the_readme_is_a_template_field_of_every_operator_that_takes_it(operator):
-    marks = documented("VolcanoPyTorchJobOperator arguments")
-    templated = {name for name, mark in marks.items() if mark}
+def test_every_templated_argument_of_the_docs_is_a_template_field_of_every_operator_that_takes_it(operator):
+    found = marks()
+    templated = {name for name, mark in found.items() if mark}
     refused = set(getattr(operator, "refused_arguments", ()))
     wanted = (templated & arguments(operator)) - refused
     assert wanted <= set(operator.template_fields), sorted(wanted - set(operator.template_fields))
-    untemplated = {name for name, mark in marks.items() if not mark} & set(operator.template_fields)
-    assert not untemplated, f"templated, but the README does not say so: {sorted(untemplated)}"
+    untemplated = {name for name, mark in found.items() if not mark} & set(operator.template_fields)
+    assert not untemplated, f"templated, but the docs do not say so: {sorted(untemplated)}"
 
 
 def test_the_sensors_templated_arguments_are_its_template_fields():
-    marks = documented("VolcanoJobSensor")
-    assert {name for name, mark in marks.items() if mark} == set(VolcanoJobSensor.template_fields)
+    marked = documented(VolcanoJobSensor)
+    assert {name for name, mark in marked.items() if mark} == set(VolcanoJobSensor.template_fields)
+    assert set(VolcanoJobSensor.template_fields) <= set(marked), "every template field is in the table"
 
 
 # A Jinja expression for each templated argument, and what it must render to.
