@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from airflow_volcano.decorators.volcano_pytorch import _VolcanoPyTorchDecoratedOperator
-from airflow_volcano.operators.deepspeed import VolcanoDeepSpeedJobOperator
 from airflow_volcano.operators.arguments import declarations
+from airflow_volcano.operators.deepspeed import VolcanoDeepSpeedJobOperator
 from airflow_volcano.operators.job import VolcanoJobOperator
 from airflow_volcano.operators.pytorch import VolcanoPyTorchJobOperator
 from airflow_volcano.sensors.job import VolcanoJobSensor
