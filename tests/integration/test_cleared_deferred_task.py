@@ -15,6 +15,7 @@ import sys
 
 import pytest
 
+from .airflow_db import migrate
 from .test_kill_and_reattach import RUNNER, SIM, WORKER_WAIT, write_dag
 from .test_triggerer import AIRFLOW_API, airflow_env, one_airflow_at_a_time, trigger_log  # noqa: F401 - a fixture
 
@@ -36,8 +37,7 @@ def test_a_cleared_deferred_tasks_kill_leaves_the_job_its_next_try_took_over(
                      job_deletes_fail_for=15) as proxy:
         through(proxy, operator_kubeconfig, cluster.namespace, monkeypatch)  # the worker's and triggerer's too
         env = airflow_env(home, dags)
-        subprocess.run([python, "-m", "airflow", "db", "migrate"], env=env, check=True, capture_output=True,
-                       timeout=300)
+        migrate(python, env)
         worker = subprocess.Popen([python, str(RUNNER), str(dag_file), dag_id, logical_date, "--external-triggerer"],
                                   env=env, stdout=worker_log.open("ab"), stderr=subprocess.STDOUT)
         triggerer = subprocess.Popen([python, "-m", "airflow", "triggerer"], env=env, stdout=triggerer_log.open("ab"),

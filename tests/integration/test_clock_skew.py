@@ -34,6 +34,7 @@ from pathlib import Path
 
 import pytest
 
+from .airflow_db import migrate
 from .real_node import SMALL
 from .test_kill_and_reattach import RUNNER, write_dag
 from .test_triggerer import airflow_env, one_airflow_at_a_time, task_state, trigger_log  # noqa: F401 - a fixture
@@ -125,11 +126,6 @@ def assert_certificates_valid_at(minutes: int, kubeconfig: Path) -> None:
         "cannot trust it for a while yet (a cluster started less than ~25 min ago)")
 
 
-def migrate(env: dict[str, str]) -> None:
-    subprocess.run([str(PYTHON), "-m", "airflow", "db", "migrate"], env=env, check=True, capture_output=True,
-                   timeout=300)
-
-
 def stop(*processes: subprocess.Popen) -> None:
     for process in processes:
         if process.poll() is None:
@@ -151,7 +147,7 @@ def test_a_worker_20_minutes_ahead_waits_for_a_healthy_job_and_shows_every_line(
     home, dags = tmp_path / "airflow-home", tmp_path / "dags"
     dags.mkdir()
     env = airflow_env(home, dags)
-    migrate(env)
+    migrate(PYTHON, env)
     dag_id = "skew_sync"
     dag_file = ticks_dag(dags, cluster.namespace, real_node, dag_id, "skew")
     worker_log = tmp_path / "worker.log"
@@ -188,7 +184,7 @@ def test_a_triggerer_20_minutes_off_waits_for_a_healthy_job_and_copies_every_lin
     home, dags = tmp_path / "airflow-home", tmp_path / "dags"
     dags.mkdir()
     worker_env, triggerer_env = airflow_env(home, dags), airflow_env(home, dags)
-    migrate(worker_env)
+    migrate(PYTHON, worker_env)
     dag_id = "skew_deferred"
     dag_file = ticks_dag(dags, cluster.namespace, real_node, dag_id, "skewd", deferrable=True, stall_timeout=40)
     worker_log, triggerer_log = tmp_path / "worker.log", tmp_path / "triggerer.log"

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from .airflow_db import migrate
 from .faults import FaultyProxy, through, upstream_of
 from .test_kill_and_reattach import RUNNER, SIM, write_dag
 from .test_triggerer import AIRFLOWS, airflow_env, one_airflow_at_a_time, task_state  # noqa: F401 - a fixture
@@ -90,8 +91,7 @@ def test_a_stalled_triggerer_waking_after_another_fired_keeps_the_finished_job(
     dags.mkdir()
     # Each process its own environment: each triggerer its own log server port.
     worker_env, env_b = airflow_env(home, dags), airflow_env(home, dags)
-    subprocess.run([str(python), "-m", "airflow", "db", "migrate"], env=worker_env, check=True,
-                   capture_output=True, timeout=300)
+    migrate(python, worker_env)
 
     dag_id = "ha_triggerers"
     # Pods that run long enough for B to take the trigger over before the Job completes, then succeed.

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from .airflow_db import migrate
 from .conftest import REPO
 from .real_node import SMALL
 from .test_kill_and_reattach import RUNNER
@@ -90,8 +91,7 @@ def airflow_with_lineage(airflow: str, tmp_path: Path) -> tuple[Path, Path, dict
         env["AIRFLOW__OPENLINEAGE__TRANSPORT"] = json.dumps(
             {"type": "file", "log_file_path": str(lineage_file), "append": True})
         env["AIRFLOW__OPENLINEAGE__NAMESPACE"] = "airflow-volcano-tests"
-    subprocess.run([str(python), "-m", "airflow", "db", "migrate"], env=env, check=True, capture_output=True,
-                   timeout=300)
+    migrate(python, env)
     return home, dags, env, lineage_file
 
 

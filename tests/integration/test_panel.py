@@ -34,6 +34,7 @@ from airflow_volcano.panel.app import CACHE_SECONDS
 from airflow_volcano.panel.plugin import PREFIX
 
 from ..compose_stack import CHROMIUM, CHROMIUM_ARGS, ensure_debian_packages, free_port, wait_until
+from .airflow_db import migrate
 from .conftest import REPO, VOLCANO, Cluster, service_account_token
 from .faults import FaultyProxy, upstream_of
 from .jobs import pytorch_job
@@ -146,9 +147,7 @@ def serve(release: str, cluster, operator_kubeconfig: Path, kubeconfig: Path, tm
         env = airflow_env(home, proxied_connection(proxy, operator_kubeconfig, cluster.namespace,
                                                    tmp_path / "panel-kubeconfig.json"))
         env.update({f"AIRFLOW_CONN_{conn_id.upper()}": json.dumps(value) for conn_id, value in connections.items()})
-        migrated = subprocess.run([str(python), "-m", "airflow", "db", "migrate"], env=env, capture_output=True,
-                                  text=True, timeout=600)
-        assert migrated.returncode == 0, migrated.stdout[-3000:] + migrated.stderr[-3000:]
+        migrate(python, env, timeout=600)
         port = free_port()
         with (tmp_path / "api-server.log").open("ab") as log:
             process = subprocess.Popen([str(python), "-m", "airflow", "api-server", "--port", str(port)],

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from .airflow_db import migrate
 from .conftest import REPO
 from .test_kill_and_reattach import RUNNER, SIM, write_dag
 
@@ -101,8 +102,7 @@ def test_deferred_task_outlives_a_triggerer_restart_and_a_user_kill_deletes_ever
     dags.mkdir()
     worker_env = airflow_env(home, dags)
     triggerer_env = airflow_env(home, dags)
-    subprocess.run([str(python), "-m", "airflow", "db", "migrate"], env=worker_env, check=True,
-                   capture_output=True, timeout=300)
+    migrate(python, worker_env)
 
     script = dags / "train.py"
     script.write_text("print('training')\n")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from .airflow_db import migrate
 from .test_kill_and_reattach import RUNNER, SIM, WORKER_WAIT, write_dag
 from .test_triggerer import AIRFLOW_API, airflow_env, one_airflow_at_a_time  # noqa: F401 - a fixture
 
@@ -26,8 +27,7 @@ class Airflow:
         self.name, self.home = name, root / name
         self.env = airflow_env(self.home, dags)
         self.workers: list[subprocess.Popen] = []
-        subprocess.run([PYTHON, "-m", "airflow", "db", "migrate"], env=self.env, check=True, capture_output=True,
-                       timeout=300)
+        migrate(PYTHON, self.env)
 
     def run(self, dag_file: Path, dag_id: str, date: str) -> tuple[subprocess.Popen, Path]:
         log = self.home / f"worker-{date[:10]}.log"
