@@ -19,7 +19,6 @@ from collections.abc import Mapping
 from pathlib import Path
 
 CACHE = Path(tempfile.gettempdir()) / "airflow-volcano-migrated-db"
-SETTINGS_OF_THE_DATABASE = ("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "AIRFLOW__CORE__AUTH_MANAGER")
 
 
 def migrate(python: str | Path, env: Mapping[str, str], timeout: float = 300) -> None:
@@ -33,8 +32,8 @@ def migrate(python: str | Path, env: Mapping[str, str], timeout: float = 300) ->
     venv = Path(python).parent.parent
     stamp = venv / ".installed"
     installed = stamp.stat().st_mtime_ns if stamp.exists() else "never"
-    settings = [env.get(name, "") for name in SETTINGS_OF_THE_DATABASE]
-    key = hashlib.sha256(repr((str(venv), installed, settings)).encode()).hexdigest()[:16]
+    auth_manager = env.get("AIRFLOW__CORE__AUTH_MANAGER", "")  # one may add tables of its own
+    key = hashlib.sha256(repr((str(venv), installed, auth_manager)).encode()).hexdigest()[:16]
     migrated = CACHE / key / "airflow.db"
     CACHE.mkdir(exist_ok=True)
     with open(CACHE / f"{key}.lock", "w") as lock:
