@@ -10,6 +10,8 @@ taken over once the apiserver took it, and that try failed "was deleted while th
 from __future__ import annotations
 
 import datetime
+import os
+import signal
 import subprocess
 import sys
 
@@ -46,9 +48,20 @@ def test_a_cleared_deferred_tasks_kill_leaves_the_job_its_next_try_took_over(
             first = cluster.wait_phase("cleared", {"Running"}, timeout=WORKER_WAIT)
             cluster.wait_for("the triggerer to run the trigger", lambda: "Waiting for Volcano Job" in trigger_log(home),
                              timeout=WORKER_WAIT)
-            cleared = subprocess.run([python, str(AIRFLOW_API), "clear", dag_id, "train"], env=env,
-                                     capture_output=True, text=True, timeout=120)
-            assert cleared.returncode == 0, cleared.stdout + cleared.stderr
+            # The triggerer is held (a real SIGSTOP) from the Clear until the next try has deferred: on SQLite
+            # a trigger row the triggerer deletes once unused gives its id to the next one inserted (a
+            # database sequence never does), and the triggerer then takes the next try's trigger for the old
+            # one it runs under that id: it cancels nothing and this test's subject never happens. Held, it
+            # finds both rows when it wakes, as on PostgreSQL.
+            os.kill(triggerer.pid, signal.SIGSTOP)
+            try:
+                cleared = subprocess.run([python, str(AIRFLOW_API), "clear", dag_id, "train"], env=env,
+                                         capture_output=True, text=True, timeout=120)
+                assert cleared.returncode == 0, cleared.stdout + cleared.stderr
+                cluster.wait_for("the next try to defer", lambda: worker_log.read_text().count(
+                    "Pausing task as DEFERRED") >= 2, timeout=WORKER_WAIT)
+            finally:
+                os.kill(triggerer.pid, signal.SIGCONT)
             # Whichever comes first, the old try's kill or the next try's reattach, the kill leaves the Job.
             cluster.wait_for("the old try's kill to end", lambda: "Task killed:" in trigger_log(home)
                              or "Could not delete Volcano Job" in trigger_log(home) or cluster.job("cleared") is None,
