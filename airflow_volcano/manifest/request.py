@@ -244,8 +244,17 @@ def _container_strings(values: list[Any]) -> list[Any]:
     return [container_string(part) for part in values]
 
 
-def _pull_secrets(names: list[Any]) -> list[dict]:
-    return [{"name": str(name)} for name in names]
+def _pull_secret_names(parameter: str, value: Any) -> list[str]:
+    """Names, or the references KubernetesPodOperator takes (`{"name": ...}`, `k8s.V1LocalObjectReference`)."""
+    check_type(parameter, value, list)
+    names = [item.get("name") if isinstance(item, dict) and set(item) == {"name"} else item for item in value]
+    if not all(isinstance(name, str) and name.strip() for name in names):
+        raise JobSpecError(f"{parameter} must be a list of secret names (or {{'name': ...}} references), got {value!r}")
+    return [str(name) for name in names]
+
+
+def _pull_secrets(names: list[str]) -> list[dict]:
+    return [{"name": name} for name in names]
 
 
 @dataclass
@@ -317,28 +326,29 @@ class JobRequest:
         doc="container args. Strings ending in .yaml/.json here are values, not files.")
     env: dict[str, Any] | list[dict] | None = argument(
         _env, templated=True, lands=Lands("container", "env"),
-        doc="environment: a dict, or a list of EnvVar dicts (`valueFrom` allowed).")
+        doc="environment: a dict, or a list of EnvVar dicts or `k8s.V1EnvVar` (`valueFrom` allowed).")
     container_resources: dict | None = argument(
         _resources, templated=True,
         doc='`{"cpu": "4", "memory": "16Gi", "gpu": 1}` (requests = limits) or `{"requests": {...}, "limits": '
-            "{...}}`.")
+            "{...}}` (or a `k8s.V1ResourceRequirements`).")
     node_selector: dict[str, str] | None = argument(
         _labels, templated=True, lands=Lands("pod", "nodeSelector"), doc="pod nodeSelector.")
     tolerations: list[dict] | None = argument(
-        _list_of(dict), templated=True, lands=Lands("pod", "tolerations"), doc="pod tolerations.")
+        _list_of(dict), templated=True, lands=Lands("pod", "tolerations"),
+        doc="pod tolerations (dicts or `k8s.V1Toleration`).")
     volumes: list[dict] | None = argument(
-        _list_of(dict), templated=True, lands=Lands("pod", "volumes"), doc="pod volumes.")
+        _list_of(dict), templated=True, lands=Lands("pod", "volumes"), doc="pod volumes (dicts or `k8s.V1Volume`).")
     volume_mounts: list[dict] | None = argument(
         _list_of(dict), templated=True, lands=Lands("container", "volumeMounts"),
-        doc="volumeMounts of each pod's first container.")
+        doc="volumeMounts of each pod's first container (dicts or `k8s.V1VolumeMount`).")
     service_account_name: str | None = argument(
         _text, templated=True, lands=Lands("pod", "serviceAccountName"), doc="pod service account.")
     image_pull_policy: str | None = argument(
         _one_of(PULL_POLICIES), lands=Lands("container", "imagePullPolicy"),
         doc="`Always`, `IfNotPresent` or `Never`.")
     image_pull_secrets: list[str] | None = argument(
-        _list_of(str, int, float), lands=Lands("pod", "imagePullSecrets", _pull_secrets),
-        doc="names of pull secrets.")
+        _pull_secret_names, lands=Lands("pod", "imagePullSecrets", _pull_secrets),
+        doc="names of pull secrets (or `k8s.V1LocalObjectReference`).")
     restart_policy: str | None = argument(
         _one_of(RESTART_POLICIES), lands=Lands("pod", "restartPolicy"), doc="pod restartPolicy (default `Never`).")
     training_script: TrainingScript | None = argument(

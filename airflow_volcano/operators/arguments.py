@@ -35,6 +35,7 @@ from airflow_volcano.constants import (
     StallAction,
 )
 from airflow_volcano.exceptions import JobSpecError
+from airflow_volcano.manifest.api_form import api_form
 from airflow_volcano.manifest.request import Check, JobRequest, argument, template_or_integer
 
 if TYPE_CHECKING:
@@ -59,6 +60,36 @@ def _one_of(allowed: type[StrEnum]) -> Check:
         return str(value)
 
     return check
+
+
+# KubernetesPodOperator's argument names for what these operators call otherwise: passed here, Airflow
+# would refuse them as unknown arguments without a word on the name to use.
+KUBERNETES_POD_OPERATOR_NAMES = {
+    "env_vars": "env",
+    "cmds": "command",
+    "arguments": "args",
+    "startup_timeout_seconds": "startup_timeout",
+    "schedulername": "scheduler_name",
+    "in_cluster": "kubernetes_conn_id (a Kubernetes connection with in_cluster set)",
+    "config_file": "kubernetes_conn_id (a Kubernetes connection with kube_config_path)",
+    "cluster_context": "kubernetes_conn_id (a Kubernetes connection with cluster_context)",
+}
+# The keys of Airflow's own `resources` (BaseOperator: the executor's resources, airflow.sdk Resources).
+EXECUTOR_RESOURCE_KEYS = {"cpus", "ram", "disk", "gpus"}
+
+
+def refuse_kubernetes_pod_operator_habits(operator: str, kwargs: dict[str, Any]) -> None:
+    """A clear error for KubernetesPodOperator's names, and for pod resources given as Airflow's
+    `resources` (which BaseOperator takes for the executor: its own error names neither)."""
+    for name, ours in KUBERNETES_POD_OPERATOR_NAMES.items():
+        if name in kwargs:
+            raise JobSpecError(f"{operator} takes no {name}= (KubernetesPodOperator's name): use {ours}; "
+                               f"got {name}={kwargs[name]!r}")
+    resources = api_form(kwargs.get("resources"))
+    if isinstance(resources, dict) and set(resources) - EXECUTOR_RESOURCE_KEYS:
+        raise JobSpecError(f"resources is Airflow's executor resources ({', '.join(sorted(EXECUTOR_RESOURCE_KEYS))}"
+                           f"); the pods' are container_resources (or master_resources/worker_resources): got "
+                           f"resources={resources!r}")
 
 
 @dataclass
@@ -150,8 +181,10 @@ class Declared:
     default_source: str | None = None
 
     def at_construction(self, value: Any) -> Any:
-        """The value as the operator keeps it: an operator argument's check; a templated integer given
-        as text must be a Jinja template (or digits)."""
+        """The value as the operator keeps it: Kubernetes client models (`k8s.V1EnvVar`, ...) in the API's
+        form; an operator argument's check; a templated integer given as text must be a Jinja template (or
+        digits)."""
+        value = api_form(value)
         if self.number:
             template_or_integer(self.name, value)
         return value if self.in_request or self.check is None else self.check(self.name, value)

@@ -61,7 +61,11 @@ from airflow_volcano.masking import (
     shown,
     shown_yaml,
 )
-from airflow_volcano.operators.arguments import DEFAULT_DEFERRABLE, operator_arguments
+from airflow_volcano.operators.arguments import (
+    DEFAULT_DEFERRABLE,
+    operator_arguments,
+    refuse_kubernetes_pod_operator_habits,
+)
 from airflow_volcano.orphans import TaskInstanceId
 
 if TYPE_CHECKING:
@@ -139,16 +143,16 @@ class VolcanoJobOperator(BaseOperator):
     :param image: container image of the pods (required unless the template has one).
     :param command: container command; `python <script>` when `training_script` is given.
     :param args: container args. Strings ending in .yaml/.json here are values, not files.
-    :param env: environment: a dict, or a list of EnvVar dicts (`valueFrom` allowed).
+    :param env: environment: a dict, or a list of EnvVar dicts or `k8s.V1EnvVar` (`valueFrom` allowed).
     :param container_resources: `{"cpu": "4", "memory": "16Gi", "gpu": 1}` (requests = limits) or `{"requests":
-        {...}, "limits": {...}}`.
+        {...}, "limits": {...}}` (or a `k8s.V1ResourceRequirements`).
     :param node_selector: pod nodeSelector.
-    :param tolerations: pod tolerations.
-    :param volumes: pod volumes.
-    :param volume_mounts: volumeMounts of each pod's first container.
+    :param tolerations: pod tolerations (dicts or `k8s.V1Toleration`).
+    :param volumes: pod volumes (dicts or `k8s.V1Volume`).
+    :param volume_mounts: volumeMounts of each pod's first container (dicts or `k8s.V1VolumeMount`).
     :param service_account_name: pod service account.
     :param image_pull_policy: `Always`, `IfNotPresent` or `Never`.
-    :param image_pull_secrets: names of pull secrets.
+    :param image_pull_secrets: names of pull secrets (or `k8s.V1LocalObjectReference`).
     :param restart_policy: pod restartPolicy (default `Never`).
     :param training_script: a local file, relative to the DAG file's folder or the DAG's template_searchpath (or
         absolute, inside one of them or of `allowed_file_dirs`), shipped in a ConfigMap owned by the Job and run
@@ -322,6 +326,7 @@ class VolcanoJobOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         given = dict(locals())
+        refuse_kubernetes_pod_operator_habits(type(self).__name__, kwargs)
         if model_asset is not None:
             model_asset = given["model_asset"] = as_asset(model_asset)
             kwargs["outlets"] = [*(kwargs.get("outlets") or []), model_asset]

@@ -257,8 +257,9 @@ def test_the_version_is_in_one_place_and_the_changelog_releases_it():
     changelog = (REPO / "CHANGELOG.md").read_text()
     assert releases()[0] == "Unreleased" and releases()[1] == version
     assert re.search(rf"^## {re.escape(version)} - \d{{4}}-\d{{2}}-\d{{2}}$", changelog, re.MULTILINE), "dated"
+    # What is merged after a release waits under Unreleased (docs/versioning.md), in the changelog's list form.
     unreleased = changelog.split("## Unreleased", 1)[1].split("\n## ", 1)[0]
-    assert not unreleased.strip(), "nothing waits unreleased once a release is cut"
+    assert all(line.startswith(("- ", "  ")) for line in unreleased.strip().splitlines() if line.strip())
 
 
 def test_every_config_options_version_added_is_a_release_up_to_this_one():
