@@ -66,6 +66,27 @@ class VolcanoApiError(RuntimeError):
         return text
 
 
+class ApiserverUnreachable(VolcanoApiError):
+    """No answer from the apiserver after the retry policy's attempts: refused or reset connections, a
+    name that does not resolve, a TLS handshake that fails, timeouts.
+
+    :param what: the call, as a person would say it.
+    :param conn_id: the Airflow connection the hook uses.
+    :param server: the apiserver's address, as the connection gives it.
+    :param cause: the last failure, in a few words ("Connection refused").
+    :param seconds: how long the attempts went on.
+    """
+
+    def __init__(self, what: str, conn_id: str | None, server: str | None, cause: str, seconds: float) -> None:
+        self.conn_id, self.server, self.cause, self.seconds = conn_id, server, cause, seconds
+        super().__init__(what, 0, "no answer")
+
+    def describe(self) -> str:
+        return (f"{self.what} failed: no answer from the Kubernetes apiserver {self.server or '(unknown address)'} "
+                f"of Airflow connection {self.conn_id!r} ({self.cause}; tried for {self.seconds:.0f}s): check the "
+                "connection's server address and credentials, and that this machine can reach it")
+
+
 def names_an_object(error: Any) -> bool:
     """Whether an error's Status body names the object it is about (`details.name`): the apiserver's
     404 for an object that does not exist does; its 404 for a resource it does not serve (a path no

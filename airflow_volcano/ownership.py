@@ -21,6 +21,7 @@ import structlog
 
 from airflow_volcano.compat import AirflowFailException
 from airflow_volcano.constants import CHECKED_LABEL, OnFinishAction, OnKillAction
+from airflow_volcano.exceptions import ApiserverUnreachable
 from airflow_volcano.job_ref import JobRef
 from airflow_volcano.status import job_state
 
@@ -119,7 +120,8 @@ def settle_after_failure(hook: Callable[[], VolcanoHook], ref: JobRef | None, ti
 def sweep_orphans_before_submitting(hook: VolcanoHook, namespace: str, own: TaskInstanceId, ti: Any,
                                     deployment: str, log: Any) -> None:
     """Mark, then delete, the Jobs no try will watch again (orphans.py), freeing what they hold before
-    this task's Job queues. A sweep that cannot read or ask deletes nothing and never fails the task."""
+    this task's Job queues. A sweep that cannot read or ask deletes nothing and never fails the task,
+    unless the apiserver does not answer at all: then submitting could not either, and says so at once."""
     from airflow_volcano.orphans import sweep_orphans
 
     if not hasattr(ti, "get_task_states"):
@@ -127,6 +129,8 @@ def sweep_orphans_before_submitting(hook: VolcanoHook, namespace: str, own: Task
     try:
         sweep_orphans(hook, namespace, own, lambda dag_id, task_ids, run_ids: ti.get_task_states(
             dag_id=dag_id, task_ids=task_ids, run_ids=run_ids), time.time(), deployment)
+    except ApiserverUnreachable:
+        raise
     except Exception as error:  # noqa: BLE001 - the sweep is a courtesy; this task's own Job comes first
         log.warning("Could not look for orphaned Volcano Jobs in %s (left as they are): %s", namespace, error)
 

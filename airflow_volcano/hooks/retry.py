@@ -8,6 +8,7 @@ two cannot drift apart.
 from __future__ import annotations
 
 import random
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from kubernetes.client.rest import ApiException
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 from urllib3.exceptions import HTTPError as Urllib3HTTPError
 
-from airflow_volcano.exceptions import VolcanoApiError, names_an_object
+from airflow_volcano.exceptions import ApiserverUnreachable, VolcanoApiError, names_an_object
 
 RETRIABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 # A restarting apiserver serves requests before its RBAC cache is warm and answers 401/403 for a
@@ -70,7 +71,29 @@ def short(error: BaseException) -> str:
     ApiException (never its headers or body), else the exception's type and text."""
     if api_error(error):
         return f"HTTP {status_of(error)} {getattr(error, 'reason', '') or ''}".rstrip()
+    if is_transient(error):
+        return f"no answer: {unreachable_cause(error)}"
     return f"{type(error).__name__}: {str(error)[:200]}"
+
+
+# The words a connection failure's text ends in, at any depth of urllib3's and aiohttp's wrapping:
+# "[Errno 111] Connection refused", "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: ...".
+_SOCKET_REASON = re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)|\[SSL: \w+\] ([^'\")\]]+)")
+
+
+def unreachable_cause(error: BaseException) -> str:
+    """Why no answer came, in a few words: the socket's or TLS's own reason where the text has one."""
+    seen: list[BaseException] = []
+    current: BaseException | None = error
+    while current is not None and current not in seen:  # urllib3's MaxRetryError keeps the cause as `reason`
+        seen.append(current)
+        reason = getattr(current, "reason", None)
+        current = reason if isinstance(reason, BaseException) else current.__cause__ or current.__context__
+    for failure in reversed(seen):
+        if found := _SOCKET_REASON.search(str(failure)):
+            return (found[1] or f"TLS: {found[2]}").strip()
+    innermost = seen[-1]
+    return str(innermost)[:200] or type(innermost).__name__
 
 
 def retry_after(error: BaseException) -> float | None:
@@ -123,6 +146,7 @@ class Attempts:
 
     def __init__(self, hook: Any, what: str, *, retry_for: float | None = None, if_absent: Any = REQUIRED) -> None:
         self.hook, self.what, self.if_absent = hook, what, if_absent
+        self.started = time.monotonic()
         self.delays = backoff_delays(getattr(hook, "retries", 6),
                                      until=None if retry_for is None else time.monotonic() + retry_for)
         self.reloaded = False
@@ -144,8 +168,11 @@ class Attempts:
                     return Retry(delay, reload=True)
         delay = next(self.delays, None) if self.hook.retriable(error) else None
         if delay is None:
-            if api_error(error):
+            if api_error(error) and status_of(error) != 0:
                 raise VolcanoApiError.from_api_exception(self.what, error) from None
+            if api_error(error) or is_transient(error):  # no answer (status 0: the client's own "no answer")
+                raise ApiserverUnreachable(self.what, self.hook.conn_id, self.hook.server_address(),
+                                           unreachable_cause(error), time.monotonic() - self.started) from None
             raise error
         delay = retry_delay(error, delay)
         self.hook.log.warning("%s failed (%s); retrying in %.1fs", self.what, short(error), delay)
@@ -165,6 +192,10 @@ class ConnectionLossAware:
     # says so before its first call: its connection created the Job.
     _accepted: ClassVar[set[str | None]] = set()
     conn_id: str | None
+
+    def server_address(self) -> str | None:
+        """The apiserver's address once the connection is loaded (either client's configuration)."""
+        return getattr(getattr(self, "client_configuration", None), "host", None)
 
     @property
     def credentials_accepted(self) -> bool:

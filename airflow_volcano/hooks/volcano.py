@@ -27,6 +27,7 @@ from kubernetes import client, watch
 from kubernetes_asyncio import client as async_client
 from kubernetes_asyncio import watch as async_watch
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
+from urllib3.util.retry import Retry as Urllib3Retry
 
 from airflow_volcano.compat import conf
 from airflow_volcano.constants import (
@@ -41,7 +42,7 @@ from airflow_volcano.constants import (
     QUEUE_PLURAL,
     QUEUE_VERSION,
 )
-from airflow_volcano.exceptions import VolcanoApiError, WatchExpired
+from airflow_volcano.exceptions import ApiserverUnreachable, VolcanoApiError, WatchExpired
 from airflow_volcano.hooks import calls
 from airflow_volcano.hooks.calls import Call, Program, Sleep
 from airflow_volcano.hooks.retry import (
@@ -84,7 +85,10 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
     hook_name = "Volcano (Kubernetes)"
 
     def __init__(self, kubernetes_conn_id: str | None = default_conn_name, retries: int = 6, **kwargs: Any) -> None:
-        kwargs.setdefault("client_configuration", client.Configuration())
+        configuration = kwargs.setdefault("client_configuration", client.Configuration())
+        # urllib3 retries a refused connection 3 times by itself, under this hook's own retries
+        # (hooks.retry): each of those would be 4 connections and 3 warnings. Reads are still its own.
+        configuration.retries = Urllib3Retry(total=3, connect=0)
         super().__init__(kubernetes_conn_id=kubernetes_conn_id, **kwargs)
         self.retries = retries
 
@@ -187,6 +191,8 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
         kind = ".".join(reversed(JOB_GROUP.split("."))) + f".{JOB_VERSION}.Job"  # sh.volcano.batch.v1alpha1.Job
         try:
             body = self.run(calls.read_openapi(path))
+        except ApiserverUnreachable:
+            raise  # nothing else would be answered either
         except VolcanoApiError as error:
             return VolcanoFeatures.unknown(f"{path} could not be read: {error}")
         document = json.loads(body) if body is not None else None

@@ -1,0 +1,108 @@
+"""A setup mistake gets one clear line (issue 44): an apiserver that does not answer is named with the
+Airflow connection and its server, after the retry policy's attempts, as the provider's own error;
+urllib3 does not retry (and warn) under the hook's own retries. Against a real closed port on this
+machine, through both hooks."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+from pathlib import Path
+
+import pytest
+
+from airflow_volcano.exceptions import ApiserverUnreachable, VolcanoApiError
+from airflow_volcano.hooks import calls
+from airflow_volcano.hooks.retry import short, unreachable_cause
+from airflow_volcano.hooks.volcano import AsyncVolcanoHook, VolcanoHook
+
+
+@pytest.fixture
+def closed_port() -> int:
+    """A port on this machine nothing listens on (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def unreachable_connection(tmp_path: Path, closed_port: int, monkeypatch) -> str:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{closed_port}",
+                                               "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": {"token": "a-token-never-shown"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+    }))
+    monkeypatch.setenv("AIRFLOW_CONN_TRAINING_CLUSTER", json.dumps(
+        {"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig)}}))
+    monkeypatch.setattr("time.sleep", lambda seconds: None)  # the back-off's waits, not its attempts
+    return f"https://127.0.0.1:{closed_port}"
+
+
+class Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[tuple[int, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append((record.levelno, record.getMessage()))
+
+
+def test_the_sync_hook_names_the_connection_and_its_server_in_one_line(unreachable_connection):
+    hook = VolcanoHook("training_cluster", retries=2)
+    said = Lines()
+    hook._log = logging.getLogger("test_setup_errors.hook")  # a stdlib logger in place of Airflow's, to read it
+    loggers = (hook._log, logging.getLogger("urllib3"))
+    for logger in loggers:
+        logger.addHandler(said)
+        logger.setLevel(logging.DEBUG)
+    try:
+        with pytest.raises(ApiserverUnreachable) as raised:
+            hook.list_jobs("ml", "app=x")
+    finally:
+        for logger in loggers:
+            logger.removeHandler(said)
+    message = str(raised.value)
+    assert message.startswith("list Jobs in ml failed: no answer from the Kubernetes apiserver "
+                              f"{unreachable_connection} of Airflow connection 'training_cluster' (Connection refused")
+    assert "\n" not in message and "a-token-never-shown" not in message
+    assert isinstance(raised.value, VolcanoApiError) and raised.value.status == 0, "the provider's API error"
+    assert raised.value.__cause__ is None and raised.value.__suppress_context__, "no chained client traceback"
+    warnings = [line for level, line in said.lines if level >= logging.WARNING]
+    assert not [line for line in warnings if "Retrying" in line], "urllib3 retries nothing under the hook's retries"
+    assert warnings == [f"list Jobs in ml failed (no answer: Connection refused); retrying in {delay}"
+                        for delay in [warning.rsplit(" ", 1)[1] for warning in warnings]]
+    assert len(warnings) == 2, "the hook's own retries, each said once"
+
+
+def test_the_async_hook_says_the_same(unreachable_connection, monkeypatch):
+    async def no_wait(seconds: float) -> None:
+        return None
+
+    monkeypatch.setattr("asyncio.sleep", no_wait)
+
+    async def read() -> None:
+        await AsyncVolcanoHook("training_cluster", retries=1).run(calls.get_job("train", "ml"))
+
+    with pytest.raises(ApiserverUnreachable) as raised:
+        asyncio.run(read())
+    assert f"no answer from the Kubernetes apiserver {unreachable_connection} of Airflow connection " \
+           "'training_cluster'" in str(raised.value)
+    assert "Connect call failed" in raised.value.cause or "Connection refused" in raised.value.cause
+
+
+def test_the_cause_is_the_sockets_own_reason_at_any_depth(closed_port):
+    import urllib3
+
+    pool = urllib3.PoolManager(retries=urllib3.Retry(total=0))
+    with pytest.raises(urllib3.exceptions.MaxRetryError) as failed:
+        pool.request("GET", f"http://127.0.0.1:{closed_port}/")
+    assert unreachable_cause(failed.value) == "Connection refused"
+    assert short(failed.value) == "no answer: Connection refused"
+    wrapped = RuntimeError("outer")
+    wrapped.__cause__ = failed.value
+    assert unreachable_cause(wrapped) == "Connection refused"
