@@ -47,7 +47,7 @@ T = TypeVar("T")
 # Turns a client's answer into the provider's value; `to_dict` is the client's own serializer
 # (models to the apiserver's JSON).
 Shape = Callable[[Any, Callable[[Any], Any]], Any]
-Api = Literal["core", "custom", "scheduling", "client"]
+Api = Literal["core", "custom", "scheduling", "authorization", "client"]
 
 
 def as_is(answer: Any, to_dict: Callable[[Any], Any]) -> Any:
@@ -72,7 +72,8 @@ def done(answer: Any, to_dict: Callable[[Any], Any]) -> bool:
 @dataclass(frozen=True)
 class Call(Generic[T]):
     """One API call. `api`: `core` (CoreV1Api), `custom` (CustomObjectsApi), `scheduling`
-    (SchedulingV1Api: PriorityClasses) or `client` (the ApiClient itself, for a raw path). `absent`:
+    (SchedulingV1Api: PriorityClasses), `authorization` (AuthorizationV1Api: the preflight's access
+    reviews) or `client` (the ApiClient itself, for a raw path). `absent`:
     the value a 404 answers (REQUIRED: a 404 is an error).
     `raw`: the answer is the response's body as bytes (a bounded pod log read, a document), undecoded;
     a log to copy whole is streamed instead (the hooks' `pod_log_chunks`), from the same description.
@@ -506,6 +507,20 @@ def server_time(date: str | None) -> float | None:
 
 
 # -- the cluster's Volcano release -------------------------------------------------------------------
+
+def read_version() -> Call[bytes]:
+    """The apiserver's `/version` document (every client may read it)."""
+    return Call("read the apiserver's version", "client", "call_api", ("/version", "GET"),
+                {"header_params": {"Accept": "application/json"}, "auth_settings": ["BearerToken"],
+                 "_preload_content": False, "_return_http_data_only": True, "_request_timeout": 30}, raw=True)
+
+
+def review_access(review: dict) -> Call[dict]:
+    """Ask whether this identity may do what a SelfSubjectAccessReview describes (creates nothing)."""
+    attributes = review["spec"]["resourceAttributes"]
+    return Call(f"ask whether this identity may {attributes['verb']} {attributes['resource']}", "authorization",
+                "create_self_subject_access_review", (review,), shape=as_dict)
+
 
 def read_openapi(path: str) -> Call[bytes | None]:
     """A document of the apiserver's OpenAPI (every authenticated user may read it: system:discovery)."""

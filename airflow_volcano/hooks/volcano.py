@@ -68,6 +68,8 @@ def _api(client_module: Any, api_client: Any, kind: str) -> Any:
         return client_module.CustomObjectsApi(api_client)
     if kind == "scheduling":
         return client_module.SchedulingV1Api(api_client)
+    if kind == "authorization":
+        return client_module.AuthorizationV1Api(api_client)
     return api_client
 
 
