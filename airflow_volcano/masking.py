@@ -227,10 +227,11 @@ class JobSecrets:
         return value
 
 
-def shown(document: dict) -> dict:
+def shown(document: dict, *, whole: bool = False) -> dict:
     """A copy of a manifest to show (UI, dry_run): secret env values as `***`, and in every string
     the values the masker knows to be secret masked (its own walk of a dict stops a few levels deep,
-    and a Job's env is deeper); the signal-forwarding shell and the files in its env named, not inlined."""
+    and a Job's env is deeper); the signal-forwarding shell and the files in its env named, not inlined,
+    unless `whole` (dry_run: what is applied, to pipe into `kubectl apply --dry-run=server`)."""
     from airflow.sdk._shared.secrets_masker import redact
 
     def masked(value: Any) -> Any:
@@ -243,6 +244,8 @@ def shown(document: dict) -> dict:
     safe = masked(document)
     for item in secret_env(safe):
         item["value"] = REDACTED
+    if whole:
+        return safe
     for task in (safe.get("spec") or {}).get("tasks") or []:
         for container in (((task or {}).get("template") or {}).get("spec") or {}).get("containers") or []:
             if isinstance(container, dict) and isinstance(container.get("command"), list):
@@ -253,9 +256,9 @@ def shown(document: dict) -> dict:
     return safe
 
 
-def shown_yaml(*documents: dict | None) -> str:
+def shown_yaml(*documents: dict | None, whole: bool = False) -> str:
     """The manifests as YAML to show (see `shown`)."""
     # Collections of scalars on one line each ({name: x, value: y}): a Job stays readable and within
     # Airflow's rendered-field limit (max_templated_field_length, 4,096 characters) for longer.
-    return yaml.safe_dump_all([shown(doc) for doc in documents if doc is not None], sort_keys=False,
+    return yaml.safe_dump_all([shown(doc, whole=whole) for doc in documents if doc is not None], sort_keys=False,
                               allow_unicode=True, default_flow_style=None, width=120)

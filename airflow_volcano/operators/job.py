@@ -470,10 +470,11 @@ class VolcanoJobOperator(BaseOperator):
         return parsed_job_template(self.job_template, self._file_folders, render)
 
     def dry_run(self) -> dict[str, Any]:  # type: ignore[override]
-        """Print the manifests (ConfigMap and Job) as YAML and return them, secret env values masked;
-        touches no cluster."""
+        """Print the manifests (ConfigMap and Job) as YAML and return them, whole (the launch shell
+        inlined) but secret env values masked: `kubectl apply --dry-run=server -f -` takes the output and
+        asks the cluster's own schema and webhooks. Touches no cluster."""
         manifests = self._manifests or self.build_manifests()
-        text = shown_yaml(*manifests.documents())
+        text = shown_yaml(*manifests.documents(), whole=True)
         print(text)
         *configmap, job = yaml.safe_load_all(text)
         return {"configmap": configmap[0] if configmap else None, "job": job}
