@@ -87,6 +87,20 @@ class ApiserverUnreachable(VolcanoApiError):
                 "connection's server address and credentials, and that this machine can reach it")
 
 
+class KubernetesConnectionError(RuntimeError):
+    """The Airflow connection's Kubernetes configuration could not be loaded (a kubeconfig that is not
+    there, names a file that is not, or has no usable context); the message names the connection."""
+
+    def __init__(self, conn_id: str | None, problem: str) -> None:
+        text = f"Airflow connection {conn_id!r} could not be loaded: {problem}"
+        if "does not exist" in problem:
+            text += (" (a file its kubeconfig names is not on this machine; in a container only what is mounted "
+                     "is: mount it too, or use a kubeconfig with the certificates inline: `kubectl config view "
+                     "--flatten --minify`)")
+        super().__init__(text)
+        self.conn_id = conn_id
+
+
 def names_an_object(error: Any) -> bool:
     """Whether an error's Status body names the object it is about (`details.name`): the apiserver's
     404 for an object that does not exist does; its 404 for a resource it does not serve (a path no

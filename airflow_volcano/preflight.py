@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_volcano.exceptions import VolcanoApiError
+from airflow_volcano.exceptions import KubernetesConnectionError, VolcanoApiError
 
 # What deploy/rbac.yaml grants, as (API group, resource, verbs); tests/unit/test_preflight.py holds the
 # two to each other.
@@ -136,6 +136,8 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], Any] = print) -
         return 1
     try:
         findings = check(hook, namespace, args.queue)
+    except KubernetesConnectionError as error:
+        findings = [Finding("fail", "connection", str(error))]
     except VolcanoApiError as error:
         findings = [Finding("fail", "apiserver", str(error))]
     for finding in findings:

@@ -24,9 +24,11 @@ from typing import Any, ClassVar, TypeVar
 import aiohttp
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook, KubernetesHook
 from kubernetes import client, watch
+from kubernetes.config import ConfigException
 from kubernetes_asyncio import client as async_client
 from kubernetes_asyncio import watch as async_watch
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
+from kubernetes_asyncio.config import ConfigException as AsyncConfigException
 from urllib3.util.retry import Retry as Urllib3Retry
 
 from airflow_volcano.compat import conf
@@ -42,7 +44,12 @@ from airflow_volcano.constants import (
     QUEUE_PLURAL,
     QUEUE_VERSION,
 )
-from airflow_volcano.exceptions import ApiserverUnreachable, VolcanoApiError, WatchExpired
+from airflow_volcano.exceptions import (
+    ApiserverUnreachable,
+    KubernetesConnectionError,
+    VolcanoApiError,
+    WatchExpired,
+)
 from airflow_volcano.hooks import calls
 from airflow_volcano.hooks.calls import Call, Program, Sleep
 from airflow_volcano.hooks.retry import (
@@ -93,6 +100,14 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
         configuration.retries = Urllib3Retry(total=3, connect=0)
         super().__init__(kubernetes_conn_id=kubernetes_conn_id, **kwargs)
         self.retries = retries
+
+    def get_conn(self) -> Any:
+        """The client of the connection's configuration; a configuration that cannot be loaded is said
+        naming the connection (KubernetesConnectionError), not as the client's ConfigException."""
+        try:
+            return super().get_conn()
+        except ConfigException as error:
+            raise KubernetesConnectionError(self.conn_id, str(error)) from None
 
     # -- carrying calls out -----------------------------------------------------------------------
 
@@ -416,6 +431,12 @@ class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
             retired, self._retired = self._retired, []
             for client in (shared, *retired):
                 await client[0].__aexit__(None, None, None)
+
+    async def _load_config(self) -> None:
+        try:
+            await super()._load_config()
+        except (ConfigException, AsyncConfigException) as error:
+            raise KubernetesConnectionError(self.conn_id, str(error)) from None
 
     async def _open_client(self) -> tuple[Any, Any]:
         opening = AsyncKubernetesHook.get_conn(self)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_volcano.exceptions import ApiserverUnreachable, VolcanoApiError
+from airflow_volcano.exceptions import ApiserverUnreachable, KubernetesConnectionError, VolcanoApiError
 from airflow_volcano.hooks import calls
 from airflow_volcano.hooks.retry import short, unreachable_cause
 from airflow_volcano.hooks.volcano import AsyncVolcanoHook, VolcanoHook
@@ -106,3 +106,47 @@ def test_the_cause_is_the_sockets_own_reason_at_any_depth(closed_port):
     wrapped = RuntimeError("outer")
     wrapped.__cause__ = failed.value
     assert unreachable_cause(wrapped) == "Connection refused"
+
+
+@pytest.fixture
+def kubeconfig_naming_missing_files(tmp_path: Path, monkeypatch) -> str:
+    """A kubeconfig as minikube writes it (certificate files by path), read where those files are not:
+    in a container that mounts only the kubeconfig (docker-compose.yaml)."""
+    missing = tmp_path / "not-mounted" / "ca.crt"
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:6443",
+                                               "certificate-authority": str(missing)}}],
+        "users": [{"name": "u", "user": {"client-certificate": str(missing.with_name("client.crt")),
+                                         "client-key": str(missing.with_name("client.key"))}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+    }))
+    monkeypatch.setenv("AIRFLOW_CONN_MINIKUBE", json.dumps(
+        {"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig)}}))
+    return str(missing)
+
+
+def test_a_kubeconfig_naming_a_file_that_is_not_here_is_said_naming_the_connection(kubeconfig_naming_missing_files):
+    with pytest.raises(KubernetesConnectionError) as raised:
+        VolcanoHook("minikube").list_jobs("ml", "app=x")
+    message = str(raised.value)
+    assert message.startswith("Airflow connection 'minikube' could not be loaded: File does not exist: "
+                              f"{kubeconfig_naming_missing_files}")
+    assert "kubectl config view --flatten --minify" in message and raised.value.__cause__ is None
+
+    async def read() -> None:
+        await AsyncVolcanoHook("minikube").run(calls.get_job("train", "ml"))
+
+    with pytest.raises(KubernetesConnectionError, match="Airflow connection 'minikube' could not be loaded: File "
+                                                        "does not exist"):
+        asyncio.run(read())
+
+
+def test_the_preflight_says_it_in_one_line(kubeconfig_naming_missing_files):
+    from airflow_volcano.preflight import main
+
+    lines: list[str] = []
+    assert main(["--conn-id", "minikube", "--namespace", "ml"], out=lines.append) == 1
+    assert len(lines) == 1 and lines[0].startswith("FAIL  connection: Airflow connection 'minikube' could not be "
+                                                   "loaded: File does not exist:"), lines
