@@ -24,6 +24,7 @@ from typing import Any, ClassVar, TypeVar
 import aiohttp
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook, KubernetesHook
 from kubernetes import client, watch
+from kubernetes import config as kube_config
 from kubernetes.config import ConfigException
 from kubernetes_asyncio import client as async_client
 from kubernetes_asyncio import watch as async_watch
@@ -105,6 +106,11 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
         """The client of the connection's configuration; a configuration that cannot be loaded is said
         naming the connection (KubernetesConnectionError), not as the client's ConfigException."""
         try:
+            if self._coalesce_param(self.in_cluster, self._get_field("in_cluster")):
+                # KubernetesHook loads a pod's identity into the process-wide configuration only, then
+                # builds its client on this hook's own (no server, no token: "No host specified"):
+                # loaded here too, with the token file read again as it rotates.
+                kube_config.load_incluster_config(client_configuration=self.client_configuration)
             return super().get_conn()
         except ConfigException as error:
             raise KubernetesConnectionError(self.conn_id, str(error)) from None
