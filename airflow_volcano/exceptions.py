@@ -17,18 +17,22 @@ class VolcanoApiError(RuntimeError):
     :param message: the apiserver's own message (the `message` of its Status body), if any.
     :param not_served: a 404 that names no object: the apiserver does not serve the resource at all
         (its CRD removed, or unserved while Volcano is upgraded), which says nothing of the object.
+    :param server: the address of the apiserver that answered, if known.
+    :param conn_id: the Airflow connection the call went through, if known.
     """
 
     def __init__(self, what: str, status: int, reason: str, message: str | None = None, *,
-                 not_served: bool = False) -> None:
+                 not_served: bool = False, server: str | None = None, conn_id: str | None = None) -> None:
         self.what, self.status, self.reason, self.message = what, status, reason, message
         self.not_served = not_served
+        self.server, self.conn_id = server, conn_id  # which apiserver, of which Airflow connection, if known
         super().__init__(self.describe())
 
     @classmethod
-    def from_api_exception(cls, what: str, error: Any) -> VolcanoApiError:
+    def from_api_exception(cls, what: str, error: Any, server: str | None = None,
+                           conn_id: str | None = None) -> VolcanoApiError:
         """From either client's ApiException (kubernetes or kubernetes_asyncio): status, reason,
-        and the message of the JSON body; never the headers."""
+        and the message of the JSON body; never the headers. `server`, `conn_id`: who answered."""
         message = None
         try:
             message = json.loads(error.body).get("message")
@@ -36,7 +40,12 @@ class VolcanoApiError(RuntimeError):
             pass
         status = int(getattr(error, "status", 0) or 0)
         return cls(what, status, str(getattr(error, "reason", "") or ""), message,
-                   not_served=status == 404 and not names_an_object(error))
+                   not_served=status == 404 and not names_an_object(error), server=server, conn_id=conn_id)
+
+    def apiserver(self) -> str:
+        """"the apiserver https://host:port of Airflow connection 'id'", as far as it is known."""
+        return " ".join(["the apiserver", *filter(None, [self.server])]) + (
+            f" of Airflow connection {self.conn_id!r}" if self.conn_id is not None else "")
 
     def denied_by_admission(self) -> bool:
         """A refusal by an admission policy (deploy/admission-policy.yaml) or webhook, after RBAC allowed
@@ -54,7 +63,7 @@ class VolcanoApiError(RuntimeError):
     def describe(self) -> str:
         text = self.brief()
         if self.not_served:
-            text += (": the apiserver does not serve this resource now (Volcano's CRDs not installed, or being "
+            text += (f": {self.apiserver()} does not serve this resource now (Volcano's CRDs not installed, or being "
                      "upgraded)")
         elif self.status == 403 and self.denied_by_admission():
             pass  # the policy's or webhook's own message says why; no permission is missing
@@ -78,8 +87,8 @@ class ApiserverUnreachable(VolcanoApiError):
     """
 
     def __init__(self, what: str, conn_id: str | None, server: str | None, cause: str, seconds: float) -> None:
-        self.conn_id, self.server, self.cause, self.seconds = conn_id, server, cause, seconds
-        super().__init__(what, 0, "no answer")
+        self.cause, self.seconds = cause, seconds
+        super().__init__(what, 0, "no answer", server=server, conn_id=conn_id)
 
     def describe(self) -> str:
         return (f"{self.what} failed: no answer from the Kubernetes apiserver {self.server or '(unknown address)'} "

@@ -76,9 +76,9 @@ def check(hook: Any, namespace: str, queue: str) -> list[Finding]:
                                                f"connection {hook.conn_id!r}"))
     missing = []
     for (group, api_version), plurals in VOLCANO_APIS.items():
-        document = (hook.run(calls.read_openapi(f"/openapi/v3/apis/{group}/{api_version}")) or b"").decode(
-            errors="replace")
-        missing += [f"{plural}.{group}/{api_version}" for plural in plurals if f"/{plural}" not in document]
+        served = json.loads(hook.run(calls.read_discovery(group, api_version)) or b"{}")
+        names = {resource.get("name") for resource in served.get("resources") or []}
+        missing += [f"{plural}.{group}/{api_version}" for plural in plurals if plural not in names]
     if missing:
         findings.append(Finding("fail", "Volcano", f"the apiserver does not serve {', '.join(missing)}: Volcano is "
                                                    "not installed in this cluster (or is being upgraded)"))

@@ -522,6 +522,15 @@ def review_access(review: dict) -> Call[dict]:
                 "create_self_subject_access_review", (review,), shape=as_dict)
 
 
+def read_discovery(group: str, version: str) -> Call[bytes | None]:
+    """The resources an API group version serves (`/apis/<group>/<version>`: discovery, which every
+    authenticated user may read); None when the apiserver does not serve it."""
+    return Call(f"read /apis/{group}/{version}", "client", "call_api", (f"/apis/{group}/{version}", "GET"),
+                {"header_params": {"Accept": "application/json"}, "auth_settings": ["BearerToken"],
+                 "_preload_content": False, "_return_http_data_only": True, "_request_timeout": 30},
+                absent=None, raw=True)
+
+
 def read_openapi(path: str) -> Call[bytes | None]:
     """A document of the apiserver's OpenAPI (every authenticated user may read it: system:discovery)."""
     return Call(f"read {path}", "client", "call_api", (path, "GET"),

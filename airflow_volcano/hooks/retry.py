@@ -169,7 +169,8 @@ class Attempts:
         delay = next(self.delays, None) if self.hook.retriable(error) else None
         if delay is None:
             if api_error(error) and status_of(error) != 0:
-                raise VolcanoApiError.from_api_exception(self.what, error) from None
+                raise VolcanoApiError.from_api_exception(self.what, error, self.hook.server_address(),
+                                                         self.hook.conn_id) from None
             if api_error(error) or is_transient(error):  # no answer (status 0: the client's own "no answer")
                 raise ApiserverUnreachable(self.what, self.hook.conn_id, self.hook.server_address(),
                                            unreachable_cause(error), time.monotonic() - self.started) from None

@@ -69,6 +69,15 @@ from airflow_volcano.manifest.compatibility import VERSION_OPTION, VolcanoFeatur
 T = TypeVar("T")
 
 
+def _not_json(what: str, line: Any, hook: Any) -> VolcanoApiError:
+    """A watch stream's line that is not a JSON event: the apiserver's plain-text answer, such as the
+    "404 page not found" of a resource it no longer serves (Volcano's CRDs removed or being upgraded)."""
+    text = str(line)[:200]
+    status = 404 if text.startswith("404") else 0
+    return VolcanoApiError(what, status, "Not Found" if status else "not a watch event", text,
+                           not_served=status == 404, server=hook.server_address(), conn_id=hook.conn_id)
+
+
 def _api(client_module: Any, api_client: Any, kind: str) -> Any:
     if kind == "core":
         return client_module.CoreV1Api(api_client)
@@ -324,6 +333,10 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
                     field_selector=f"metadata.name={name}", resource_version=version,
                     timeout_seconds=seconds, _request_timeout=(10, seconds + 10),
                 ):
+                    if not isinstance(event, dict):  # a line that is not JSON ("404 page not found"): as a 404
+                        self.log.info("watch of Job %s/%s ended (%s); re-reading the Job", namespace, name,
+                                      _not_json(f"watch Job {namespace}/{name}", event, self).brief())
+                        return
                     if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
                         yield event["type"], event["object"]
                 return
@@ -335,7 +348,8 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
                     if refused_credentials(error) and self.credentials_accepted:
                         self.reload_credentials()  # the re-read after the engine's back-off retries them
                     elif status_of(error) not in (404, 410) and not self.retriable(error):
-                        raise VolcanoApiError.from_api_exception(f"watch Job {namespace}/{name}", error) from None
+                        raise VolcanoApiError.from_api_exception(f"watch Job {namespace}/{name}", error,
+                                                                 self.server_address(), self.conn_id) from None
                 elif not self.retriable(error) and not isinstance(error, ValueError):
                     raise
                 else:
@@ -579,12 +593,15 @@ class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
                     timeout_seconds=timeout_seconds, _request_timeout=timeout_seconds + 10, **kwargs,
                 ) as events:
                     async for event in events:
+                        if not isinstance(event, dict):  # a line that is not JSON: "404 page not found"
+                            raise _not_json(f"watch {resource} in {namespace}", event, self)
                         yield event["type"], event["object"]
         except AsyncApiException as error:
             if error.status == 410:
                 raise WatchExpired(f"resourceVersion {resource_version} of {resource} in {namespace}") from None
             if not self.retriable(error):
-                raise VolcanoApiError.from_api_exception(f"watch {resource} in {namespace}", error) from None
+                raise VolcanoApiError.from_api_exception(f"watch {resource} in {namespace}", error,
+                                                         self.server_address(), self.conn_id) from None
             self.log.info("watch of %s in %s ended (%s)", resource, namespace, short(error))
         except (aiohttp.ClientError, TimeoutError) as error:
             self.note_connection_lost()

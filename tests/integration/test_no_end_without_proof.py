@@ -8,6 +8,8 @@ import time
 
 import pytest
 
+from airflow_volcano.preflight import main as preflight
+
 from .real_node import real_operator, script
 from .test_kill_and_reattach import SIM
 from .test_operator import seed_operator
@@ -91,13 +93,22 @@ def test_a_job_resource_unserved_for_20_seconds_is_waited_through(
     crd = "jobs.batch.volcano.sh"
     events: list[str] = []
 
+    preflight_said: list[str] = []
+
     def unserve() -> None:
         cluster.wait_phase(name, {"Running"}, timeout=120)
         time.sleep(2)
         cluster.serve_crd_version(crd, False)
         events.append("unserved")
+        started = time.monotonic()
         try:
-            time.sleep(20)
+            # Meanwhile the preflight (issue 44), as on a cluster without Volcano: its row says so.
+            deadline = started + 15
+            while time.monotonic() < deadline and not any(line.startswith("FAIL  Volcano") for line in preflight_said):
+                preflight_said.clear()
+                preflight(["--namespace", cluster.namespace], out=preflight_said.append)
+                time.sleep(1)
+            time.sleep(max(0.0, 20 - (time.monotonic() - started)))
         finally:
             cluster.serve_crd_version(crd, True)
             events.append("served")
@@ -116,3 +127,7 @@ def test_a_job_resource_unserved_for_20_seconds_is_waited_through(
     assert f"Cannot see Volcano Job {cluster.namespace}/{name}: " in run.log, run.log
     assert "does not serve this resource now" in run.log, run.log
     assert "was deleted" not in run.log, run.log
+    assert "TypeError" not in run.log, "the watch's plain-text 404 line is read as the 404 it is"
+    assert preflight_said[1] == ("FAIL  Volcano: the apiserver does not serve jobs.batch.volcano.sh/v1alpha1: "
+                                 "Volcano is not installed in this cluster (or is being upgraded)"), preflight_said
+    assert preflight_said[0].startswith("OK    apiserver:") and len(preflight_said) == 2, preflight_said

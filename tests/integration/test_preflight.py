@@ -17,7 +17,7 @@ from kubernetes import client
 
 from airflow_volcano.preflight import main
 
-from .conftest import service_account_token
+from .conftest import REPO, service_account_token
 
 
 def preflight(*args: str) -> tuple[int, list[str]]:
@@ -42,17 +42,7 @@ def test_the_least_privilege_identity_passes_and_the_command_says_so(cluster, op
 def test_an_identity_without_the_role_is_told_each_permission_it_lacks(cluster, kubeconfig, tmp_path, monkeypatch):
     cluster.core.create_namespaced_service_account(cluster.namespace, client.V1ServiceAccount(
         metadata=client.V1ObjectMeta(name="nobody")))
-    server = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]
-    path = tmp_path / "nobody-kubeconfig.json"
-    path.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "local", "cluster": server}],
-        "users": [{"name": "nobody", "user": {"token": service_account_token(cluster.core, cluster.namespace,
-                                                                             "nobody")}}],
-        "contexts": [{"name": "c", "context": {"cluster": "local", "user": "nobody"}}],
-    }))
-    monkeypatch.setenv("AIRFLOW_CONN_NOBODY", json.dumps({"conn_type": "kubernetes",
-                                                          "extra": {"kube_config_path": str(path)}}))
+    connect_as(cluster, kubeconfig, tmp_path, monkeypatch, "nobody")
     code, lines = preflight("--conn-id", "nobody", "--namespace", cluster.namespace)
     assert code == 1, lines
     (permissions,) = [line for line in lines if "permissions:" in line]
@@ -61,6 +51,43 @@ def test_an_identity_without_the_role_is_told_each_permission_it_lacks(cluster, 
     for lacking in ("get pods/log", "list events", "create configmaps", "list podgroups.scheduling.volcano.sh"):
         assert lacking in permissions, permissions
     assert permissions.endswith("deploy/rbac.yaml grants every permission the provider needs")
+
+
+def test_a_role_missing_one_verb_fails_naming_that_verb(cluster, kubeconfig, admin, tmp_path, monkeypatch):
+    """deploy/rbac.yaml's Role with `watch` of pods left out, bound to an identity of its own."""
+    import yaml as yaml_module
+    from kubernetes import utils
+
+    (_, role, binding) = yaml_module.safe_load_all((REPO / "deploy" / "rbac.yaml").read_text())
+    role["metadata"]["name"] = binding["roleRef"]["name"] = binding["metadata"]["name"] = "almost"
+    for rule in role["rules"]:
+        if rule["resources"] == ["pods"]:
+            rule["verbs"].remove("watch")
+    binding["subjects"] = [{"kind": "ServiceAccount", "name": "almost", "namespace": cluster.namespace}]
+    cluster.core.create_namespaced_service_account(cluster.namespace, client.V1ServiceAccount(
+        metadata=client.V1ObjectMeta(name="almost")))
+    for document in (role, binding):
+        utils.create_from_dict(admin, document, namespace=cluster.namespace)
+    connect_as(cluster, kubeconfig, tmp_path, monkeypatch, "almost")
+    code, lines = preflight("--conn-id", "almost", "--namespace", cluster.namespace)
+    assert code == 1 and lines[2] == (
+        f"FAIL  permissions: the connection's identity may not, in namespace '{cluster.namespace}': watch pods; "
+        "deploy/rbac.yaml grants every permission the provider needs"), lines
+
+
+def connect_as(cluster, kubeconfig: Path, tmp_path: Path, monkeypatch, service_account: str) -> None:
+    """An Airflow connection (id: the ServiceAccount's name) with a token of the test namespace's `service_account`."""
+    server = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]
+    path = tmp_path / f"{service_account}-kubeconfig.json"
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "local", "cluster": server}],
+        "users": [{"name": service_account, "user": {"token": service_account_token(
+            cluster.core, cluster.namespace, service_account)}}],
+        "contexts": [{"name": "c", "context": {"cluster": "local", "user": service_account}}],
+    }))
+    monkeypatch.setenv(f"AIRFLOW_CONN_{service_account.upper()}", json.dumps(
+        {"conn_type": "kubernetes", "extra": {"kube_config_path": str(path)}}))
 
 
 def test_a_missing_queue_fails_naming_it(cluster, kubeconfig, monkeypatch):

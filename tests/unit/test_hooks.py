@@ -55,6 +55,8 @@ def test_both_hooks_follow_one_attempts_policy():
         with pytest.raises(VolcanoApiError, match="does not serve this resource") as unserved:
             Attempts(Hook(), "get Job ml/a", if_absent=None).after(error(kind, 404))
         assert unserved.value.not_served, "a 404 naming no object: the resource is not served (a CRD upgrading)"
+        assert "the apiserver of Airflow connection 'never-accepted' does not serve this resource now" in \
+            str(unserved.value), "which connection's cluster lacks it"
         assert attempts.after(error(kind, 401)) == Retry(0.0, reload=True)
         with pytest.raises(VolcanoApiError, match="get Job ml/a failed: HTTP 401 x: said the apiserver"):
             attempts.after(error(kind, 401))  # credentials never accepted: read again once only
