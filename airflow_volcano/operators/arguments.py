@@ -174,7 +174,8 @@ class OperatorArguments:
         doc="what to do with a Job an earlier try of this task instance submitted and no try has reported "
             "(still running, or finished since): `reattach` (default: wait for it instead of submitting another), "
             "`fail` (fail the task, leaving the Job as it is) or `replace` (delete it and submit anew). A Job "
-            "built from other arguments, script or debug mode than this try's fails the task unless `replace`.")
+            "built from other arguments, script or debug mode than this try's fails the task unless `replace` (a "
+            "sleeping debug Job is replaced).")
     delete_orphaned_jobs: bool = argument(
         default=True,
         doc="before submitting, sweep the namespace for Jobs no try will watch again: another task instance's, "

@@ -273,7 +273,8 @@ class VolcanoJobOperator(BaseOperator):
     :param if_job_exists: what to do with a Job an earlier try of this task instance submitted and no try has
         reported (still running, or finished since): `reattach` (default: wait for it instead of submitting
         another), `fail` (fail the task, leaving the Job as it is) or `replace` (delete it and submit anew). A Job
-        built from other arguments, script or debug mode than this try's fails the task unless `replace`.
+        built from other arguments, script or debug mode than this try's fails the task unless `replace` (a sleeping
+        debug Job is replaced).
     :param delete_orphaned_jobs: before submitting, sweep the namespace for Jobs no try will watch again: another
         task instance's, which Airflow reports finished (a worker killed outright, then the task marked failed or
         success), not kept on purpose (`on_finish_action`, `on_kill_action`). Each is marked at first sight and
