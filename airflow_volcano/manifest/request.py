@@ -266,96 +266,145 @@ class JobRequest:
     # -- the Job ------------------------------------------------------------------------------------
     name: str | None = argument(
         _text, templated=True,
-        doc="Job name; default `<dag_id>-<task_id>-<6 hex>`, shortened to keep pod names <= 63.")
+        doc="Job name. Default `<dag_id>-<task_id>-<6 hex>`, made a DNS label (lowercase, starting with a letter) "
+            "and shortened so that every pod name `<job>-<task>-<index>` (also the pod's hostname) is at most 63 "
+            "characters. A name given is used as it is: one that is not such a label, or too long for that, fails "
+            "before submitting.")
     namespace: str | None = argument(
         _dns_label, templated=True, doc="default: the connection's namespace, else `default`.")
     job_template: dict | None = argument(
         _mapping, templated=True, accepts="str | dict | None",  # parsed by the operator (a file or text)
-        doc="a Job YAML/JSON file path (found like `training_script`, Jinja-rendered) or text: the escape hatch.")
+        doc="the escape hatch: a Volcano Job as a dict, as YAML/JSON text, or as the path of a `.yaml`, `.yml` or "
+            "`.json` file, found like `training_script` and rendered with Jinja like any template file. An "
+            "explicit argument overrides the template's field. Only this argument is ever read as a file: strings "
+            "ending in `.yaml` or `.json` in other arguments (`args=[\"--config\", \"conf/train.yaml\"]`, "
+            "`env={\"CFG\": \"x.json\"}`) are values, only rendered. Not with `full_job_spec`.")
     full_job_spec: dict | None = argument(
-        _mapping, templated=True, doc="a whole Job dict, used as is apart from name, namespace and labels.")
+        _mapping, templated=True,
+        doc="a whole Job dict, used as is apart from its name, namespace, labels and annotations (the provider's "
+            "labels are added). Any other argument the Job is built from is refused with it (`job_template` is the "
+            "way to override fields), and its pods get nothing the provider adds around a training command (signal "
+            "forwarding, `/dev/shm`, `CHECKPOINT_DIR`, the restart counters).")
     main_task: str | None = argument(
         _dns_label, templated=True,
         doc="the task whose pod 0 is the Job's main pod, followed for the log, the result and TensorBoard's "
             "volume: default the pytorch plugin's master if the Job has one, else its first task.")
-    labels: dict[str, str] | None = argument(_labels, templated=True, doc="added to the Job and every pod.")
-    annotations: dict[str, str] | None = argument(_annotations, templated=True, doc="added to the Job and every pod.")
+    labels: dict[str, str] | None = argument(
+        _labels, templated=True,
+        doc="added to the Job and every pod. Keys `airflow-volcano.io/*` and `app.kubernetes.io/managed-by` are "
+            "the provider's and refused; keys and values must be valid Kubernetes labels.")
+    annotations: dict[str, str] | None = argument(
+        _annotations, templated=True,
+        doc="added to the Job and every pod. Keys `airflow-volcano.io/*` and `app.kubernetes.io/managed-by` are "
+            "the provider's and refused.")
     priority_class_name: str | None = argument(
         _text, templated=True, lands=(Lands("job", "priorityClassName"), Lands("pod", "priorityClassName")),
-        doc="pod and Job priority class.")
+        doc="the PriorityClass of the Job and of its pods, for Volcano's scheduling.")
     volcano_queue: str | None = argument(
-        _text, templated=True, lands=Lands("job", "queue"), doc="Volcano queue (default `default`).")
-    scheduler_name: str | None = argument(_text, lands=Lands("job", "schedulerName"), doc="default `volcano`.")
+        _text, templated=True, lands=Lands("job", "queue"),
+        doc="the Volcano queue (default `default`; not `queue`, which is Airflow's own argument of every "
+            "operator). A queue that does not exist, is not Open, or whose capability is less than the Job's gang "
+            "needs is refused before submitting, naming `volcano_queue`, when the queue can be read "
+            "(deploy/queue-reader.yaml).")
+    scheduler_name: str | None = argument(
+        _text, lands=Lands("job", "schedulerName"), doc="the Job's scheduler (default `volcano`).")
     # Volcano's webhook treats 0 as "unset" and substitutes a default: refuse it rather than surprise.
     min_available: int | str | None = argument(
         _integer(1, None, " (Volcano's webhook turns 0 into all replicas)"), templated=True, number=True,
-        doc="gang size; default the template's (all replicas for PyTorch).")
+        doc="gang size: Volcano starts the Job once this many of its pods fit. Default the template's; all "
+            "replicas (gang scheduling) in a Job built without one. At least 1 (Volcano's webhook turns 0 into "
+            "all replicas), at most the replica total.")
     max_retry: int | None = argument(
         _integer(1, None, " (Volcano's webhook turns 0 into 3)"), lands=Lands("job", "maxRetry"),
-        doc="Volcano's retry budget (default 3, at least 1).")
+        doc="Volcano's retry budget (default 3, at least 1: Volcano's webhook turns 0 into 3). Volcano counts "
+            "the restart that finds the budget spent, so `max_retry=N` allows N - 1 restarts.")
     ttl_seconds_after_finished: int | None = argument(
         _integer(0), lands=Lands("job", "ttlSecondsAfterFinished"),
         doc="Volcano garbage-collects the Job this many seconds after it ends.")
     policies: list[dict] | None = argument(
         _policies, lands=Lands("job", "policies"),
-        doc="Job lifecycle policies, replacing those `retryable_exit_codes` builds.")
+        doc="the Job's Volcano lifecycle policies, replacing those `retryable_exit_codes` builds (it cannot be "
+            "combined with `retryable_exit_codes` or `restart_scope`). Unknown events and actions are refused "
+            "before submitting.")
     retryable_exit_codes: list[int] | None = argument(  # checked with restart_scope, as they build policies
         doc="exit codes that restart (default 130, 137, 138, 143: a signal, the OOM killer or a preemption, as "
-            "T9k, a Kubernetes ML platform, restarts its training jobs); any other failure ends the Job at once, "
-            "naming the pod and its code.")
+            "T9k, a Kubernetes ML platform, restarts its training jobs; `[]`: none); an evicted pod restarts too. "
+            "Any other failure ends the Job at once, naming the pod and its code. Codes 1 to 255, each once.")
     restart_scope: str | None = argument(
         _one_of(set(RESTART_SCOPES)),
-        doc="what a retryable exit or an eviction restarts: `job` (the gang, default) or `task`.")
+        doc="what a retryable exit or an eviction restarts: `job` (the gang, default) or `task` (the pods of the "
+            "failed pod's task).")
     extra_plugins: dict[str, list[str]] | None = argument(
-        _plugins, doc='more Volcano plugins, e.g. `{"env": [], "ssh": []}`.')
+        _plugins,
+        doc='more Volcano plugins and their arguments, e.g. `{"env": [], "ssh": []}` (Volcano\'s own plugins '
+            "only). The Job built without a template always lists `svc`.")
     tensorboard: dict[str, Any] | None = argument(
         _tensorboard, templated=True,
-        doc='`{"logdir": "/logs/tb"}` (and optionally `image`, `port` (6006), `resources`) adds a one-pod '
-            "`tensorboard` task serving the event files the training writes under `logdir`, which must be on a "
-            "volume the master mounts and shares (PVC, NFS, hostPath). It is not a rank (WORLD_SIZE counts "
-            "master and workers only) and not part of the gang.")
+        doc='`{"logdir": "/logs/tb"}`, optionally with `image` (default the master\'s, which must have the '
+            "`tensorboard` package), `port` (default 6006) and `resources`: adds a one-pod task `tensorboard` "
+            "serving the event files the training writes under `logdir`. `logdir` must be on a volume the master "
+            "mounts that other pods can read (a PVC, NFS, hostPath), which that pod mounts read-only; a `logdir` "
+            "outside every mount, or on an `emptyDir`, fails before submitting. The pod is not a rank "
+            "(`WORLD_SIZE` counts master and workers only), not part of the gang, restarts alone if it fails, and "
+            "ends with the Job.")
     # -- the pods -----------------------------------------------------------------------------------
     image: str | None = argument(
         _text, templated=True, lands=Lands("container", "image"),
         doc="container image of the pods (required unless the template has one).")
     command: list[Any] | None = argument(
         _list_of(str, int, float, ExpandVars), templated=True, lands=Lands("container", "command", _container_strings),
-        doc="container command; `python <script>` when `training_script` is given.")
+        doc="container command; `python <script>` when `training_script` is given. Each string reaches the "
+            "process exactly as given: the kubelet does not expand `$(VAR)` in it unless it is wrapped in "
+            "`ExpandVars(...)`. VolcanoPyTorchJobOperator with `launcher=\"torchrun\"` builds it and refuses one.")
     args: list[Any] | None = argument(
         _list_of(str, int, float, ExpandVars), templated=True, lands=Lands("container", "args", _container_strings),
-        doc="container args. Strings ending in .yaml/.json here are values, not files.")
+        doc="container args (with `training_script`, the script's arguments). Each string reaches the process "
+            "exactly as given: the kubelet does not expand `$(VAR)` in it unless it is wrapped in "
+            "`ExpandVars(...)`. Strings ending in `.yaml` or `.json` here are values, not files.")
     env: dict[str, Any] | list[dict] | None = argument(
         _env, templated=True, lands=Lands("container", "env"),
-        doc="environment: a dict, or a list of EnvVar dicts or `k8s.V1EnvVar` (`valueFrom` allowed).")
+        doc="environment: a dict, or a list of EnvVar dicts or `k8s.V1EnvVar` (`valueFrom` allowed), each name "
+            "once. Values reach the process exactly, as `args` do (`ExpandVars(...)` opts in to `$(VAR)`). The "
+            "values of names Airflow hides (token, password, secret, api_key and the like) are masked in the "
+            "rendered Job, `dry_run()` and the task log. For a DeepSpeed or mpirun launch, names must be shell "
+            "names (letters, digits, `_`).")
     container_resources: dict | None = argument(
         _resources, templated=True,
-        doc='`{"cpu": "4", "memory": "16Gi", "gpu": 1}` (requests = limits) or `{"requests": {...}, "limits": '
-            "{...}}` (or a `k8s.V1ResourceRequirements`).")
+        doc='`{"cpu": "4", "memory": "16Gi", "gpu": 1}` (requests = limits; `gpu` is `nvidia.com/gpu`) or '
+            '`{"requests": {...}, "limits": {...}}` (or a `k8s.V1ResourceRequirements`), for every pod the pod '
+            "arguments go to. Not `resources`: that is Airflow's own argument (the executor's), and pod "
+            "resources given there fail naming this one.")
     node_selector: dict[str, str] | None = argument(
-        _labels, templated=True, lands=Lands("pod", "nodeSelector"), doc="pod nodeSelector.")
+        _labels, templated=True, lands=Lands("pod", "nodeSelector"),
+        doc="the pods' nodeSelector.")
     tolerations: list[dict] | None = argument(
         _list_of(dict), templated=True, lands=Lands("pod", "tolerations"),
-        doc="pod tolerations (dicts or `k8s.V1Toleration`).")
+        doc="the pods' tolerations (dicts or `k8s.V1Toleration`).")
     volumes: list[dict] | None = argument(
-        _list_of(dict), templated=True, lands=Lands("pod", "volumes"), doc="pod volumes (dicts or `k8s.V1Volume`).")
+        _list_of(dict), templated=True, lands=Lands("pod", "volumes"),
+        doc="the pods' volumes (dicts or `k8s.V1Volume`).")
     volume_mounts: list[dict] | None = argument(
         _list_of(dict), templated=True, lands=Lands("container", "volumeMounts"),
-        doc="volumeMounts of each pod's first container (dicts or `k8s.V1VolumeMount`).")
+        doc="volumeMounts of each pod's first container (dicts or `k8s.V1VolumeMount`); each must name a volume "
+            "of the pod.")
     service_account_name: str | None = argument(
-        _text, templated=True, lands=Lands("pod", "serviceAccountName"), doc="pod service account.")
+        _text, templated=True, lands=Lands("pod", "serviceAccountName"), doc="the pods' service account.")
     image_pull_policy: str | None = argument(
         _one_of(PULL_POLICIES), lands=Lands("container", "imagePullPolicy"),
-        doc="`Always`, `IfNotPresent` or `Never`.")
+        doc="the containers' imagePullPolicy: `Always`, `IfNotPresent` or `Never`.")
     image_pull_secrets: list[str] | None = argument(
         _pull_secret_names, lands=Lands("pod", "imagePullSecrets", _pull_secrets),
-        doc="names of pull secrets (or `k8s.V1LocalObjectReference`).")
+        doc="names of the pods' pull secrets (or `k8s.V1LocalObjectReference`).")
     restart_policy: str | None = argument(
-        _one_of(RESTART_POLICIES), lands=Lands("pod", "restartPolicy"), doc="pod restartPolicy (default `Never`).")
+        _one_of(RESTART_POLICIES), lands=Lands("pod", "restartPolicy"),
+        doc="the pods' restartPolicy (default `Never`: every failure reaches Volcano, instead of the kubelet "
+            "restarting one pod in place while the others wait).")
     training_script: TrainingScript | None = argument(
         _script, templated=True, accepts="str | None",  # read by the operator
-        doc="a local file, relative to the DAG file's folder or the DAG's template_searchpath (or absolute, "
-            "inside one of them or of `allowed_file_dirs`), shipped in a ConfigMap owned by the Job and run with "
-            "python in every pod.")
+        doc="a local file, relative to the DAG file's folder or the DAG's `template_searchpath` (an absolute path "
+            "must lie inside one of them or of `allowed_file_dirs`; after rendering, `../` cannot leave them), "
+            "shipped as the ConfigMap `<job>-script` owned by the Job (at most 1 MiB), mounted read-only in every "
+            "pod and run there by `launcher`: `python <script>` unless `command` is given.")
     debug: bool | None = argument(
         default=False, accepts="bool",
         doc="debug mode (as in T9k, a Kubernetes ML platform): the pods come up as configured but sleep instead "
@@ -367,38 +416,46 @@ class JobRequest:
     # None turns it off (unlike the other fields, whose None means "not given").
     shm_size: str | None = argument(
         _quantity, DEFAULT_SHM_SIZE, request_default=True,
-        doc="size of the memory-backed `emptyDir` mounted at `/dev/shm` in every training pod (default `2Gi`; a "
-            "container's own is 64 MiB, too small for a DataLoader with workers). Its pages count against the "
-            "container's memory limit as they are written. `None` turns it off; a `/dev/shm` volume of the "
-            "template or of `volume_mounts` wins over the default.")
+        doc="size limit, a Kubernetes quantity, of the memory-backed `emptyDir` mounted at `/dev/shm` in every "
+            "training pod (default `2Gi`; a container's own is 64 MiB, and a DataLoader with workers dies with "
+            "\"bus error\"). Its pages count against the container's memory limit only as they are written. "
+            "`None` turns it off. A `/dev/shm` volume of your own (the template's or `volume_mounts`') wins over "
+            "the default; with a `shm_size` other than the default it is an error.")
     termination_grace_period: int | None = argument(
         _integer(0),
-        doc="seconds a deleted pod's processes have between SIGTERM and SIGKILL (Kubernetes' default 30): for a "
-            "script that saves a checkpoint on SIGTERM. Every training command runs under a small `sh` that "
-            "passes SIGTERM on to the training processes, so a script without a handler ends at once.")
+        doc="seconds a deleted pod's processes have between SIGTERM and SIGKILL (Kubernetes' default 30) when a "
+            "pod is deleted (a kill, `job_timeout`, a restart, a preemption): time for a script that saves a "
+            "checkpoint on SIGTERM. Every training command runs under a small `sh` that passes SIGTERM on to the "
+            "training processes, so a script without a handler ends at once.")
     checkpoint_dir: str | None = argument(
         _absolute_path, templated=True,
-        doc="an absolute path on a volume every training pod mounts and shares (a PVC, NFS, hostPath): every "
-            "rank gets `CHECKPOINT_DIR`, its subdirectory `<dag_id>/<task_id>/<run_id>`, the same across "
-            "Volcano's restarts and Airflow's retries of the task instance. Every rank also gets "
-            "`VOLCANO_RESTART_COUNT` and `AIRFLOW_TRY_NUMBER`. A main-pod log line `[airflow-volcano] resumed "
-            "from <checkpoint>` is reported as the result's `resumed_from`.")
+        doc="an absolute path on a volume every training pod mounts and shares (a PVC, NFS, hostPath; an "
+            "`emptyDir` or a path outside every mount fails before submitting). Every rank gets `CHECKPOINT_DIR`, "
+            "`<checkpoint_dir>/<dag_id>/<task_id>[-<map_index>]/<run_id>`, created at start and the same across "
+            "Volcano's restarts and Airflow's retries of the task instance. A main-pod log line `[airflow-volcano] "
+            "resumed from <checkpoint>` is reported as the result's `resumed_from`.")
     # Also the wait's (WaitLimits, with stall_action); in the pods it adds what prints the Python stacks.
     stall_timeout: float | datetime.timedelta | None = argument(
         stall_seconds,  # seconds once checked
-        doc="seconds (or a timedelta; at least 30) a Running Job may go without output from the followed pods "
-            "(any byte the main pod's, `log_tasks`' pods' and a DeepSpeed/mpirun launch's ranks' processes "
-            "write, a progress bar too) and without a change before it counts as stalled; off by default. Time "
-            "the waiter cannot see the logs (a read that fails) does not count. On a stall the task log gets the "
+        doc="seconds (at least 30; a smaller number is refused, naming the unit) or a timedelta; off by default. "
+            "A Running Job whose followed pods (the main pod, `log_tasks`' pods, a DeepSpeed/mpirun launch's "
+            "ranks) write nothing, not a byte (a progress bar redrawn in place is output), and which does not "
+            "change, for this long has stalled. Time the waiter cannot read their logs does not count, and a "
+            "stall is confirmed by a fresh read of each before anything is done. The task log then gets the "
             "Python stack of every thread of every Python process in each training pod (a `faulthandler` "
-            "installed through a `sitecustomize` the operator ships), then `stall_action` applies. A script "
-            "that is quiet on purpose touches `$HEARTBEAT_FILE` instead of printing. Needs `get_logs=True`.")
+            "installed through a `sitecustomize` the operator ships), and `stall_action` applies. A script that "
+            "is quiet on purpose touches `$HEARTBEAT_FILE` instead of printing. Needs `get_logs=True`, and "
+            "`patch` on pods (deploy/rbac.yaml).")
     # -- master and workers (PYTORCH, HOSTFILE) ------------------------------------------------------
     worker_replicas: int | str | None = argument(
         _integer(0), templated=True, number=True, group="roles",
-        doc="number of workers (>= 0); there is always exactly one master.")
-    master_task_name: str | None = argument(_dns_label, group="roles", doc="master task name (default `master`).")
-    worker_task_name: str | None = argument(_dns_label, group="roles", doc="worker task name (default `worker`).")
+        doc="number of workers (>= 0; default 1, or the template's); there is always exactly one master.")
+    master_task_name: str | None = argument(
+        _dns_label, group="roles",
+        doc="master task name (default `master`), passed to the pytorch plugin as `--master`.")
+    worker_task_name: str | None = argument(
+        _dns_label, group="roles",
+        doc="worker task name (default `worker`, not the master's), passed to the pytorch plugin as `--worker`.")
     master_resources: dict | None = argument(
         _resources, templated=True, group="roles",
         doc="like `container_resources`, merged over it for the master.")
@@ -410,14 +467,15 @@ class JobRequest:
         doc="master task policies (default: TaskCompleted -> CompleteJob: the Job succeeds when the master "
             "does, whatever workers still run).")
     port: int | None = argument(
-        _integer(1, 65535), group="pytorch|hostfile", doc="the plugin's `--port` (MASTER_PORT), default 23456.",
+        _integer(1, 65535), group="pytorch|hostfile",
+        doc="the pytorch plugin's `--port` (MASTER_PORT), default 23456.",
         variants={"hostfile": Variant(DEFAULT_PORT, "the rendezvous port on the first worker (MASTER_PORT, "
                                                     "default 29500).")})
     launcher: str | None = argument(  # checked by kind: python/torchrun, or deepspeed/mpirun
         group="pytorch|hostfile",
         doc="`python` (default: one process per pod, Volcano's RANK/WORLD_SIZE count pods) or `torchrun` (one "
             "agent per pod starting `nproc_per_node` processes; torch's RANK and WORLD_SIZE then count "
-            "processes). Elastic when `min_available` is below master + workers.",
+            "processes; it needs `training_script`). Elastic when `min_available` is below master + workers.",
         variants={"hostfile": Variant(LAUNCHERS[0], "`deepspeed` (default: DeepSpeed's runner, pdsh over ssh; "
                                       "DeepSpeed's launch sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT in "
                                       "each rank) or `mpirun` (OpenMPI; ranks read OMPI_COMM_WORLD_RANK/SIZE, or "
@@ -426,25 +484,34 @@ class JobRequest:
     # -- PYTORCH ------------------------------------------------------------------------------------
     nproc_per_node: int | str | None = argument(  # an int or torchrun's names: checked with the launcher
         templated=True, group="pytorch",
-        doc="torchrun's processes per pod: an int, or `auto`, `gpu`, `cpu` (default 1).")
+        doc="torchrun's processes per pod: an int, or `auto`, `gpu`, `cpu` (default 1). Only with "
+            "`launcher=\"torchrun\"`.")
     max_restarts: int | None = argument(
-        _integer(0), group="pytorch", doc="torchrun's restarts of a pod's process group before it fails the pod.")
+        _integer(0), group="pytorch",
+        doc="torchrun's own in-pod restart budget: restarts of a pod's processes before the pod fails. Only with "
+            "`launcher=\"torchrun\"`.")
     torchrun_options: list[str] | None = argument(  # checked with the launcher
         templated=True, group="pytorch",
-        doc='more torchrun flags, e.g. `["--log_dir=/logs"]` (nodes, ranks and rendezvous are the operator\'s).')
+        doc='more torchrun flags, e.g. `["--rdzv_conf=last_call_timeout=5"]`. Node count, ranks, rendezvous, '
+            "processes per pod and restarts are the operator's (`nproc_per_node`, `max_restarts`, "
+            "`min_available`) and refused here, under any abbreviation torchrun accepts (`--nnode=4`). Only with "
+            "`launcher=\"torchrun\"`.")
     wait_for_master: bool | str | None = argument(
         _wait_for_master, default=False, accepts="bool | str", group="pytorch",
         doc="workers wait in an init container until the master accepts connections on MASTER_PORT (Volcano "
-            "1.14+'s pytorch plugin option): True (Volcano's default busybox image) or the image to use (it "
-            "needs sh and nc).")
+            "1.14+'s pytorch plugin option; up to 300 s, then the pod fails): True (Volcano's default busybox "
+            "image) or the image to use (it needs sh and nc).")
     # -- HOSTFILE -----------------------------------------------------------------------------------
     slots_per_worker: int | str | None = argument(
         _integer(1), 1, templated=True, number=True, group="hostfile",
         doc="ranks per worker pod, the hostfile's `slots` (default 1; one per GPU).")
     launcher_options: list[str] | None = argument(  # checked with the launcher
         templated=True, group="hostfile",
-        doc="more flags for the launcher, before the script (hostfile, hosts, ranks and rendezvous are the "
-            "operator's).")
+        doc='more launcher flags, before the script, each one word, e.g. `["--bind_cores_to_rank"]` or '
+            '`["--mca", "btl", "tcp,self"]`. Hostfile, hosts, rank counts and rendezvous are the operator\'s and '
+            "refused here (for `deepspeed` under any abbreviation its argparse accepts: `--hostf=...`); for "
+            "`deepspeed`, `--module`, `--no_python` and `--autotuning` are refused too, and the values of "
+            "`--venv_script` and `--enable_each_rank_log` must be plain words (letters, digits, `_@%+=:,./-`).")
     ssh_wait_timeout: int | None = argument(
         _integer(1), DEFAULT_SSH_WAIT_TIMEOUT, group="hostfile",
         doc="seconds the master waits for every worker's sshd before failing with the host that did not answer "

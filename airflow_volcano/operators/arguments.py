@@ -100,51 +100,82 @@ class OperatorArguments:
 
     allowed_file_dirs: Sequence[str] | None = argument(
         _folders,
-        doc="more absolute folders `training_script` and `job_template` may be read from, besides those of "
-            "`[volcano] allowed_file_dirs` and the connection's extra of that name (not templated: a rendered "
-            "path can never leave the folders the DAG author chose).")
+        doc="more absolute folders `training_script` and `job_template` may be read from, besides the DAG file's "
+            "folder, the DAG's `template_searchpath` and those every task of the deployment may read from: "
+            "`[volcano] allowed_file_dirs` (comma-separated; docker compose: `VOLCANO_ALLOWED_FILE_DIRS`) and the "
+            "connection's extra `allowed_file_dirs` (a list or comma-separated). Not templated on purpose: a value "
+            "rendered from a DAG run's `params` can never name a file outside the folders the DAG author chose "
+            "(`scripts/{{ params.s }}` with `s=../../home/airflow/.kube/config` is refused, naming the "
+            "parameter).")
     kubernetes_conn_id: str = argument(
         default=DEFAULT_CONN_ID, templated=True, doc="the cncf-kubernetes `kubernetes` connection.")
-    get_logs: bool = argument(default=True, doc="stream the main pod's log into the task log.")
+    get_logs: bool = argument(
+        default=True,
+        doc="stream the main pod's log (a PyTorch Job's master's) into the task log, each line shown at the time "
+            "the pod printed it.")
     log_tasks: list[str] | None = argument(
         templated=True,
         doc='names of more Volcano tasks (e.g. `["worker"]`) whose every pod\'s log is copied into the task log '
-            "as it is written, each line prefixed with its pod, in both modes.")
+            "as it is written, each line prefixed `[<pod>]` like the main pod's, in both modes (deferred: copied "
+            "with the main pod's). A pod Volcano removed before a copy reached it, such as a worker still running "
+            "when the master's completion ended the Job, has no log left to read: the task log says so. A name "
+            "the Job has no task for fails before submitting.")
     startup_timeout: float | datetime.timedelta | None = argument(
         default=DEFAULT_STARTUP_TIMEOUT,
-        doc="seconds (or a timedelta) the gang may take to first run, counted from the Job's creation on the "
-            "apiserver's clock, before the task fails with the scheduler's reason; after a restart (a retryable "
-            "exit, an eviction, a lost node, a stall), the same bound counted from when the waiter saw the "
-            "restart. Pods outside the gang (TensorBoard, replicas above `min_available`) never end the Job: "
-            "the task log names them. Default 900; `None`: no limit.")
+        doc="seconds or a timedelta (default 900; `None`: no limit) the gang may take to first run, counted from "
+            "the Job's creation on the apiserver's clock (never the worker's or the triggerer's, which may be "
+            "skewed); past it, the task fails with the scheduler's reason. After a restart (a retryable exit, an "
+            "eviction, a lost node, `stall_action=\"restart\"`) the restarted gang gets the same bound again, "
+            "counted from when the waiter saw the restart. Pods outside the gang (a TensorBoard, replicas above "
+            "`min_available`) never end the Job: the task log says they wait and why.")
     image_pull_timeout: float | datetime.timedelta | None = argument(
         default=DEFAULT_IMAGE_PULL_TIMEOUT,
-        doc="seconds (or a timedelta) a pod the gang needs may stay in image pull back-off that may pass (a 429 "
-            "or 5xx of the registry, a registry out of reach), counted by the waiter from when it first saw it, "
-            "before the Job counts as unable to start; an image the kubelet says cannot exist or cannot be read "
-            "(not found, manifest unknown, unauthorized, an invalid name) fails at once. Default 300; `None`: "
-            "only `startup_timeout` bounds it.")
+        doc="seconds or a timedelta (default 300; `None`: only `startup_timeout` bounds it) a pod the gang needs "
+            "may stay in an image pull back-off that may pass (the registry's 429 or 5xx, a registry out of "
+            "reach: the kubelet retries by itself), counted from when the waiter first saw it; the task log says "
+            "so meanwhile. An image the kubelet says cannot exist or cannot be read (not found, manifest unknown, "
+            "unauthorized, denied, an invalid name, `imagePullPolicy: Never` without the image) fails the task at "
+            "once, naming the image.")
     job_timeout: float | datetime.timedelta | None = argument(
-        doc="client-side deadline, seconds or a timedelta; the Job is then deleted.")
+        doc="seconds or a timedelta: a client-side deadline (Volcano has none), counted from the Job's creation "
+            "on the apiserver's clock; past it, the Job is deleted and the task fails.")
     node_lost_timeout: float | datetime.timedelta | None = argument(
         default=DEFAULT_NODE_LOST_TIMEOUT,
-        doc="seconds (or a timedelta) the pods of a node that stopped answering (the cluster marks them not "
-            "ready) may stay lost before they are deleted and handled like an eviction: the Job restarts under "
-            "its retry budget, or the task fails naming the node. Default 180; `None` turns the check off.")
+        doc="seconds or a timedelta (default 180; `None` turns the check off) the pods of a node that stopped "
+            "answering may stay lost, counted by the waiter from when it first saw them lost, before they are "
+            "deleted and handled like an eviction: the Job restarts under `max_retry`, or the task fails naming "
+            "the node. Never before the cluster's own eviction has begun: a pod is deleted only once the taint "
+            "manager has evicted it (its toleration of `node.kubernetes.io/unreachable` ran out: 300 s unless "
+            "the pod says otherwise, see `tolerations`); a pod that tolerates the taint without limit is never "
+            "deleted (the task waits for the node). Only the Job's own pods, each exactly as it was seen (its "
+            "uid), never a pod waiting for a readiness gate. Needs `delete` on pods (deploy/rbac.yaml).")
     stall_action: str = argument(
         default=StallAction.FAIL,
-        doc="`fail` (default: the Job is deleted, the task fails with \"stalled: no output for N minutes\" and "
-            "where each process was) or `restart` (the training pods are deleted, which the Job's policies "
-            "answer with a gang restart under its `max_retry` budget; at most 3 times, and a restart that is "
-            "refused fails the task as `fail` would).")
+        doc="what a stall (`stall_timeout`) does. `fail` (default): the Job is deleted and the task fails with "
+            "\"stalled: no output for N seconds\" (or minutes) and where each process was. `restart`: a gang "
+            "restart: the Job's Running training pods are deleted gracefully, each by its uid, and the Job's "
+            "`PodEvicted` policy restarts the gang, counted in `max_retry` (a Job whose policies do not restart on "
+            "`PodEvicted` is refused before submitting); the stall's clock then starts again. At most 3 times, "
+            "and a restart that is refused (no `delete` on pods) fails the task as `fail` would, saying why. "
+            "`restart` needs `delete` on pods (deploy/rbac.yaml).")
     on_finish_action: str = argument(
         _one_of(OnFinishAction), OnFinishAction.DELETE_SUCCEEDED_JOB,
-        doc="`delete_job`, `delete_succeeded_job` (default) or `keep_job`.")
+        doc="`delete_job`, `delete_succeeded_job` (default: failed Jobs are kept for debugging) or `keep_job`. "
+            "T9k's `Unfinished` (delete the pods still running, keep finished ones for their logs) is what a kept "
+            "Job already is: Volcano's end (Completed, Terminated, Failed, Aborted) deletes the pods still running "
+            "and keeps finished ones (tested on the real node: after success the workers are gone and the "
+            "master's log is still readable).")
     on_kill_action: str = argument(
-        _one_of(OnKillAction), OnKillAction.DELETE_JOB, doc="`delete_job` (default) or `keep_job`.")
+        _one_of(OnKillAction), OnKillAction.DELETE_JOB,
+        doc="what killing the task does to the Job: `delete_job` (default) or `keep_job`. A worker stopping, or "
+            "`execution_timeout`, while the task has a try left keeps the Job for that try to reattach to.")
     if_job_exists: str = argument(
         _one_of(IfJobExists), IfJobExists.REATTACH,
-        doc="an earlier try's Job of this task instance: `reattach` (default), `fail` or `replace`.")
+        doc="what to do with a Job an earlier try of this task instance submitted and no try has reported "
+            "(still running, or finished since): `reattach` (default: wait for it instead of submitting another), "
+            "`fail` (fail the task, leaving the Job as it is) or `replace` (delete it and submit anew). A Job "
+            "built from other arguments, script or debug mode than this try's fails the task unless `replace` (a "
+            "sleeping debug Job is replaced).")
     delete_orphaned_jobs: bool = argument(
         default=True,
         doc="before submitting, sweep the namespace for Jobs no try will watch again: another task instance's, "
@@ -153,16 +184,17 @@ class OperatorArguments:
             "deleted by a submission five minutes later or more. Default True.")
     deferrable: bool = argument(
         default=DEFAULT_DEFERRABLE, default_source="DEFAULT_DEFERRABLE",
-        doc="wait in the triggerer (default `[operators] default_deferrable`).")
+        doc="wait in the triggerer instead of a worker slot (default `[operators] default_deferrable`).")
     poll_interval: float | datetime.timedelta = argument(
         default=DEFAULT_POLL_INTERVAL,
-        doc="seconds (or a timedelta) between pod checks while the Job has not started.")
+        doc="seconds or a timedelta (default 5): how often the pods are looked at while the Job has not started "
+            "(less often for a Job that waits long, at most once a minute).")
     model_asset: Asset | str | None = argument(  # made an Asset (lineage.as_asset) as the operator is constructed
         doc="an Airflow `Asset` (or its URI) the training produces, added to the task's `outlets`. Every "
             "successful run emits an event of each Asset in `outlets`, whose `extra` holds what a consumer needs: "
             "the `model_uri` and metrics the main pod's termination message reports, the Volcano Job, the image "
-            "and its digest, the Airflow run, where the time went (docs \"Retraining pipelines\"). A failed run "
-            "emits nothing.")
+            "and its digest, the Airflow run, where the time went (`goodput`; docs \"Retraining pipelines\"). A "
+            "failed run emits nothing.")
 
 
 @dataclass(frozen=True)

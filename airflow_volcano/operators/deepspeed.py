@@ -44,8 +44,11 @@ class VolcanoDeepSpeedJobOperator(MasterWorkerJobOperator):
         OMPI_COMM_WORLD_RANK/SIZE, or let `deepspeed.init_distributed()` discover them through mpi4py;
         MASTER_ADDR/MASTER_PORT are passed).
     :param slots_per_worker: ranks per worker pod, the hostfile's `slots` (default 1; one per GPU).
-    :param launcher_options: more flags for the launcher, before the script (hostfile, hosts, ranks and rendezvous
-        are the operator's).
+    :param launcher_options: more launcher flags, before the script, each one word, e.g. `["--bind_cores_to_rank"]`
+        or `["--mca", "btl", "tcp,self"]`. Hostfile, hosts, rank counts and rendezvous are the operator's and
+        refused here (for `deepspeed` under any abbreviation its argparse accepts: `--hostf=...`); for `deepspeed`,
+        `--module`, `--no_python` and `--autotuning` are refused too, and the values of `--venv_script` and
+        `--enable_each_rank_log` must be plain words (letters, digits, `_@%+=:,./-`).
     :param ssh_wait_timeout: seconds the master waits for every worker's sshd before failing with the host that did
         not answer (default 300).
     """

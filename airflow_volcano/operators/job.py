@@ -115,109 +115,178 @@ class VolcanoJobOperator(BaseOperator):
     master if the Job has one, else its first task. The manifest that will be submitted is shown
     as the rendered templates `job_manifest` and `script_manifest` and by `dry_run()`.
 
-    :param name: Job name; default `<dag_id>-<task_id>-<6 hex>`, shortened to keep pod names <= 63.
+    :param name: Job name. Default `<dag_id>-<task_id>-<6 hex>`, made a DNS label (lowercase, starting with a
+        letter) and shortened so that every pod name `<job>-<task>-<index>` (also the pod's hostname) is at most 63
+        characters. A name given is used as it is: one that is not such a label, or too long for that, fails before
+        submitting.
     :param namespace: default: the connection's namespace, else `default`.
-    :param job_template: a Job YAML/JSON file path (found like `training_script`, Jinja-rendered) or text: the
-        escape hatch.
-    :param full_job_spec: a whole Job dict, used as is apart from name, namespace and labels.
+    :param job_template: the escape hatch: a Volcano Job as a dict, as YAML/JSON text, or as the path of a `.yaml`,
+        `.yml` or `.json` file, found like `training_script` and rendered with Jinja like any template file. An
+        explicit argument overrides the template's field. Only this argument is ever read as a file: strings ending
+        in `.yaml` or `.json` in other arguments (`args=["--config", "conf/train.yaml"]`, `env={"CFG": "x.json"}`)
+        are values, only rendered. Not with `full_job_spec`.
+    :param full_job_spec: a whole Job dict, used as is apart from its name, namespace, labels and annotations (the
+        provider's labels are added). Any other argument the Job is built from is refused with it (`job_template` is
+        the way to override fields), and its pods get nothing the provider adds around a training command (signal
+        forwarding, `/dev/shm`, `CHECKPOINT_DIR`, the restart counters).
     :param main_task: the task whose pod 0 is the Job's main pod, followed for the log, the result and TensorBoard's
         volume: default the pytorch plugin's master if the Job has one, else its first task.
-    :param labels: added to the Job and every pod.
-    :param annotations: added to the Job and every pod.
-    :param priority_class_name: pod and Job priority class.
-    :param volcano_queue: Volcano queue (default `default`).
-    :param scheduler_name: default `volcano`.
-    :param min_available: gang size; default the template's (all replicas for PyTorch).
-    :param max_retry: Volcano's retry budget (default 3, at least 1).
+    :param labels: added to the Job and every pod. Keys `airflow-volcano.io/*` and `app.kubernetes.io/managed-by`
+        are the provider's and refused; keys and values must be valid Kubernetes labels.
+    :param annotations: added to the Job and every pod. Keys `airflow-volcano.io/*` and
+        `app.kubernetes.io/managed-by` are the provider's and refused.
+    :param priority_class_name: the PriorityClass of the Job and of its pods, for Volcano's scheduling.
+    :param volcano_queue: the Volcano queue (default `default`; not `queue`, which is Airflow's own argument of
+        every operator). A queue that does not exist, is not Open, or whose capability is less than the Job's gang
+        needs is refused before submitting, naming `volcano_queue`, when the queue can be read
+        (deploy/queue-reader.yaml).
+    :param scheduler_name: the Job's scheduler (default `volcano`).
+    :param min_available: gang size: Volcano starts the Job once this many of its pods fit. Default the template's;
+        all replicas (gang scheduling) in a Job built without one. At least 1 (Volcano's webhook turns 0 into all
+        replicas), at most the replica total.
+    :param max_retry: Volcano's retry budget (default 3, at least 1: Volcano's webhook turns 0 into 3). Volcano
+        counts the restart that finds the budget spent, so `max_retry=N` allows N - 1 restarts.
     :param ttl_seconds_after_finished: Volcano garbage-collects the Job this many seconds after it ends.
-    :param policies: Job lifecycle policies, replacing those `retryable_exit_codes` builds.
+    :param policies: the Job's Volcano lifecycle policies, replacing those `retryable_exit_codes` builds (it cannot
+        be combined with `retryable_exit_codes` or `restart_scope`). Unknown events and actions are refused before
+        submitting.
     :param retryable_exit_codes: exit codes that restart (default 130, 137, 138, 143: a signal, the OOM killer or a
-        preemption, as T9k, a Kubernetes ML platform, restarts its training jobs); any other failure ends the Job at
-        once, naming the pod and its code.
-    :param restart_scope: what a retryable exit or an eviction restarts: `job` (the gang, default) or `task`.
-    :param extra_plugins: more Volcano plugins, e.g. `{"env": [], "ssh": []}`.
-    :param tensorboard: `{"logdir": "/logs/tb"}` (and optionally `image`, `port` (6006), `resources`) adds a one-pod
-        `tensorboard` task serving the event files the training writes under `logdir`, which must be on a volume the
-        master mounts and shares (PVC, NFS, hostPath). It is not a rank (WORLD_SIZE counts master and workers only)
-        and not part of the gang.
+        preemption, as T9k, a Kubernetes ML platform, restarts its training jobs; `[]`: none); an evicted pod
+        restarts too. Any other failure ends the Job at once, naming the pod and its code. Codes 1 to 255, each
+        once.
+    :param restart_scope: what a retryable exit or an eviction restarts: `job` (the gang, default) or `task` (the
+        pods of the failed pod's task).
+    :param extra_plugins: more Volcano plugins and their arguments, e.g. `{"env": [], "ssh": []}` (Volcano's own
+        plugins only). The Job built without a template always lists `svc`.
+    :param tensorboard: `{"logdir": "/logs/tb"}`, optionally with `image` (default the master's, which must have the
+        `tensorboard` package), `port` (default 6006) and `resources`: adds a one-pod task `tensorboard` serving the
+        event files the training writes under `logdir`. `logdir` must be on a volume the master mounts that other
+        pods can read (a PVC, NFS, hostPath), which that pod mounts read-only; a `logdir` outside every mount, or on
+        an `emptyDir`, fails before submitting. The pod is not a rank (`WORLD_SIZE` counts master and workers only),
+        not part of the gang, restarts alone if it fails, and ends with the Job.
     :param image: container image of the pods (required unless the template has one).
-    :param command: container command; `python <script>` when `training_script` is given.
-    :param args: container args. Strings ending in .yaml/.json here are values, not files.
-    :param env: environment: a dict, or a list of EnvVar dicts or `k8s.V1EnvVar` (`valueFrom` allowed).
-    :param container_resources: `{"cpu": "4", "memory": "16Gi", "gpu": 1}` (requests = limits) or `{"requests":
-        {...}, "limits": {...}}` (or a `k8s.V1ResourceRequirements`).
-    :param node_selector: pod nodeSelector.
-    :param tolerations: pod tolerations (dicts or `k8s.V1Toleration`).
-    :param volumes: pod volumes (dicts or `k8s.V1Volume`).
-    :param volume_mounts: volumeMounts of each pod's first container (dicts or `k8s.V1VolumeMount`).
-    :param service_account_name: pod service account.
-    :param image_pull_policy: `Always`, `IfNotPresent` or `Never`.
-    :param image_pull_secrets: names of pull secrets (or `k8s.V1LocalObjectReference`).
-    :param restart_policy: pod restartPolicy (default `Never`).
-    :param training_script: a local file, relative to the DAG file's folder or the DAG's template_searchpath (or
-        absolute, inside one of them or of `allowed_file_dirs`), shipped in a ConfigMap owned by the Job and run
-        with python in every pod.
+    :param command: container command; `python <script>` when `training_script` is given. Each string reaches the
+        process exactly as given: the kubelet does not expand `$(VAR)` in it unless it is wrapped in
+        `ExpandVars(...)`. VolcanoPyTorchJobOperator with `launcher="torchrun"` builds it and refuses one.
+    :param args: container args (with `training_script`, the script's arguments). Each string reaches the process
+        exactly as given: the kubelet does not expand `$(VAR)` in it unless it is wrapped in `ExpandVars(...)`.
+        Strings ending in `.yaml` or `.json` here are values, not files.
+    :param env: environment: a dict, or a list of EnvVar dicts or `k8s.V1EnvVar` (`valueFrom` allowed), each name
+        once. Values reach the process exactly, as `args` do (`ExpandVars(...)` opts in to `$(VAR)`). The values of
+        names Airflow hides (token, password, secret, api_key and the like) are masked in the rendered Job,
+        `dry_run()` and the task log. For a DeepSpeed or mpirun launch, names must be shell names (letters, digits,
+        `_`).
+    :param container_resources: `{"cpu": "4", "memory": "16Gi", "gpu": 1}` (requests = limits; `gpu` is
+        `nvidia.com/gpu`) or `{"requests": {...}, "limits": {...}}` (or a `k8s.V1ResourceRequirements`), for every
+        pod the pod arguments go to. Not `resources`: that is Airflow's own argument (the executor's), and pod
+        resources given there fail naming this one.
+    :param node_selector: the pods' nodeSelector.
+    :param tolerations: the pods' tolerations (dicts or `k8s.V1Toleration`).
+    :param volumes: the pods' volumes (dicts or `k8s.V1Volume`).
+    :param volume_mounts: volumeMounts of each pod's first container (dicts or `k8s.V1VolumeMount`); each must name
+        a volume of the pod.
+    :param service_account_name: the pods' service account.
+    :param image_pull_policy: the containers' imagePullPolicy: `Always`, `IfNotPresent` or `Never`.
+    :param image_pull_secrets: names of the pods' pull secrets (or `k8s.V1LocalObjectReference`).
+    :param restart_policy: the pods' restartPolicy (default `Never`: every failure reaches Volcano, instead of the
+        kubelet restarting one pod in place while the others wait).
+    :param training_script: a local file, relative to the DAG file's folder or the DAG's `template_searchpath` (an
+        absolute path must lie inside one of them or of `allowed_file_dirs`; after rendering, `../` cannot leave
+        them), shipped as the ConfigMap `<job>-script` owned by the Job (at most 1 MiB), mounted read-only in every
+        pod and run there by `launcher`: `python <script>` unless `command` is given.
     :param debug: debug mode (as in T9k, a Kubernetes ML platform): the pods come up as configured but sleep instead
         of running their command; the task log says how to open a shell in each (`kubectl exec`); the Job is deleted
         after `debug_timeout` or when the task is marked success/failed. Waits in the worker.
     :param debug_timeout: seconds (or a timedelta) the debug pods stay up (default 3600).
-    :param shm_size: size of the memory-backed `emptyDir` mounted at `/dev/shm` in every training pod (default
-        `2Gi`; a container's own is 64 MiB, too small for a DataLoader with workers). Its pages count against the
-        container's memory limit as they are written. `None` turns it off; a `/dev/shm` volume of the template or of
-        `volume_mounts` wins over the default.
+    :param shm_size: size limit, a Kubernetes quantity, of the memory-backed `emptyDir` mounted at `/dev/shm` in
+        every training pod (default `2Gi`; a container's own is 64 MiB, and a DataLoader with workers dies with "bus
+        error"). Its pages count against the container's memory limit only as they are written. `None` turns it off.
+        A `/dev/shm` volume of your own (the template's or `volume_mounts`') wins over the default; with a
+        `shm_size` other than the default it is an error.
     :param termination_grace_period: seconds a deleted pod's processes have between SIGTERM and SIGKILL (Kubernetes'
-        default 30): for a script that saves a checkpoint on SIGTERM. Every training command runs under a small `sh`
-        that passes SIGTERM on to the training processes, so a script without a handler ends at once.
-    :param checkpoint_dir: an absolute path on a volume every training pod mounts and shares (a PVC, NFS, hostPath):
-        every rank gets `CHECKPOINT_DIR`, its subdirectory `<dag_id>/<task_id>/<run_id>`, the same across Volcano's
-        restarts and Airflow's retries of the task instance. Every rank also gets `VOLCANO_RESTART_COUNT` and
-        `AIRFLOW_TRY_NUMBER`. A main-pod log line `[airflow-volcano] resumed from <checkpoint>` is reported as the
-        result's `resumed_from`.
-    :param stall_timeout: seconds (or a timedelta; at least 30) a Running Job may go without output from the
-        followed pods (any byte the main pod's, `log_tasks`' pods' and a DeepSpeed/mpirun launch's ranks' processes
-        write, a progress bar too) and without a change before it counts as stalled; off by default. Time the waiter
-        cannot see the logs (a read that fails) does not count. On a stall the task log gets the Python stack of
-        every thread of every Python process in each training pod (a `faulthandler` installed through a
-        `sitecustomize` the operator ships), then `stall_action` applies. A script that is quiet on purpose touches
-        `$HEARTBEAT_FILE` instead of printing. Needs `get_logs=True`.
+        default 30) when a pod is deleted (a kill, `job_timeout`, a restart, a preemption): time for a script that
+        saves a checkpoint on SIGTERM. Every training command runs under a small `sh` that passes SIGTERM on to the
+        training processes, so a script without a handler ends at once.
+    :param checkpoint_dir: an absolute path on a volume every training pod mounts and shares (a PVC, NFS, hostPath;
+        an `emptyDir` or a path outside every mount fails before submitting). Every rank gets `CHECKPOINT_DIR`,
+        `<checkpoint_dir>/<dag_id>/<task_id>[-<map_index>]/<run_id>`, created at start and the same across Volcano's
+        restarts and Airflow's retries of the task instance. A main-pod log line `[airflow-volcano] resumed from
+        <checkpoint>` is reported as the result's `resumed_from`.
+    :param stall_timeout: seconds (at least 30; a smaller number is refused, naming the unit) or a timedelta; off by
+        default. A Running Job whose followed pods (the main pod, `log_tasks`' pods, a DeepSpeed/mpirun launch's
+        ranks) write nothing, not a byte (a progress bar redrawn in place is output), and which does not change, for
+        this long has stalled. Time the waiter cannot read their logs does not count, and a stall is confirmed by a
+        fresh read of each before anything is done. The task log then gets the Python stack of every thread of every
+        Python process in each training pod (a `faulthandler` installed through a `sitecustomize` the operator
+        ships), and `stall_action` applies. A script that is quiet on purpose touches `$HEARTBEAT_FILE` instead of
+        printing. Needs `get_logs=True`, and `patch` on pods (deploy/rbac.yaml).
     :param allowed_file_dirs: more absolute folders `training_script` and `job_template` may be read from, besides
-        those of `[volcano] allowed_file_dirs` and the connection's extra of that name (not templated: a rendered
-        path can never leave the folders the DAG author chose).
+        the DAG file's folder, the DAG's `template_searchpath` and those every task of the deployment may read from:
+        `[volcano] allowed_file_dirs` (comma-separated; docker compose: `VOLCANO_ALLOWED_FILE_DIRS`) and the
+        connection's extra `allowed_file_dirs` (a list or comma-separated). Not templated on purpose: a value
+        rendered from a DAG run's `params` can never name a file outside the folders the DAG author chose
+        (`scripts/{{ params.s }}` with `s=../../home/airflow/.kube/config` is refused, naming the parameter).
     :param kubernetes_conn_id: the cncf-kubernetes `kubernetes` connection.
-    :param get_logs: stream the main pod's log into the task log.
+    :param get_logs: stream the main pod's log (a PyTorch Job's master's) into the task log, each line shown at the
+        time the pod printed it.
     :param log_tasks: names of more Volcano tasks (e.g. `["worker"]`) whose every pod's log is copied into the task
-        log as it is written, each line prefixed with its pod, in both modes.
-    :param startup_timeout: seconds (or a timedelta) the gang may take to first run, counted from the Job's creation
-        on the apiserver's clock, before the task fails with the scheduler's reason; after a restart (a retryable
-        exit, an eviction, a lost node, a stall), the same bound counted from when the waiter saw the restart. Pods
-        outside the gang (TensorBoard, replicas above `min_available`) never end the Job: the task log names them.
-        Default 900; `None`: no limit.
-    :param image_pull_timeout: seconds (or a timedelta) a pod the gang needs may stay in image pull back-off that
-        may pass (a 429 or 5xx of the registry, a registry out of reach), counted by the waiter from when it first
-        saw it, before the Job counts as unable to start; an image the kubelet says cannot exist or cannot be read
-        (not found, manifest unknown, unauthorized, an invalid name) fails at once. Default 300; `None`: only
-        `startup_timeout` bounds it.
-    :param job_timeout: client-side deadline, seconds or a timedelta; the Job is then deleted.
-    :param node_lost_timeout: seconds (or a timedelta) the pods of a node that stopped answering (the cluster marks
-        them not ready) may stay lost before they are deleted and handled like an eviction: the Job restarts under
-        its retry budget, or the task fails naming the node. Default 180; `None` turns the check off.
-    :param stall_action: `fail` (default: the Job is deleted, the task fails with "stalled: no output for N minutes"
-        and where each process was) or `restart` (the training pods are deleted, which the Job's policies answer
-        with a gang restart under its `max_retry` budget; at most 3 times, and a restart that is refused fails the
-        task as `fail` would).
-    :param on_finish_action: `delete_job`, `delete_succeeded_job` (default) or `keep_job`.
-    :param on_kill_action: `delete_job` (default) or `keep_job`.
-    :param if_job_exists: an earlier try's Job of this task instance: `reattach` (default), `fail` or `replace`.
+        log as it is written, each line prefixed `[<pod>]` like the main pod's, in both modes (deferred: copied with
+        the main pod's). A pod Volcano removed before a copy reached it, such as a worker still running when the
+        master's completion ended the Job, has no log left to read: the task log says so. A name the Job has no task
+        for fails before submitting.
+    :param startup_timeout: seconds or a timedelta (default 900; `None`: no limit) the gang may take to first run,
+        counted from the Job's creation on the apiserver's clock (never the worker's or the triggerer's, which may
+        be skewed); past it, the task fails with the scheduler's reason. After a restart (a retryable exit, an
+        eviction, a lost node, `stall_action="restart"`) the restarted gang gets the same bound again, counted from
+        when the waiter saw the restart. Pods outside the gang (a TensorBoard, replicas above `min_available`) never
+        end the Job: the task log says they wait and why.
+    :param image_pull_timeout: seconds or a timedelta (default 300; `None`: only `startup_timeout` bounds it) a pod
+        the gang needs may stay in an image pull back-off that may pass (the registry's 429 or 5xx, a registry out
+        of reach: the kubelet retries by itself), counted from when the waiter first saw it; the task log says so
+        meanwhile. An image the kubelet says cannot exist or cannot be read (not found, manifest unknown,
+        unauthorized, denied, an invalid name, `imagePullPolicy: Never` without the image) fails the task at once,
+        naming the image.
+    :param job_timeout: seconds or a timedelta: a client-side deadline (Volcano has none), counted from the Job's
+        creation on the apiserver's clock; past it, the Job is deleted and the task fails.
+    :param node_lost_timeout: seconds or a timedelta (default 180; `None` turns the check off) the pods of a node
+        that stopped answering may stay lost, counted by the waiter from when it first saw them lost, before they
+        are deleted and handled like an eviction: the Job restarts under `max_retry`, or the task fails naming the
+        node. Never before the cluster's own eviction has begun: a pod is deleted only once the taint manager has
+        evicted it (its toleration of `node.kubernetes.io/unreachable` ran out: 300 s unless the pod says otherwise,
+        see `tolerations`); a pod that tolerates the taint without limit is never deleted (the task waits for the
+        node). Only the Job's own pods, each exactly as it was seen (its uid), never a pod waiting for a readiness
+        gate. Needs `delete` on pods (deploy/rbac.yaml).
+    :param stall_action: what a stall (`stall_timeout`) does. `fail` (default): the Job is deleted and the task
+        fails with "stalled: no output for N seconds" (or minutes) and where each process was. `restart`: a gang
+        restart: the Job's Running training pods are deleted gracefully, each by its uid, and the Job's `PodEvicted`
+        policy restarts the gang, counted in `max_retry` (a Job whose policies do not restart on `PodEvicted` is
+        refused before submitting); the stall's clock then starts again. At most 3 times, and a restart that is
+        refused (no `delete` on pods) fails the task as `fail` would, saying why. `restart` needs `delete` on pods
+        (deploy/rbac.yaml).
+    :param on_finish_action: `delete_job`, `delete_succeeded_job` (default: failed Jobs are kept for debugging) or
+        `keep_job`. T9k's `Unfinished` (delete the pods still running, keep finished ones for their logs) is what a
+        kept Job already is: Volcano's end (Completed, Terminated, Failed, Aborted) deletes the pods still running
+        and keeps finished ones (tested on the real node: after success the workers are gone and the master's log is
+        still readable).
+    :param on_kill_action: what killing the task does to the Job: `delete_job` (default) or `keep_job`. A worker
+        stopping, or `execution_timeout`, while the task has a try left keeps the Job for that try to reattach to.
+    :param if_job_exists: what to do with a Job an earlier try of this task instance submitted and no try has
+        reported (still running, or finished since): `reattach` (default: wait for it instead of submitting
+        another), `fail` (fail the task, leaving the Job as it is) or `replace` (delete it and submit anew). A Job
+        built from other arguments, script or debug mode than this try's fails the task unless `replace` (a sleeping
+        debug Job is replaced).
     :param delete_orphaned_jobs: before submitting, sweep the namespace for Jobs no try will watch again: another
         task instance's, which Airflow reports finished (a worker killed outright, then the task marked failed or
         success), not kept on purpose (`on_finish_action`, `on_kill_action`). Each is marked at first sight and
         deleted by a submission five minutes later or more. Default True.
-    :param deferrable: wait in the triggerer (default `[operators] default_deferrable`).
-    :param poll_interval: seconds (or a timedelta) between pod checks while the Job has not started.
+    :param deferrable: wait in the triggerer instead of a worker slot (default `[operators] default_deferrable`).
+    :param poll_interval: seconds or a timedelta (default 5): how often the pods are looked at while the Job has not
+        started (less often for a Job that waits long, at most once a minute).
     :param model_asset: an Airflow `Asset` (or its URI) the training produces, added to the task's `outlets`. Every
         successful run emits an event of each Asset in `outlets`, whose `extra` holds what a consumer needs: the
         `model_uri` and metrics the main pod's termination message reports, the Volcano Job, the image and its
-        digest, the Airflow run, where the time went (docs "Retraining pipelines"). A failed run emits nothing.
+        digest, the Airflow run, where the time went (`goodput`; docs "Retraining pipelines"). A failed run emits
+        nothing.
     """
 
     # Empty: Airflow would read *every* templated string ending in .yaml/.json as a template file

@@ -24,9 +24,11 @@ class MasterWorkerJobOperator(VolcanoJobOperator):
     worker task. Every argument of VolcanoJobOperator applies, to master and workers; these are
     the roles':
 
-    :param worker_replicas: number of workers (>= 0); there is always exactly one master.
-    :param master_task_name: master task name (default `master`).
-    :param worker_task_name: worker task name (default `worker`).
+    :param worker_replicas: number of workers (>= 0; default 1, or the template's); there is always exactly one
+        master.
+    :param master_task_name: master task name (default `master`), passed to the pytorch plugin as `--master`.
+    :param worker_task_name: worker task name (default `worker`, not the master's), passed to the pytorch plugin as
+        `--worker`.
     :param master_resources: like `container_resources`, merged over it for the master.
     :param worker_resources: like `container_resources`, merged over it for the workers.
     :param master_policies: master task policies (default: TaskCompleted -> CompleteJob: the Job succeeds when the

@@ -32,17 +32,21 @@ class VolcanoPyTorchJobOperator(MasterWorkerJobOperator):
     (`worker_replicas`, `master_task_name`, `worker_task_name`, `master_resources`,
     `worker_resources`, `master_policies`) applies; these are PyTorch's own:
 
-    :param port: the plugin's `--port` (MASTER_PORT), default 23456.
+    :param port: the pytorch plugin's `--port` (MASTER_PORT), default 23456.
     :param launcher: `python` (default: one process per pod, Volcano's RANK/WORLD_SIZE count pods) or `torchrun`
-        (one agent per pod starting `nproc_per_node` processes; torch's RANK and WORLD_SIZE then count processes).
-        Elastic when `min_available` is below master + workers.
-    :param nproc_per_node: torchrun's processes per pod: an int, or `auto`, `gpu`, `cpu` (default 1).
-    :param max_restarts: torchrun's restarts of a pod's process group before it fails the pod.
-    :param torchrun_options: more torchrun flags, e.g. `["--log_dir=/logs"]` (nodes, ranks and rendezvous are the
-        operator's).
+        (one agent per pod starting `nproc_per_node` processes; torch's RANK and WORLD_SIZE then count processes; it
+        needs `training_script`). Elastic when `min_available` is below master + workers.
+    :param nproc_per_node: torchrun's processes per pod: an int, or `auto`, `gpu`, `cpu` (default 1). Only with
+        `launcher="torchrun"`.
+    :param max_restarts: torchrun's own in-pod restart budget: restarts of a pod's processes before the pod fails.
+        Only with `launcher="torchrun"`.
+    :param torchrun_options: more torchrun flags, e.g. `["--rdzv_conf=last_call_timeout=5"]`. Node count, ranks,
+        rendezvous, processes per pod and restarts are the operator's (`nproc_per_node`, `max_restarts`,
+        `min_available`) and refused here, under any abbreviation torchrun accepts (`--nnode=4`). Only with
+        `launcher="torchrun"`.
     :param wait_for_master: workers wait in an init container until the master accepts connections on MASTER_PORT
-        (Volcano 1.14+'s pytorch plugin option): True (Volcano's default busybox image) or the image to use (it
-        needs sh and nc).
+        (Volcano 1.14+'s pytorch plugin option; up to 300 s, then the pod fails): True (Volcano's default busybox
+        image) or the image to use (it needs sh and nc).
     """
 
     job_kind = JobKind.PYTORCH

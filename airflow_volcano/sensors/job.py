@@ -21,12 +21,13 @@ class VolcanoJobSensor(BaseSensorOperator):
     Never deletes the Job: it is not this task's. With `get_logs`, the main pod's log is
     copied into the task log when the Job ends. Works in poke and reschedule mode, and deferrable.
 
-    :param job_name: the Volcano Job to wait for.
+    :param job_name: the Volcano Job to wait for; one that does not exist yet is waited for.
     :param namespace: default: the connection's namespace, else `default`.
     :param kubernetes_conn_id: the cncf-kubernetes `kubernetes` connection.
     :param main_task: the task whose pod 0 is the Job's main pod (default `master`, a PyTorch Job's).
     :param get_logs: copy the main pod's log into the task log when the Job ends.
-    :param deferrable: wait in the triggerer (default `[operators] default_deferrable`).
+    :param deferrable: wait in the triggerer (default `[operators] default_deferrable`); there, a Job whose pods
+        cannot start (an image that cannot be pulled, say) fails the task, saying so.
     """
 
     template_fields: Sequence[str] = ("job_name", "namespace")

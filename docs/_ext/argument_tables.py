@@ -190,6 +190,12 @@ class ArgumentTable(SphinxDirective):
         except (ImportError, AttributeError) as error:
             logger.warning("argument-table: cannot import %s: %s", path, error, location=self.get_location())
             return []
+        # The table is read from the source of these classes (and the declarations' `lands`): an incremental
+        # build rereads the page when one of them changes, as after regenerating the signatures.
+        sources = {inspect.getsourcefile(klass) for klass in cls.__mro__ if klass.__module__.startswith(PACKAGE)}
+        sources.add(inspect.getsourcefile(importlib.import_module("airflow_volcano.manifest.request")))
+        for source in sorted(filter(None, sources)):
+            self.env.note_dependency(source)
         table = nodes.table(classes=["argument-table"])
         group = nodes.tgroup(cols=len(HEADER))
         table += group

@@ -99,20 +99,41 @@ def test_every_public_class_appears_in_the_api_reference(built):
     assert not missing, f"not in the API reference: {missing}"
 
 
+def shown_text(markup: str) -> str:
+    """HTML as a reader sees its text: tags dropped, entities and typographic quotes undone, spaces collapsed."""
+    text = html.unescape(re.sub(r"<[^>]+>", "", markup))
+    return " ".join(text.translate(str.maketrans({"\u201c": '"', "\u201d": '"', "\u2019": "'", "\u2018": "'"})).split())
+
+
 @pytest.mark.parametrize("path", TABLES, ids=lambda path: path.rsplit(".", 1)[1])
 def test_every_argument_appears_in_its_operators_table_with_its_text(built, path):
+    """Each argument's whole description (its declaration's doc text, through the `:param` lines) is in its row."""
     cls = argument_tables.import_object(path)
     text = page(built, TABLES[path])
     rows = argument_tables.arguments(cls)
     assert len(rows) >= (5 if cls.__name__ == "VolcanoJobSensor" else 50)
     for argument in rows:
         assert argument.doc, f"{argument.name}: no :param text"
-        assert f'id="{argument_tables.anchor(cls, argument.name)}"' in text, (
-            f"{cls.__name__}.{argument.name} has no row on {TABLES[path]}")
+        anchor = f'id="{argument_tables.anchor(cls, argument.name)}"'
+        assert anchor in text, f"{cls.__name__}.{argument.name} has no row on {TABLES[path]}"
+        row = shown_text(text[text.index(anchor):text.index("</tr>", text.index(anchor))])
+        assert " ".join(argument.doc.replace("`", "").split()) in row, (
+            f"{cls.__name__}.{argument.name}: its row does not read as its doc text:\n{row}")
     signature = {name for klass in cls.__mro__ if "__init__" in vars(klass) and klass.__module__.startswith(
         "airflow_volcano") for name in inspect.signature(vars(klass)["__init__"]).parameters} - {"self", "kwargs"}
     refused = set(getattr(cls, "refused_arguments", ()))
     assert signature - refused <= {argument.name for argument in rows}, "every argument of the signatures"
+
+
+def test_no_page_lists_the_arguments_by_hand():
+    """An argument's description is written once, in its declaration, and read in its table: a page's bullet list
+    of arguments (`- `name` (default: ...): ...`) would say it a second time, and drift."""
+    names = {argument.name for path in TABLES for argument in argument_tables.arguments(
+        argument_tables.import_object(path))}
+    listed = [f"{source.relative_to(REPO)}: {line.strip()[:80]}" for source in sorted(DOCS.rglob("*.md"))
+              if "_build" not in source.parts for line in source.read_text().splitlines()
+              if (bullet := re.match(r"\s*[-*] `(\w+)`", line)) and bullet.group(1) in names]
+    assert not listed, "\n".join(listed)
 
 
 def test_an_argument_without_a_param_line_fails_the_build(tmp_path):
