@@ -768,6 +768,9 @@ def kubelet_argv() -> list[str]:
                            "x509": {"clientCAFile": pki_path("ca.crt")}},
         "authorization": {"mode": "AlwaysAllow"},
         "cgroupDriver": "cgroupfs",  # cgroup v1 here, no systemd
+        # Kubelets from v1.35 refuse to start on a cgroup v1 host unless told (the field's default
+        # turned true then); every Kubernetes release here (from v1.31) has it, false by default.
+        "failCgroupV1": False,
         "failSwapOn": False,
         "containerRuntimeEndpoint": f"unix://{containerd_socket()}",
         "clusterDomain": CLUSTER_DOMAIN,
