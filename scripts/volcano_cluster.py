@@ -267,6 +267,43 @@ def ensure_tools() -> None:
     subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *wanted], check=True, env=env)
 
 
+def patched_modfile(wrapper: Path, work: Path) -> Path | None:
+    """For a wrapper module with an overlay.json, a go.mod for `go build -modfile` whose listed modules
+    are copies with files added; None for a wrapper without one (the usual case).
+
+    overlay.json names, per module of the build, files to lay over that module's source, each
+    backed by a file in the wrapper directory: {"MODULE": {"PATH/IN/MODULE.go": "FILE"}}. A release
+    uses it where the Go module proxy lacks what the release was built with (Volcano v1.15.1: a
+    constant of volcano.sh/apis 1.15, whose versions the proxy refuses). `go build -overlay` may not
+    touch the module cache, so the module is copied (from the version the wrapper pins, as the proxy
+    served it) into `work`, outside the repository, the files laid over it, and the copy replaces
+    the module in a go.mod beside it (the wrapper's own, with that one replace line changed)."""
+    manifest = wrapper / "overlay.json"
+    if not manifest.exists():
+        return None
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    modfile = work / "go.mod"
+    shutil.copyfile(wrapper / "go.mod", modfile)
+    shutil.copyfile(wrapper / "go.sum", work / "go.sum")
+    for module, files in json.loads(manifest.read_text()).items():
+        # In the wrapper, so its replace lines apply: the source of the version it builds with.
+        result = subprocess.run(["go", "mod", "download", "-json", module], cwd=wrapper, capture_output=True,
+                                text=True, env=dict(os.environ, GOFLAGS="-mod=mod"))
+        source = json.loads(result.stdout or "{}").get("Dir") if result.returncode == 0 else None
+        if not source:
+            raise ClusterError(f"{manifest}: no source of {module}: {result.stdout}{result.stderr}".strip())
+        copy = work / module.replace("/", "_")
+        shutil.copytree(source, copy, copy_function=shutil.copyfile)  # the module cache's files are read-only
+        for directory in (copy, *(path for path in copy.rglob("*") if path.is_dir())):
+            directory.chmod(0o755)
+        for path, backing in files.items():
+            shutil.copyfile(wrapper / backing, copy / path)
+        subprocess.run(["go", "mod", "edit", f"-replace={module}={copy}", str(modfile)], check=True,
+                       env=dict(os.environ, GOFLAGS=""))
+    return modfile
+
+
 def build() -> None:
     ensure_tools()
     if shutil.which("go") is None:
@@ -289,8 +326,11 @@ def build() -> None:
             project, package, versioned = BINARIES[name]
             version = getattr(VERSIONS, project)
             ldflags = kube_ldflags(version) if versioned else "-s -w"
-            cmd = ["go", "build", "-ldflags", ldflags, "-o", f"{target}.tmp", package]
-            run_env, cwd = env, GOMOD / f"{project}-{version}"
+            cwd = GOMOD / f"{project}-{version}"
+            modfile = patched_modfile(cwd, CACHE_ROOT / "src" / f"{project}-{version}")
+            cmd = ["go", "build", "-ldflags", ldflags, *([f"-modfile={modfile}"] if modfile else []),
+                   "-o", f"{target}.tmp", package]
+            run_env = env
         with build_log.open("w") as out:
             result = subprocess.run(cmd, cwd=cwd, env=run_env, stdout=out, stderr=subprocess.STDOUT)
         if result.returncode != 0:
