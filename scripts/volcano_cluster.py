@@ -5,7 +5,8 @@
                             | versions
 
 `--volcano` and `--kubernetes` (or VOLCANO_CLUSTER_VOLCANO / VOLCANO_CLUSTER_KUBERNETES) choose the
-releases; the default is the newest this script knows. `versions` lists them: one Go wrapper module
+releases; the default is DEFAULT_VERSIONS (the newest the suite runs on; a newer wrapper module is
+built and started only when named). `versions` lists them: one Go wrapper module
 per release under cluster/gomod/ (a minor like `v1.31` picks that minor's release). `up` with other
 versions than the running cluster's stops it first. `status` shows the running versions.
 
@@ -142,6 +143,10 @@ class ClusterError(RuntimeError):
 # ---------------------------------------------------------------------------------------------
 
 VERSION_ENV = {"volcano": "VOLCANO_CLUSTER_VOLCANO", "kubernetes": "VOLCANO_CLUSTER_KUBERNETES"}
+# The releases `up` and `build` choose when none is named, so `make test`'s newest corner: the newest
+# the whole suite has passed on. A wrapper module of a newer release (Volcano v1.15.1, Kubernetes
+# v1.35.8) is built and started only when named, until it is moved here.
+DEFAULT_VERSIONS = {"volcano": "v1.14.1", "kubernetes": "v1.34.1"}
 
 
 def release_key(version: str) -> tuple[int, ...]:
@@ -155,10 +160,10 @@ def known_versions(project: str) -> list[str]:
 
 
 def resolve_version(project: str, wanted: str | None) -> str:
-    """A release of `project`: `wanted` exactly, the newest of a minor (v1.31 or v1.31.x), or the newest."""
+    """A release of `project`: `wanted` exactly, the newest of a minor (v1.31 or v1.31.x), or the default."""
     versions = known_versions(project)
     if not wanted:
-        return versions[-1]
+        wanted = DEFAULT_VERSIONS[project]
     spec = wanted if wanted.startswith("v") else f"v{wanted}"
     spec = spec.removesuffix(".x")
     matching = [version for version in versions if version == spec or version.startswith(spec + ".")]
@@ -262,6 +267,43 @@ def ensure_tools() -> None:
     subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *wanted], check=True, env=env)
 
 
+def patched_modfile(wrapper: Path, work: Path) -> Path | None:
+    """For a wrapper module with an overlay.json, a go.mod for `go build -modfile` whose listed modules
+    are copies with files added; None for a wrapper without one (the usual case).
+
+    overlay.json names, per module of the build, files to lay over that module's source, each
+    backed by a file in the wrapper directory: {"MODULE": {"PATH/IN/MODULE.go": "FILE"}}. A release
+    uses it where the Go module proxy lacks what the release was built with (Volcano v1.15.1: a
+    constant of volcano.sh/apis 1.15, whose versions the proxy refuses). `go build -overlay` may not
+    touch the module cache, so the module is copied (from the version the wrapper pins, as the proxy
+    served it) into `work`, outside the repository, the files laid over it, and the copy replaces
+    the module in a go.mod beside it (the wrapper's own, with that one replace line changed)."""
+    manifest = wrapper / "overlay.json"
+    if not manifest.exists():
+        return None
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    modfile = work / "go.mod"
+    shutil.copyfile(wrapper / "go.mod", modfile)
+    shutil.copyfile(wrapper / "go.sum", work / "go.sum")
+    for module, files in json.loads(manifest.read_text()).items():
+        # In the wrapper, so its replace lines apply: the source of the version it builds with.
+        result = subprocess.run(["go", "mod", "download", "-json", module], cwd=wrapper, capture_output=True,
+                                text=True, env=dict(os.environ, GOFLAGS="-mod=mod"))
+        source = json.loads(result.stdout or "{}").get("Dir") if result.returncode == 0 else None
+        if not source:
+            raise ClusterError(f"{manifest}: no source of {module}: {result.stdout}{result.stderr}".strip())
+        copy = work / module.replace("/", "_")
+        shutil.copytree(source, copy, copy_function=shutil.copyfile)  # the module cache's files are read-only
+        for directory in (copy, *(path for path in copy.rglob("*") if path.is_dir())):
+            directory.chmod(0o755)
+        for path, backing in files.items():
+            shutil.copyfile(wrapper / backing, copy / path)
+        subprocess.run(["go", "mod", "edit", f"-replace={module}={copy}", str(modfile)], check=True,
+                       env=dict(os.environ, GOFLAGS=""))
+    return modfile
+
+
 def build() -> None:
     ensure_tools()
     if shutil.which("go") is None:
@@ -284,8 +326,11 @@ def build() -> None:
             project, package, versioned = BINARIES[name]
             version = getattr(VERSIONS, project)
             ldflags = kube_ldflags(version) if versioned else "-s -w"
-            cmd = ["go", "build", "-ldflags", ldflags, "-o", f"{target}.tmp", package]
-            run_env, cwd = env, GOMOD / f"{project}-{version}"
+            cwd = GOMOD / f"{project}-{version}"
+            modfile = patched_modfile(cwd, CACHE_ROOT / "src" / f"{project}-{version}")
+            cmd = ["go", "build", "-ldflags", ldflags, *([f"-modfile={modfile}"] if modfile else []),
+                   "-o", f"{target}.tmp", package]
+            run_env = env
         with build_log.open("w") as out:
             result = subprocess.run(cmd, cwd=cwd, env=run_env, stdout=out, stderr=subprocess.STDOUT)
         if result.returncode != 0:
@@ -763,6 +808,9 @@ def kubelet_argv() -> list[str]:
                            "x509": {"clientCAFile": pki_path("ca.crt")}},
         "authorization": {"mode": "AlwaysAllow"},
         "cgroupDriver": "cgroupfs",  # cgroup v1 here, no systemd
+        # Kubelets from v1.35 refuse to start on a cgroup v1 host unless told (the field's default
+        # turned true then); every Kubernetes release here (from v1.31) has it, false by default.
+        "failCgroupV1": False,
         "failSwapOn": False,
         "containerRuntimeEndpoint": f"unix://{containerd_socket()}",
         "clusterDomain": CLUSTER_DOMAIN,
@@ -1110,7 +1158,7 @@ def main(args: list[str]) -> int:
             build()
         elif command == "versions":
             for project in VERSION_ENV:
-                print(f"{project:12} {' '.join(known_versions(project))} (default {known_versions(project)[-1]})")
+                print(f"{project:12} {' '.join(known_versions(project))} (default {resolve_version(project, None)})")
         elif command == "restart" and len(args) > 1:
             restart(args[1])
         elif command == "stop" and len(args) > 1:
