@@ -21,9 +21,16 @@ $(VENV)/.installed: pyproject.toml constraints.txt | $(BIN)/uv
 	$(UV_INSTALL) --python $(BIN)/python -c constraints.txt -e . --group test --group docs
 	touch $@
 
-# A second venv with the lowest resolution of pyproject's floors (Airflow 3.1.7, cncf-kubernetes
-# 10.25, kubernetes 36.0.1, urllib3 2.1, ...): the triggerer tests run the same scenario on it, so the
-# floors are tested, and so is Airflow before 3.3 (no trigger on_kill, no task state store).
+# Airflow's constraints files, with which the official images and most users install it, are made as of
+# a release's day; so are the two venvs below (uv --exclude-newer, no package excepted: the floors are
+# older than the oldest supported release). The cut-off: the end of the day the release reached PyPI.
+AIRFLOW_LOWEST_RELEASED := 2026-02-05T00:00:00Z
+AIRFLOW_32_RELEASED := 2026-05-30T00:00:00Z
+
+# A second venv with the lowest resolution of pyproject's floors as of Airflow 3.1.7's release day
+# (Airflow 3.1.7, cncf-kubernetes 10.12.0, kubernetes 32.0.0, kubernetes-asyncio 32.0.0, aiohttp 3.9.0,
+# urllib3 2.1.0, ...; everything else as it was that day): the triggerer tests run the same scenario on
+# it, so the floors are tested, and so is Airflow before 3.3 (no trigger on_kill, no task state store).
 # constraints-lowest.txt is `make lowest-constraints`'s output.
 VENV_LOWEST := .venv-lowest
 $(VENV_LOWEST)/.installed: pyproject.toml constraints-lowest.txt | $(BIN)/uv
@@ -31,12 +38,10 @@ $(VENV_LOWEST)/.installed: pyproject.toml constraints-lowest.txt | $(BIN)/uv
 	$(UV_INSTALL) --python $(VENV_LOWEST)/bin/python -c constraints-lowest.txt -e .
 	touch $@
 
-# A third for the newest Airflow 3.2 (3.2.2): the triggerer tests run on it too. Resolved as a user
-# installing it on its release day would (uv --exclude-newer, as Airflow's own constraints are made):
-# with today's versions of its unpinned dependencies (svcs 26, ...) 3.2.2's task API fails. Only the
-# provider's own direct dependencies, whose floors are newer than that day, are taken as of today.
+# A third for the newest Airflow 3.2 (3.2.2), resolved as a user installing it on its release day
+# would: the triggerer tests run on it too. With today's versions of its unpinned dependencies (svcs 26,
+# ...) 3.2.2's task API fails.
 VENV_AIRFLOW_32 := .venv-airflow-3.2
-AIRFLOW_32_RELEASED := 2026-05-30T00:00:00Z
 $(VENV_AIRFLOW_32)/.installed: pyproject.toml constraints-airflow-3.2.txt | $(BIN)/uv
 	$(BIN)/uv venv -q --allow-existing --python $(BIN)/python $(VENV_AIRFLOW_32)
 	$(UV_INSTALL) --python $(VENV_AIRFLOW_32)/bin/python -c constraints-airflow-3.2.txt -e .
@@ -45,16 +50,15 @@ $(VENV_AIRFLOW_32)/.installed: pyproject.toml constraints-airflow-3.2.txt | $(BI
 airflow-3.2-constraints: | $(BIN)/uv
 	echo "apache-airflow==3.2.2" > .airflow-3.2-pin.txt
 	$(BIN)/uv pip compile -q --python-version 3.11 --no-header --exclude-newer $(AIRFLOW_32_RELEASED) \
-		$(foreach package,apache-airflow-providers-cncf-kubernetes kubernetes kubernetes-asyncio aiohttp urllib3,\
-		--exclude-newer-package $(package)=$$(date -u +%Y-%m-%dT00:00:00Z)) \
 		pyproject.toml -c .airflow-3.2-pin.txt \
 		| sed '1i # pyproject.toml with apache-airflow==3.2.2 as of its release day (make airflow-3.2-constraints).' \
 		> constraints-airflow-3.2.txt
 	rm -f .airflow-3.2-pin.txt
 
 lowest-constraints: | $(BIN)/uv
-	$(BIN)/uv pip compile -q --resolution lowest-direct --python-version 3.11 --no-header pyproject.toml \
-		| sed '1i # The lowest resolution of pyproject.toml (uv --resolution lowest-direct): the floors, tested.' \
+	$(BIN)/uv pip compile -q --resolution lowest-direct --python-version 3.11 --no-header \
+		--exclude-newer $(AIRFLOW_LOWEST_RELEASED) pyproject.toml \
+		| sed '1i # The lowest resolution of pyproject.toml (uv --resolution lowest-direct) as of the Airflow 3.1.7 release day (make lowest-constraints): the floors, tested.' \
 		> constraints-lowest.txt
 
 venv: $(VENV)/.installed $(VENV_LOWEST)/.installed $(VENV_AIRFLOW_32)/.installed

@@ -1,9 +1,17 @@
 """VolcanoHook and AsyncVolcanoHook: the only code that talks to the cluster.
 
-Built on the cncf-kubernetes hooks and their `kubernetes` connection. Each hook gets its own client
-configuration, so loading a kubeconfig never touches the process-wide default that other hooks and
-operators in the same worker use. Objects come back as plain JSON dicts, the shape the pure layer
-(`airflow_volcano.status`) reads.
+Built on the cncf-kubernetes hooks and their `kubernetes` connection. Each hook's clients use a
+configuration of the hook's own, loaded from its connection, never the process-wide default that
+other hooks and operators in the same worker or triggerer may load: two connections in one process
+never share credentials. cncf-kubernetes does not see to that on every release the provider supports
+(its floor is what Airflow 3.1.7's own package set holds): its sync hook loads an in-cluster
+connection into the process-wide default only (every release) and before 10.15 built the client on
+that default, not on the configuration it had loaded the connection into (a kubeconfig connection
+reached no apiserver); before 10.17.1 its async hook did both (a trigger could call with another
+connection's credentials). So VolcanoHook loads an in-cluster connection itself and rebuilds a client
+cncf-kubernetes built on the default; AsyncVolcanoHook, before 10.17.1, loads an in-cluster
+connection and builds its client itself.
+Objects come back as plain JSON dicts, the shape the pure layer (`airflow_volcano.status`) reads.
 
 What each API call is, is written once in `hooks.calls`; each hook only carries Calls out (`run`,
 and `drive` for a program of several) through the one retry policy of `hooks.retry`. What differs
@@ -15,18 +23,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Mapping
+from contextlib import AbstractAsyncContextManager
 from functools import cached_property
 from typing import Any, ClassVar, TypeVar
 
 import aiohttp
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook, KubernetesHook
-from kubernetes import client, watch
-from kubernetes import config as kube_config
+from kubernetes import client, config, watch
 from kubernetes.config import ConfigException
 from kubernetes_asyncio import client as async_client
+from kubernetes_asyncio import config as async_config
 from kubernetes_asyncio import watch as async_watch
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 from kubernetes_asyncio.config import ConfigException as AsyncConfigException
@@ -78,6 +88,15 @@ def _not_json(what: str, line: Any, hook: Any) -> VolcanoApiError:
                            not_served=status == 404, server=hook.server_address(), conn_id=hook.conn_id)
 
 
+# cncf-kubernetes 10.17.1 gave the async hook a configuration of its own (its `client_configuration`).
+CNCF_ASYNC_HOOK_HAS_OWN_CONFIGURATION = "client_configuration" in inspect.signature(AsyncKubernetesHook).parameters
+
+
+def _flag(value: Any) -> bool:
+    """A connection's boolean extra as cncf-kubernetes reads it: True, or the text "true"."""
+    return value is True or (isinstance(value, str) and value.strip().lower() == "true")
+
+
 def _api(client_module: Any, api_client: Any, kind: str) -> Any:
     if kind == "core":
         return client_module.CoreV1Api(api_client)
@@ -111,18 +130,43 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
         super().__init__(kubernetes_conn_id=kubernetes_conn_id, **kwargs)
         self.retries = retries
 
-    def get_conn(self) -> Any:
-        """The client of the connection's configuration; a configuration that cannot be loaded is said
-        naming the connection (KubernetesConnectionError), not as the client's ConfigException."""
+    def get_conn(self) -> client.ApiClient:
+        """The connection's client, on this hook's own configuration: cncf-kubernetes' client where it
+        is, else one built here (the module's docstring says when it is not). A configuration that
+        cannot be loaded is said naming the connection (KubernetesConnectionError), not as the client's
+        ConfigException."""
         try:
-            if self._coalesce_param(self.in_cluster, self._get_field("in_cluster")):
-                # KubernetesHook loads a pod's identity into the process-wide configuration only, then
-                # builds its client on this hook's own (no server, no token: "No host specified"):
-                # loaded here too, with the token file read again as it rotates.
-                kube_config.load_incluster_config(client_configuration=self.client_configuration)
-            return super().get_conn()
+            return self._client_of_connection()
         except ConfigException as error:
             raise KubernetesConnectionError(self.conn_id, str(error)) from None
+
+    def _client_of_connection(self) -> client.ApiClient:
+        if self.client_configuration is None:
+            self.client_configuration = client.Configuration()
+        own = self.client_configuration
+        if self._in_cluster_only():  # not through cncf-kubernetes: it would load the process-wide default
+            config.load_incluster_config(client_configuration=own)
+            self._is_in_cluster = True
+            return self._client_on(own, client.ApiClient)
+        api = super().get_conn()  # the connection loaded into `own`
+        if api.configuration is own:
+            return api
+        api.close()  # cncf-kubernetes < 10.15: a client on the process-wide default
+        return self._client_on(own, type(api))
+
+    def _client_on(self, own: client.Configuration, kind: type[client.ApiClient]) -> client.ApiClient:
+        """A client on `own`, unverified if the connection says so (which cncf-kubernetes < 10.15 set
+        on the process-wide default only)."""
+        if _flag(self._coalesce_param(self.disable_verify_ssl, self.connection_extra("disable_verify_ssl"))):
+            own.verify_ssl = False
+        return kind(configuration=own)
+
+    def _in_cluster_only(self) -> bool:
+        """The connection says in_cluster and names no kubeconfig (one that does is cncf-kubernetes'
+        to refuse, before it loads anything)."""
+        return bool(self._coalesce_param(self.in_cluster, self.connection_extra("in_cluster"))) and not (
+            self.config_file or self.config_dict or self.connection_extra("kube_config_path")
+            or self.connection_extra("kube_config"))
 
     # -- carrying calls out -----------------------------------------------------------------------
 
@@ -427,6 +471,7 @@ class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
     def __init__(self, kubernetes_conn_id: str | None = VolcanoHook.default_conn_name, retries: int = 6) -> None:
         super().__init__(kubernetes_conn_id=kubernetes_conn_id)
         self.retries = retries
+        self._config_loaded = False  # cncf-kubernetes' own flag from 10.12.3; this hook's in-cluster one before
         self._shared: tuple[Any, Any] | None = None  # (its context, the client) while shared_client() is open
         self._reloaded_at = float("-inf")
         self._retired: list[tuple[Any, Any]] = []  # clients replaced by reload_credentials, still in use
@@ -436,8 +481,40 @@ class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
         if self._shared is not None:
             yield self._shared[1]
             return
-        async with super().get_conn() as api:
+        async with self._new_client() as api:
             yield api
+
+    def _new_client(self) -> AbstractAsyncContextManager[Any]:
+        """A client of the connection on this hook's own configuration: cncf-kubernetes' own from 10.17.1,
+        before it one built here (the module's docstring says why)."""
+        if CNCF_ASYNC_HOOK_HAS_OWN_CONFIGURATION:
+            return AsyncKubernetesHook.get_conn(self)
+        return self._client_on_own_configuration()
+
+    @contextlib.asynccontextmanager
+    async def _client_on_own_configuration(self) -> AsyncIterator[Any]:
+        if self.client_configuration is None:
+            self.client_configuration = async_client.Configuration()
+        if not await self._in_cluster_only():
+            unused = await self._load_config()  # into self.client_configuration; before 10.12.3 it also
+            if unused is not None:  # returned a client on the process-wide default
+                await unused.close()
+        elif not self._config_loaded:
+            try:
+                async_config.load_incluster_config(client_configuration=self.client_configuration)
+            except AsyncConfigException as error:
+                raise KubernetesConnectionError(self.conn_id, str(error)) from None
+            self._is_in_cluster = self._config_loaded = True
+        api = async_client.ApiClient(configuration=self.client_configuration)
+        try:
+            yield api
+        finally:
+            await api.close()
+
+    async def _in_cluster_only(self) -> bool:
+        """As VolcanoHook._in_cluster_only, read as the async hook reads the connection."""
+        return bool(self._coalesce_param(self.in_cluster, await self._get_field("in_cluster"))) and not (
+            self.config_dict or await self._get_field("kube_config_path") or await self._get_field("kube_config"))
 
     @contextlib.asynccontextmanager
     async def shared_client(self) -> AsyncIterator[AsyncVolcanoHook]:
@@ -452,14 +529,14 @@ class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
             for client in (shared, *retired):
                 await client[0].__aexit__(None, None, None)
 
-    async def _load_config(self) -> None:
+    async def _load_config(self) -> Any:
         try:
-            await super()._load_config()
+            return await super()._load_config()  # before cncf-kubernetes 10.12.3, a client
         except (ConfigException, AsyncConfigException) as error:
             raise KubernetesConnectionError(self.conn_id, str(error)) from None
 
     async def _open_client(self) -> tuple[Any, Any]:
-        opening = AsyncKubernetesHook.get_conn(self)
+        opening = self._new_client()
         return opening, await opening.__aenter__()
 
     async def reload_credentials(self) -> None:

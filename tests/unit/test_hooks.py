@@ -8,6 +8,7 @@ import asyncio
 import json
 from typing import Any
 
+import certifi
 import pytest
 from kubernetes_asyncio import client as async_client
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
@@ -364,3 +365,104 @@ def test_a_jobs_watch_refused_for_credentials_accepted_before_ends_for_a_re_read
     hook.__dict__["custom_objects"] = CustomObjects()
     assert list(hook.watch_job("train", "ml", resource_version="5", timeout_seconds=60)) == []
     assert "custom_objects" not in hook.__dict__, "the client is built again from the connection"
+
+
+# -- each hook's own client configuration -------------------------------------------------------------
+
+def _kubeconfig(server: str, token: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Config", "current-context": "c",
+            "clusters": [{"name": "k", "cluster": {"server": server, "certificate-authority": certifi.where()}}],
+            "users": [{"name": "u", "user": {"token": token}}],
+            "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}
+
+
+@pytest.fixture
+def connections(tmp_path, monkeypatch) -> dict[str, tuple[str, str]]:
+    """Connections of every kind cncf-kubernetes loads (conn id -> the apiserver and token its client
+    must use), and a pod's in-cluster service account (host and token)."""
+    import kubernetes.config.incluster_config as sync_in_cluster
+    import kubernetes_asyncio.config.incluster_config as async_in_cluster
+
+    (tmp_path / "token").write_text("in-cluster-token")
+    for module in (sync_in_cluster, async_in_cluster):
+        monkeypatch.setattr(module, "SERVICE_TOKEN_FILENAME", str(tmp_path / "token"))
+        monkeypatch.setattr(module, "SERVICE_CERT_FILENAME", certifi.where())
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    (tmp_path / "kubeconfig").write_text(json.dumps(_kubeconfig("https://path.example:6443", "path-token")))
+    extras = {
+        "kubeconfig_path": {"kube_config_path": str(tmp_path / "kubeconfig")},
+        "kubeconfig_content": {"kube_config": json.dumps(_kubeconfig("https://content.example:6443", "content-token"))},
+        "in_cluster": {"in_cluster": True},
+    }
+    for conn_id, extra in extras.items():
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}",
+                           json.dumps({"conn_type": "kubernetes", "extra": extra}))
+    return {"kubeconfig_path": ("https://path.example:6443", "path-token"),
+            "kubeconfig_content": ("https://content.example:6443", "content-token"),
+            "in_cluster": ("https://10.96.0.1:443", "in-cluster-token")}
+
+
+def _credentials(configuration: Any) -> tuple[str, str]:
+    token = configuration.api_key.get("authorization") or configuration.api_key.get("BearerToken") or ""
+    return configuration.host, token.split(" ", 1)[-1]
+
+
+@pytest.mark.parametrize("conn_id", ["kubeconfig_path", "kubeconfig_content", "in_cluster"])
+def test_each_hook_calls_with_its_connection_on_a_configuration_of_its_own(connections, conn_id):
+    """On every cncf-kubernetes release the floor allows: before 10.15 its sync hook built the client on
+    the process-wide default configuration (a kubeconfig connection reached no apiserver), before 10.17.1
+    its async hook loaded the connection there, and on every release it loads an in-cluster connection
+    there (the sync client had none). The process-wide defaults stay as they were."""
+    from kubernetes import client
+    from kubernetes_asyncio import client as async_client
+
+    from airflow_volcano.hooks.volcano import AsyncVolcanoHook, VolcanoHook
+
+    defaults = client.Configuration._default, async_client.Configuration._default
+
+    assert _credentials(VolcanoHook(conn_id).api_client.configuration) == connections[conn_id]
+
+    async def async_credentials() -> tuple[tuple[str, str], tuple[str, str]]:
+        hook = AsyncVolcanoHook(conn_id)
+        async with hook.get_conn() as api:
+            first = _credentials(api.configuration)
+        async with hook.shared_client(), hook.get_conn() as api:
+            return first, _credentials(api.configuration)
+
+    assert asyncio.run(async_credentials()) == (connections[conn_id], connections[conn_id])
+    assert (client.Configuration._default, async_client.Configuration._default) == defaults
+
+
+def test_triggers_of_two_connections_in_one_triggerer_each_keep_their_own(connections):
+    """A trigger whose client was opened before another connection's must not call with that one's
+    credentials (cncf-kubernetes before 10.17.1 shared one process-wide configuration among them)."""
+    from airflow_volcano.hooks.volcano import AsyncVolcanoHook
+
+    async def opened_in_turn() -> list[tuple[str, str]]:
+        hooks = [AsyncVolcanoHook(conn_id) for conn_id in ("kubeconfig_path", "kubeconfig_content", "in_cluster")]
+        seen = []
+        for hook in hooks + hooks:
+            async with hook.get_conn() as api:
+                seen.append(_credentials(api.configuration))
+        return seen
+
+    expected = [connections["kubeconfig_path"], connections["kubeconfig_content"], connections["in_cluster"]]
+    assert asyncio.run(opened_in_turn()) == expected * 2
+
+
+def test_a_connection_that_disables_tls_verification_does_so_on_the_hooks_own_client(connections, monkeypatch):
+    """cncf-kubernetes before 10.15 turned verification off on the process-wide default only."""
+    from kubernetes import client
+
+    from airflow_volcano.hooks.volcano import VolcanoHook
+
+    kubeconfig = json.dumps(_kubeconfig("https://unverified.example:6443", "t"))
+    monkeypatch.setenv("AIRFLOW_CONN_UNVERIFIED", json.dumps(
+        {"conn_type": "kubernetes", "extra": {"kube_config": kubeconfig, "disable_verify_ssl": "true"}}))
+    before = client.Configuration._default
+    try:
+        assert VolcanoHook("unverified").api_client.configuration.verify_ssl is False
+        assert VolcanoHook("kubeconfig_path").api_client.configuration.verify_ssl is True
+    finally:
+        client.Configuration._default = before  # cncf-kubernetes' own doing, before 10.15
