@@ -825,11 +825,26 @@ def kubelet_argv() -> list[str]:
         "enforceNodeAllocatable": [],
         "registerWithTaints": [{"key": NODE_KIND_LABEL, "value": "real", "effect": "NoSchedule"}],
         "serializeImagePulls": False,
+        **image_verification(),
     }, indent=2))
     return [str(binary("kubelet")), f"--config={config}", f"--kubeconfig={admin_kubeconfig()}",
             f"--root-dir={directory / 'root'}", f"--cert-dir={directory / 'pki'}",
             f"--hostname-override={REAL_NODE}", f"--node-ip={BRIDGE_IP}",
             f"--node-labels={NODE_KIND_LABEL}=real", "--v=1"]
+
+
+def image_verification() -> dict:
+    """The images this node holds without a registry (the pause and training images, imported into
+    containerd) stay usable as they are. From Kubernetes v1.35 the kubelet checks, for an image already
+    on the node, that the pod may pull it (KubeletEnsureSecretPulledImages, on by default): an image
+    nothing pulled is "preloaded" and exempt, but once a pod pulls the same image (its digest) from a
+    registry (tests/integration/registry.py serves the training image), it no longer is, and a pod
+    naming it by its local name makes the kubelet pull that name, from a registry that does not exist.
+    Earlier releases have the setting only behind that gate (off), so it is set from v1.35 on."""
+    if release_key(VERSIONS.kubernetes) < (1, 35):
+        return {}
+    return {"imagePullCredentialsVerificationPolicy": "NeverVerifyAllowlistedImages",
+            "preloadedImagesVerificationAllowlist": ["localhost/airflow-volcano/*"]}
 
 
 def real_node_placement() -> dict:
