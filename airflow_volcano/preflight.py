@@ -18,21 +18,32 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_volcano.constants import (
+    JOB_GROUP,
+    JOB_PLURAL,
+    JOB_VERSION,
+    PODGROUP_GROUP,
+    PODGROUP_PLURAL,
+    PODGROUP_VERSION,
+    QUEUE_GROUP,
+    QUEUE_PLURAL,
+    QUEUE_VERSION,
+)
 from airflow_volcano.exceptions import KubernetesConnectionError, VolcanoApiError
 
 # What deploy/rbac.yaml grants, as (API group, resource, verbs); tests/unit/test_preflight.py holds the
 # two to each other.
 REQUIRED_PERMISSIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("batch.volcano.sh", "jobs", ("create", "get", "list", "watch", "delete", "patch")),
-    ("scheduling.volcano.sh", "podgroups", ("get", "list")),
+    (JOB_GROUP, JOB_PLURAL, ("create", "get", "list", "watch", "delete", "patch")),
+    (PODGROUP_GROUP, PODGROUP_PLURAL, ("get", "list")),
     ("", "pods", ("get", "list", "watch", "delete", "patch")),
     ("", "pods/log", ("get",)),
     ("", "events", ("list",)),
     ("", "configmaps", ("create", "get", "update", "delete")),
 )
-# Volcano's API versions the provider uses, and their resources it uses.
-VOLCANO_APIS = {("batch.volcano.sh", "v1alpha1"): ("jobs",),
-                ("scheduling.volcano.sh", "v1beta1"): ("podgroups", "queues")}
+# Volcano's resources the provider uses: (API group, version, resource).
+VOLCANO_RESOURCES = ((JOB_GROUP, JOB_VERSION, JOB_PLURAL), (PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL),
+                     (QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL))
 
 
 @dataclass(frozen=True)
@@ -74,11 +85,13 @@ def check(hook: Any, namespace: str, queue: str) -> list[Finding]:
     server = hook.server_address() or server
     findings.append(Finding("ok", "apiserver", f"{server} answers (Kubernetes {version.get('gitVersion', '?')}), "
                                                f"connection {hook.conn_id!r}"))
-    missing = []
-    for (group, api_version), plurals in VOLCANO_APIS.items():
-        served = json.loads(hook.run(calls.read_discovery(group, api_version)) or b"{}")
-        names = {resource.get("name") for resource in served.get("resources") or []}
-        missing += [f"{plural}.{group}/{api_version}" for plural in plurals if plural not in names]
+    served: dict[tuple[str, str], set[str]] = {}
+    for group, api_version, _ in VOLCANO_RESOURCES:  # one discovery read per API version
+        if (group, api_version) not in served:
+            listed = json.loads(hook.run(calls.read_discovery(group, api_version)) or b"{}")
+            served[group, api_version] = {resource.get("name") for resource in listed.get("resources") or []}
+    missing = [f"{plural}.{group}/{api_version}" for group, api_version, plural in VOLCANO_RESOURCES
+               if plural not in served[group, api_version]]
     if missing:
         findings.append(Finding("fail", "Volcano", f"the apiserver does not serve {', '.join(missing)}: Volcano is "
                                                    "not installed in this cluster (or is being upgraded)"))

@@ -485,13 +485,19 @@ def delete_script_configmap(name: str, namespace: str, job_uid: str | None) -> P
 
 # -- the apiserver's clock -------------------------------------------------------------------------------
 
+def _read_path(what: str, path: str, **call: Any) -> Call[Any]:
+    """A GET of one of the apiserver's own documents (not an API object: `/version`, discovery, OpenAPI),
+    its body undecoded (`raw`); `call`: the rest of the Call (absent, header)."""
+    return Call(what, "client", "call_api", (path, "GET"),
+                {"header_params": {"Accept": "application/json"}, "auth_settings": ["BearerToken"],
+                 "_preload_content": False, "_return_http_data_only": True, "_request_timeout": 30},
+                raw=True, **call)
+
+
 def read_server_date() -> Call[str | None]:
     """The `Date` header of a small answer of the apiserver's (`/version`, which every client may read):
     its clock, to the second."""
-    return Call("read the apiserver's clock", "client", "call_api", ("/version", "GET"),
-                {"header_params": {"Accept": "application/json"}, "auth_settings": ["BearerToken"],
-                 "_preload_content": False, "_return_http_data_only": True, "_request_timeout": 30},
-                raw=True, header="Date")
+    return _read_path("read the apiserver's clock", "/version", header="Date")
 
 
 def server_time(date: str | None) -> float | None:
@@ -510,9 +516,7 @@ def server_time(date: str | None) -> float | None:
 
 def read_version() -> Call[bytes]:
     """The apiserver's `/version` document (every client may read it)."""
-    return Call("read the apiserver's version", "client", "call_api", ("/version", "GET"),
-                {"header_params": {"Accept": "application/json"}, "auth_settings": ["BearerToken"],
-                 "_preload_content": False, "_return_http_data_only": True, "_request_timeout": 30}, raw=True)
+    return _read_path("read the apiserver's version", "/version")
 
 
 def review_access(review: dict) -> Call[dict]:
@@ -525,15 +529,9 @@ def review_access(review: dict) -> Call[dict]:
 def read_discovery(group: str, version: str) -> Call[bytes | None]:
     """The resources an API group version serves (`/apis/<group>/<version>`: discovery, which every
     authenticated user may read); None when the apiserver does not serve it."""
-    return Call(f"read /apis/{group}/{version}", "client", "call_api", (f"/apis/{group}/{version}", "GET"),
-                {"header_params": {"Accept": "application/json"}, "auth_settings": ["BearerToken"],
-                 "_preload_content": False, "_return_http_data_only": True, "_request_timeout": 30},
-                absent=None, raw=True)
+    return _read_path(f"read /apis/{group}/{version}", f"/apis/{group}/{version}", absent=None)
 
 
 def read_openapi(path: str) -> Call[bytes | None]:
     """A document of the apiserver's OpenAPI (every authenticated user may read it: system:discovery)."""
-    return Call(f"read {path}", "client", "call_api", (path, "GET"),
-                {"header_params": {"Accept": "application/json"}, "auth_settings": ["BearerToken"],
-                 "_preload_content": False, "_return_http_data_only": True, "_request_timeout": 30},
-                absent=None, raw=True)
+    return _read_path(f"read {path}", path, absent=None)
