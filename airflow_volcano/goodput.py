@@ -1,10 +1,15 @@
 """Where a run's time went, from submit to end: queued, starting, running, restarting, stalled, and work
 redone after resumes; the accelerator-hours it held and the share of them that was useful (goodput).
 
-Pure: from the Job as the API returns it at the end (its `status.conditions`, which Volcano's job
-controller appends at every change of phase, each with its time), what the waiter saw that the Job
-does not keep (`RunTimeline`: when each generation of its pods was placed on nodes, the stalls, the
+Pure: from the Job as the API returns it at the end (its `status.conditions`, a condition per change
+of phase, each with its time), what the waiter saw that the Job does not keep (`RunTimeline`: the
+phases it saw the Job enter, when each generation of its pods was placed on nodes, the stalls, the
 nodes lost), and the progress the training reported. No I/O, no clock.
+
+Volcano before v1.15 appends a condition at every change of phase; from v1.15 it keeps one condition
+per phase, the latest (`appendJobCondition`), so after a restart the first run's Running and Pending
+are gone from the Job. The phases the waiter saw (each with the controller's own
+`state.lastTransitionTime`, so one clock with the conditions) fill them back in.
 
 The buckets split the wall time exactly: every second from the Job's creation to its end is in one.
 
@@ -44,6 +49,8 @@ Span = tuple[float, float]
 class RunTimeline:
     """What the waiter saw of a run that the Job does not keep; travels with the wait's outcome.
 
+    :param phases: each phase the waiter saw the Job enter, with when it entered it (the controller's
+        `status.state.lastTransitionTime`, epoch seconds).
     :param placed: for each generation of the Job's pods (Volcano's job version, bumped at each
         restart), when the last of them was scheduled onto a node (epoch seconds).
     :param stalls: (from the last output, to the stall's end) of each stall.
@@ -52,6 +59,7 @@ class RunTimeline:
     """
 
     placed: dict[str, float] = field(default_factory=dict)
+    phases: list[tuple[str, float]] = field(default_factory=list)
     stalls: list[Span] = field(default_factory=list)
     lost: list[Span] = field(default_factory=list)
     ended_at: float | None = None
@@ -66,6 +74,13 @@ class RunTimeline:
                 if at is not None:
                     self.placed[version] = max(at, self.placed.get(version, at))
 
+    def job_seen(self, job: Mapping[str, Any]) -> None:
+        """The Job, as a read or a watch gave it: note the phase it is in and since when."""
+        state = (job.get("status") or {}).get("state") or {}
+        phase, at = state.get("phase"), parse_time(state.get("lastTransitionTime"))
+        if phase and at is not None and (not self.phases or self.phases[-1] != (phase, at)):
+            self.phases.append((str(phase), at))
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -73,6 +88,7 @@ class RunTimeline:
     def from_dict(cls, data: Mapping[str, Any] | None) -> RunTimeline:
         data = data or {}
         return cls(placed={str(key): float(value) for key, value in (data.get("placed") or {}).items()},
+                   phases=[(str(phase), float(at)) for phase, at in data.get("phases") or []],
                    stalls=[(float(start), float(end)) for start, end in data.get("stalls") or []],
                    lost=[(float(start), float(end)) for start, end in data.get("lost") or []],
                    ended_at=data.get("ended_at"))
@@ -140,13 +156,14 @@ def accelerators(job: Mapping[str, Any]) -> dict[str, float]:
     return found
 
 
-def phase_changes(job: Mapping[str, Any]) -> list[tuple[str, float]]:
-    """The Job's phases in order, with when each began (its conditions, repeats merged)."""
+def phase_changes(job: Mapping[str, Any], timeline: RunTimeline | None = None) -> list[tuple[str, float]]:
+    """The Job's phases in order, with when each began: its conditions and the phases the waiter saw
+    (`timeline`), repeats merged."""
     changes: list[tuple[str, float]] = []
-    conditions = sorted(((condition.get("status") or "", parse_time(condition.get("lastTransitionTime")))
-                         for condition in (job.get("status") or {}).get("conditions") or []),
-                        key=lambda item: item[1] or 0.0)
-    for phase, at in conditions:
+    seen = [(condition.get("status") or "", parse_time(condition.get("lastTransitionTime")))
+            for condition in (job.get("status") or {}).get("conditions") or []]
+    seen += timeline.phases if timeline is not None else []
+    for phase, at in sorted(set(seen), key=lambda item: (item[1] or 0.0, item[0])):
         if at is not None and phase and (not changes or changes[-1][0] != phase):
             changes.append((phase, at))
     return changes
@@ -157,7 +174,8 @@ def end_of(job: Mapping[str, Any], timeline: RunTimeline) -> float | None:
     if timeline.ended_at is not None:
         return timeline.ended_at
     state = (job.get("status") or {}).get("state") or {}
-    return parse_time(state.get("lastTransitionTime")) or next(reversed([at for _, at in phase_changes(job)]), None)
+    return (parse_time(state.get("lastTransitionTime"))
+            or next(reversed([at for _, at in phase_changes(job, timeline)]), None))
 
 
 def goodput(job: Mapping[str, Any], timeline: RunTimeline, progress: Progress | None = None) -> Goodput | None:
@@ -167,7 +185,7 @@ def goodput(job: Mapping[str, Any], timeline: RunTimeline, progress: Progress | 
     if created is None or end is None or end < created:
         return None
     seconds = dict.fromkeys(BUCKETS, 0.0)
-    changes = [(phase, min(max(at, created), end)) for phase, at in phase_changes(job)]
+    changes = [(phase, min(max(at, created), end)) for phase, at in phase_changes(job, timeline)]
     first_running = next((at for phase, at in changes if phase == JobPhase.RUNNING), None)
     # Before it first ran: queued until its first pods were placed, then starting.
     started_by = first_running if first_running is not None else end

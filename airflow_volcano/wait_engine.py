@@ -636,6 +636,7 @@ class WaitEngine:
 
     def _observe(self, job: dict, now: float) -> None:
         self.job = job
+        self.timeline.job_seen(job)
         if (line := self._progress.observe(job)) is not None:
             self.report(line)
         state = job_state(job)

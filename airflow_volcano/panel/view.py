@@ -30,8 +30,9 @@ Redact = Callable[[Any], Any]
 
 
 def job_summary(job: Mapping[str, Any], volcano_release: str | None = None,
-                now: float | None = None) -> dict[str, Any]:
-    """The Job's identity and state, and its phases in order."""
+                now: float | None = None, timeline: RunTimeline | None = None) -> dict[str, Any]:
+    """The Job's identity and state, and its phases in order (its conditions, and the phases the waiter
+    saw: `timeline`)."""
     metadata, spec = job.get("metadata") or {}, job.get("spec") or {}
     state = job_state(job)
     created = parse_time(metadata.get("creationTimestamp"))
@@ -41,7 +42,7 @@ def job_summary(job: Mapping[str, Any], volcano_release: str | None = None,
         "priority_class": spec.get("priorityClassName"), "volcano_release": volcano_release,
         "created": created, "age_seconds": None if created is None or now is None else max(0.0, now - created),
         "restarts": state.retry_count, "max_retry": state.max_retry,
-        "timeline": [{"phase": phase, "at": at} for phase, at in phase_changes(job)],
+        "timeline": [{"phase": phase, "at": at} for phase, at in phase_changes(job, timeline)],
     }
 
 
@@ -116,7 +117,7 @@ def panel(
 ) -> dict[str, Any]:
     """The panel's data. A Job still running has its time so far (to `now`). `logs`: the failed pods' log
     tails, which tell the pod that failed first from its peers within a second (as the failure report)."""
-    summary = job_summary(job, volcano_release, now) if job is not None else None
+    summary = job_summary(job, volcano_release, now, timeline) if job is not None else None
     spent = None
     if job is not None:
         running = not job_state(job).finished and now is not None and (timeline is None or timeline.ended_at is None)

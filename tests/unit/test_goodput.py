@@ -73,6 +73,37 @@ def test_a_run_the_wait_ended_ends_then_and_one_that_never_started_was_all_queue
     assert spent is not None and dict(spent.seconds)["running"] == 60 and spent.wall == 70
 
 
+def deduplicated(run: dict) -> dict:
+    """The Job as Volcano v1.15 keeps its conditions: one per phase, the latest (appendJobCondition)."""
+    latest: dict[str, dict] = {}
+    for condition in run["status"]["conditions"]:
+        latest.pop(condition["status"], None)
+        latest[condition["status"]] = condition
+    return {**run, "status": {**run["status"], "conditions": list(latest.values())}}
+
+
+def test_on_volcano_1_15_the_phases_the_waiter_saw_restore_what_the_kept_conditions_forgot():
+    phases = (("Pending", 0), ("Running", 20), ("Restarting", 200), ("Pending", 205), ("Running", 260),
+              ("Completed", 900))
+    full, kept = job(*phases), deduplicated(job(*phases))
+    assert [condition["status"] for condition in kept["status"]["conditions"]] == [
+        "Restarting", "Pending", "Running", "Completed"], "v1.15 forgets the first Pending and Running"
+    placed = {"0": T0 + 15, "1": T0 + 250}
+    forgetful = goodput(kept, RunTimeline(placed=dict(placed)))
+    assert forgetful is not None and forgetful.seconds["restarting"] == 0, "without the waiter, the restart is lost"
+    watched = RunTimeline(placed=dict(placed))
+    for phase, second in phases:  # what a read or watch saw of the Job (its state, with the controller's time)
+        watched.job_seen({"status": {"state": {"phase": phase, "lastTransitionTime": at(second)}}})
+        watched.job_seen({"status": {"state": {"phase": phase, "lastTransitionTime": at(second)}}})
+    assert len(watched.phases) == len(phases), "a phase seen twice is noted once"
+    assert RunTimeline.from_dict(watched.to_dict()) == watched
+    restored, expected = goodput(kept, watched), goodput(full, RunTimeline(placed=dict(placed)))
+    assert restored is not None and expected is not None
+    assert dict(restored.seconds) == dict(expected.seconds)
+    assert restored.seconds["restarting"] == 60
+    assert phase_changes(kept, watched) == phase_changes(full)
+
+
 def test_without_its_first_placement_the_start_is_all_queued_and_nothing_is_lost():
     spent = goodput(job(("Pending", 0), ("Running", 40), ("Completed", 100)), RunTimeline())
     assert spent is not None and (spent.seconds["queued"], spent.seconds["starting"]) == (40, 0)
