@@ -260,6 +260,30 @@ def unstarted_pods(pods: Iterable[Mapping[str, Any]]) -> list[str]:
                   if (pod.get("status") or {}).get("phase") not in STARTED_POD_PHASES)
 
 
+# Volcano v1.15's own scheduling gate (feature gate SchedulingGatesQueueAdmission, and a pod annotation of
+# the same name): its scheduler removes it once the pod's queue has room for it.
+VOLCANO_QUEUE_GATE = "scheduling.volcano.sh/queue-allocation-gate"
+
+
+def scheduling_gates(pod: Mapping[str, Any]) -> list[str]:
+    """The scheduling gates holding a pod back: Kubernetes schedules no pod that still has one."""
+    return [str(gate["name"]) for gate in (pod.get("spec") or {}).get("schedulingGates") or []
+            if isinstance(gate, Mapping) and gate.get("name")]
+
+
+def gates_text(gates: Iterable[str]) -> str:
+    """Scheduling gates as a person reads them: whose each is, and who removes it."""
+    return ", ".join(f"{gate} (Volcano's: removed once the pod's queue has room for it)" if gate == VOLCANO_QUEUE_GATE
+                     else f"{gate} (not Volcano's: removed by whoever added it)" for gate in gates)
+
+
+def gated_pods(pods: Iterable[Mapping[str, Any]]) -> dict[str, tuple[str, ...]]:
+    """Pod name -> the scheduling gates holding it, for the pods not started that have any."""
+    started = set(STARTED_POD_PHASES)
+    return {(pod.get("metadata") or {}).get("name", ""): tuple(gates) for pod in pods
+            if (pod.get("status") or {}).get("phase") not in started and (gates := scheduling_gates(pod))}
+
+
 def image_pull_problem(pods: Iterable[Mapping[str, Any]]) -> PodProblem | None:
     for pod in pods:
         problem = pod_problem(pod)
@@ -282,6 +306,8 @@ def pod_waiting_reason(pod: Mapping[str, Any]) -> str | None:
     or the kubelet (its first waiting container)."""
     status = pod.get("status") or {}
     scheduled = _condition(status, "PodScheduled") or {}
+    if (gates := scheduling_gates(pod)) and status.get("phase") not in STARTED_POD_PHASES:
+        return f"held by scheduling gate {gates_text(gates)}"
     if scheduled.get("status") == "False":
         return scheduled.get("message") or scheduled.get("reason") or "not scheduled"
     for container in status.get("containerStatuses") or []:
@@ -405,6 +431,8 @@ def pod_view(pod: Mapping[str, Any]) -> dict[str, Any]:
                         if key in metadata}, "labels": {key: labels[key] for key in (TASK_LABEL,) if key in labels},
                      "ownerReferences": [{"uid": owner.get("uid")} for owner in metadata.get("ownerReferences") or []]},
         "spec": {**({"nodeName": spec["nodeName"]} if "nodeName" in spec else {}),
+                 # What holds a pod back from scheduling (pod_waiting_reason, gated_pods).
+                 **({"schedulingGates": spec["schedulingGates"]} if spec.get("schedulingGates") else {}),
                  **({"readinessGates": [{"conditionType": gate} for gate in gates]} if gates else {}),
                  # How long the cluster lets it stay on a node that stopped answering (lost_pods).
                  **({"tolerations": tolerated} if (tolerated := node_loss_tolerations(spec)) else {}),

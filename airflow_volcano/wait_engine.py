@@ -72,6 +72,8 @@ from airflow_volcano.status import (
     JobProgress,
     LostPod,
     gang_cannot_form,
+    gated_pods,
+    gates_text,
     job_state,
     lost_pods,
     pod_problem,
@@ -401,6 +403,7 @@ class WaitEngine:
         self._pulls_said: dict[str, str] = {}  # pod -> what was last said of its pull
         self._pulls_final: set[str] = set()  # pods the kubelet said can never pull their image
         self._outside_said: str | None = None  # what was last said of pods outside the running gang
+        self._gated_said: str | None = None  # what was last said of pods held by scheduling gates
         self._unseen_said: str | None = None  # why the Job cannot be seen, as last said
 
     # -- observations ---------------------------------------------------------------------------
@@ -481,6 +484,7 @@ class WaitEngine:
         if self.ref.uid:
             pods = [pod for pod in pods if owned_by(pod, self.ref.uid)]
         self._last_pod_check = now
+        self._report_gated(pods)
         if self._scheduling:
             line = self._progress.scheduler_reason(self.job, unschedulable_message(podgroup, events))
             if line is not None:
@@ -733,6 +737,9 @@ class WaitEngine:
         else:
             text = f"{job} did not start within startup_timeout ({timeout:.0f}s)"
         text += f": {reason}" if reason else ": pods were not scheduled"
+        if gated := gated_pods(pods):
+            text += "; held by scheduling gates: " + "; ".join(f"{pod}: {gates_text(gates)}"
+                                                             for pod, gates in sorted(gated.items()))
         if pending:
             text += f" (pending pods: {', '.join(pending)})"
         return text
@@ -766,6 +773,19 @@ class WaitEngine:
         self._pulls_said = {key: said for key, said in self._pulls_said.items() if key in backing_off}
         self._pulls_final &= set(backing_off)
         return hopeless
+
+    def _report_gated(self, pods: list[dict]) -> None:
+        """Pods that scheduling gates hold back (Kubernetes schedules none of them until each gate is
+        removed): said when that changes."""
+        gated: dict[tuple[str, ...], list[str]] = {}
+        for pod, gates in gated_pods(pods).items():
+            gated.setdefault(gates, []).append(pod)
+        text = "; ".join(f"{', '.join(sorted(names))} held by scheduling gate {gates_text(gates)}"
+                         for gates, names in sorted(gated.items(), key=lambda item: sorted(item[1])))
+        if text and text != self._gated_said:
+            self.report(f"Volcano Job {self.ref.namespace}/{self.ref.name}: {text}; Kubernetes schedules a pod "
+                        "only once its gates are removed")
+        self._gated_said = text or None
 
     def _report_outside_gang(self, pods: list[dict]) -> None:
         """The gang runs: pods still to start are outside what it needs; said when that changes."""

@@ -623,3 +623,40 @@ def test_a_job_that_cannot_be_seen_is_waited_for_said_once():
     assert isinstance(first, Reread) and isinstance(second, Reread) and second.after >= first.after
     assert len([line for line in reported if line.startswith("Cannot see Volcano Job ml/train")]) == 1
     assert isinstance(wait.job_read(started("Running", running=3), now=1050), Watch), "seen again: the wait goes on"
+
+
+def gated(body: dict, *gates: str) -> dict:
+    body.setdefault("spec", {})["schedulingGates"] = [{"name": gate} for gate in gates]
+    body["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated",
+                                     "message": "Scheduling is blocked due to non-empty scheduling gates"}]
+    return body
+
+
+def test_pods_held_by_scheduling_gates_are_named_with_whose_gate_it_is_and_in_the_startup_timeout_end():
+    """Issue 45: a pod held by a scheduling gate (Volcano v1.15's queue gate, or anyone's) is never
+    scheduled until the gate goes; the log says which gate holds which pod, and who removes it."""
+    from airflow_volcano.status import VOLCANO_QUEUE_GATE, pod_view, pod_waiting_reason
+
+    wait, reported = engine(WaitLimits(startup_timeout=30, poll_interval=5), ref=OWNED)
+    assert wait.job_read(started("Pending", pending=3), now=1001) == CheckPods(scheduling=False)
+    held = [owned(gated(pod("train-master-0", "master", "Pending"), VOLCANO_QUEUE_GATE)),
+            owned(gated(pod("train-worker-0", "worker", "Pending"), "example.com/hold", VOLCANO_QUEUE_GATE)),
+            owned(pod("train-worker-1", "worker", "Pending"))]
+    assert isinstance(wait.pods_seen(held, None, [], now=1001), Watch)
+    said = [line for line in reported if "scheduling gate" in line]
+    assert said == [
+        "Volcano Job ml/train: train-master-0 held by scheduling gate scheduling.volcano.sh/queue-allocation-gate "
+        "(Volcano's: removed once the pod's queue has room for it); train-worker-0 held by scheduling gate "
+        "example.com/hold (not Volcano's: removed by whoever added it), scheduling.volcano.sh/queue-allocation-gate "
+        "(Volcano's: removed once the pod's queue has room for it); Kubernetes schedules a pod only once its gates "
+        "are removed"], reported
+    wait.pods_seen(held, None, [], now=1006)
+    assert len([line for line in reported if "scheduling gate" in line]) == 1, "said once while it holds"
+    assert pod_waiting_reason(pod_view(held[1])) == (
+        "held by scheduling gate example.com/hold (not Volcano's: removed by whoever added it), "
+        "scheduling.volcano.sh/queue-allocation-gate (Volcano's: removed once the pod's queue has room for it)"), (
+        "the triggerer's slim copy of a pod keeps its gates")
+    done = wait.pods_seen(held, None, [], now=1031)
+    assert isinstance(done, Done) and done.outcome.verdict is Verdict.CANNOT_START
+    assert "held by scheduling gates: train-master-0: scheduling.volcano.sh/queue-allocation-gate" in (
+        done.outcome.message), done.outcome.message
