@@ -26,8 +26,6 @@ from airflow.sdk import Asset, BaseOperator
 
 from airflow_volcano.compat import TaskDeferred
 from airflow_volcano.constants import (
-    DEPLOYMENT_LABEL,
-    TASK_INSTANCE_ANNOTATION,
     IfJobExists,
     OnFinishAction,
     OnKillAction,
@@ -67,6 +65,7 @@ from airflow_volcano.operators.arguments import (
     refuse_kubernetes_pod_operator_habits,
 )
 from airflow_volcano.orphans import TaskInstanceId
+from airflow_volcano.ownership import TryOwnership
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -409,9 +408,7 @@ class VolcanoJobOperator(BaseOperator):
         self.job_manifest = ""
         self.script_manifest = ""
         self._manifests: JobManifests | None = None
-        self._job_ref: JobRef | None = None
-        self._kill_requested = False  # on_kill ran (Airflow's SIGTERM handler): submit nothing after it
-        self._ti: Any = None
+        self._ownership = TryOwnership()  # this try's Job, task instance, and whether a kill came (ownership.py)
         self._link_urls: dict[str, str] | None = None  # known once this process knows the Job (links.py)
         self._lineage_run: dict[str, Any] | None = None  # the Job's uid, phase, restarts, failure (OpenLineage)
 
@@ -562,7 +559,7 @@ class VolcanoJobOperator(BaseOperator):
         from airflow_volcano.debug_session import debug_session
         from airflow_volcano.deployment import this_deployment
         from airflow_volcano.manifest.compatibility import fit_to_volcano
-        from airflow_volcano.ownership import sweep_orphans_before_submitting
+        from airflow_volcano.ownership import claim, sweep_orphans_before_submitting
         from airflow_volcano.submission import submit_or_reattach
 
         manifests = self._manifests or self.build_manifests(context)
@@ -571,26 +568,18 @@ class VolcanoJobOperator(BaseOperator):
         for adapted in fit_to_volcano(manifests.job, hook.volcano_features()):
             self.log.info(adapted)
         namespace = manifests.job["metadata"].get("namespace") or hook.get_namespace() or "default"
-        ti = context["ti"]
-        self._ti = ti
+        ti = self._ownership.ti = context["ti"]
         own = self._task_instance_id(context)
-        # Named exactly, for the orphan sweep of later tasks; at submission, as the request's hash is: the
-        # rendered manifest the UI shows stays the Job as built (and within Airflow's field limit).
-        manifests.job["metadata"].setdefault("annotations", {})[TASK_INSTANCE_ANNOTATION] = own.annotation(
-            self.on_kill_action)
-        # Whose Job it is: reattach, the sweep and cleanup take only their own deployment's (deployment.py).
         deployment = this_deployment()
-        for manifest in (manifests.job, manifests.configmap):
-            if manifest is not None:
-                manifest["metadata"].setdefault("labels", {})[DEPLOYMENT_LABEL] = deployment
+        claim(manifests, own, self.on_kill_action, deployment)
         if self.delete_orphaned_jobs:
-            sweep_orphans_before_submitting(hook, namespace, own, context["ti"], deployment, self.log)
+            sweep_orphans_before_submitting(hook, namespace, own, ti, deployment, self.log)
         try:
-            self._stop_if_killed()
+            self._ownership.stop_if_killed(self.on_kill)
             ref = submit_or_reattach(hook, manifests, namespace, if_job_exists=IfJobExists(self.if_job_exists),
-                                     state_store=context.get("task_state_store"), on_found=self._watching)
-            self._watching(ref)
-            self._stop_if_killed()
+                                     state_store=context.get("task_state_store"), on_found=self._ownership.watching)
+            self._ownership.watching(ref)
+            self._ownership.stop_if_killed(self.on_kill)
             # main_pod: the pod whose log is followed and whose termination message is the result (the
             # master's, for PyTorch and DeepSpeed); master_pod is its former name, kept for one release.
             for key, value in (("job_name", ref.name), ("namespace", ref.namespace), ("main_pod", ref.main_pod),
@@ -614,27 +603,9 @@ class VolcanoJobOperator(BaseOperator):
             self._settle_after_failure(error)
             raise
 
-    def _stop_if_killed(self) -> None:
-        """Airflow's SIGTERM handler only calls on_kill: the task runs on until it is SIGKILLed. A kill that
-        came before the Job was known (a user's "Mark failed" while the try was starting, or submitting)
-        must not be followed by a submission, nor by a Job left running: it is settled as on_kill does."""
-        if not self._kill_requested:
-            return
-        if self._job_ref is not None:
-            self.on_kill()
-        raise VolcanoJobError("The task was killed while it was starting: nothing more is submitted")
-
-    def _watching(self, ref: JobRef) -> None:
-        """This try's Job (or an earlier try's it found): from now on a failure or a kill settles what
-        becomes of it."""
-        self._job_ref = ref
-
     def _settle_after_failure(self, error: BaseException) -> None:
-        """The task is failing with its Job submitted: ownership.settle_after_failure."""
-        from airflow_volcano.ownership import settle_after_failure
-
-        ref, self._job_ref = self._job_ref, None  # on_kill, called next on a timeout, has nothing left to do
-        settle_after_failure(lambda: self.hook, ref, self._ti, error, self.on_kill_action, self.log)
+        """The task is failing with its Job submitted: kept for a later try, else deleted if it still runs."""
+        self._ownership.settle_after_failure(lambda: self.hook, error, self.on_kill_action, self.log)
 
     def _log_copies(self, ref: JobRef, job: dict, cursors: dict[str, LogCursor] | None = None) -> list[PodLogCopy]:
         """The main pod's log (get_logs) first, then every pod of log_tasks, each line prefixed with its
@@ -712,25 +683,11 @@ class VolcanoJobOperator(BaseOperator):
             log_pods=[[pod, container] for pod, container in self._log_pods(job, ref.main_task)],
             probe_pods=[[pod, container] for pod, container in self._probed_pods(job, ref.main_task)],
         )
-        self._stop_if_killed_on_server(ref)
+        # Marked failed or cleared since the last heartbeat: Airflow would refuse the deferral (ownership.py).
+        self._ownership.stop_if_ended_on_server(ref, self.on_kill, self.on_kill_action, self.log)
         self.log.info("Deferring: the triggerer waits for Volcano Job %s/%s; this worker slot is free",
                       ref.namespace, ref.name)
         self.defer(trigger=trigger, method_name="execute_complete")
-
-    def _stop_if_killed_on_server(self, ref: JobRef) -> None:
-        """A user's "Mark failed" or "Clear" that changed the task instance's state after Airflow's last
-        heartbeat has not reached this process yet (no SIGTERM): Airflow would refuse the deferral ("not
-        in the running state") and call nothing of the task after it, neither a trigger nor on_kill, so
-        the Job would train on with nobody to delete it (found by the chaos soak). Settled here as
-        on_kill settles a kill. A state that cannot be read is no kill: the task defers."""
-        state = self._state_on_server()
-        if state in (None, "running"):
-            return
-        self.on_kill()
-        kept = " and kept (on_kill_action='keep_job')" if self.on_kill_action == OnKillAction.KEEP_JOB else ""
-        raise VolcanoJobError(f"The task instance is {state} on the server (a user marked it, or cleared it) as "
-                              f"it was about to defer: Airflow would run no trigger for Volcano Job "
-                              f"{ref.namespace}/{ref.name}{kept}")
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Resume after the trigger fired: the same finalize as the synchronous path."""
@@ -738,7 +695,7 @@ class VolcanoJobOperator(BaseOperator):
         from airflow_volcano.pod_logs import read_remaining_log
 
         outcome, ref = WaitOutcome.from_event(event)
-        self._job_ref, self._ti = ref, context["ti"]
+        self._ownership.ref, self._ownership.ti = ref, context["ti"]
         self.log.info("Resumed: the trigger reports Volcano Job %s/%s %s", ref.namespace, ref.name, outcome.describe())
         hook = self.hook
         hook.note_credentials_accepted()  # they created the Job: a 401 now is an expired token, retried
@@ -765,28 +722,7 @@ class VolcanoJobOperator(BaseOperator):
     def on_kill(self) -> None:
         """Delete the Job when a user kills the task, or when no later try will reattach to it; a worker
         stopping, or a timeout, with a try left keeps it for that try (ownership.kill_keeps_job)."""
-        from airflow_volcano.ownership import delete_job_and_script, kill_keeps_job
-
-        self._kill_requested = True
-        ref = self._job_ref
-        if ref is None or kill_keeps_job(ref, self._ti, self.on_kill_action, self._state_on_server, self.log):
-            return
-        self._job_ref = None
-        self.log.info("Task killed: deleting Volcano Job %s/%s", ref.namespace, ref.name)
-        delete_job_and_script(self.hook, ref)
-
-    def _state_on_server(self) -> str | None:
-        """The task instance's state as the API server has it ("none" when it has none: cleared);
-        None when it cannot be read."""
-        from airflow_volcano.ownership import ask_task_state
-
-        if self._ti is None:
-            return None
-        try:
-            return ask_task_state(self._ti.get_task_states, self._ti)
-        except Exception as error:  # noqa: BLE001 - an unknown state is reported as such
-            self.log.warning("Could not read the task instance's state: %s", error)
-            return None
+        self._ownership.kill(lambda: self.hook, self.on_kill_action, self.log)
 
 
 VolcanoJobOperator.template_fields = templated_fields(VolcanoJobOperator)
