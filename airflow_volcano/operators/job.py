@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import functools
 import secrets
 from collections.abc import Sequence
 from pathlib import Path
@@ -61,8 +60,10 @@ from airflow_volcano.masking import (
 )
 from airflow_volcano.operators.arguments import (
     DEFAULT_DEFERRABLE,
-    operator_arguments,
     refuse_kubernetes_pod_operator_habits,
+    request_arguments,
+    take_arguments,
+    templated_fields,
 )
 from airflow_volcano.orphans import TaskInstanceId
 from airflow_volcano.ownership import TryOwnership
@@ -76,32 +77,6 @@ if TYPE_CHECKING:
     from airflow_volcano.pod_logs import PodLogCopy
     from airflow_volcano.wait_engine import WaitLimits
 
-
-
-def templated_fields(operator: type) -> tuple[str, ...]:
-    """An operator class's template_fields: the two manifests first (the UI shows the Job before
-    anything else), then every templated argument it takes (its declarations, operators/arguments.py),
-    in order; `extra_template_fields` of its own added. Derived, never sliced, so a subclass cannot lose
-    a base class's field."""
-    names = [declared.name for declared in operator_arguments(operator) if declared.templated]
-    return ("job_manifest", "script_manifest", *names, *getattr(operator, "extra_template_fields", ()))
-
-
-def take_arguments(operator: BaseOperator, declared_in: type, given: dict[str, Any]) -> None:
-    """Each argument `declared_in` adds to its base's, checked as the operator is constructed, as the
-    attribute of the same name (Airflow renders template fields from the attributes). `given` is the
-    signature's `locals()`."""
-    inherited = {declared.name for declared in operator_arguments(declared_in.__mro__[1])} \
-        if declared_in is not VolcanoJobOperator else set()
-    for declared in operator_arguments(declared_in):
-        if declared.name not in inherited:
-            setattr(operator, declared.name, declared.at_construction(given[declared.name]))
-
-
-def passed_on(declared_in: type, given: dict[str, Any]) -> dict[str, Any]:
-    """The arguments of `given` (a signature's `locals()`) that `declared_in`'s base takes."""
-    return {declared.name: given[declared.name] for declared in operator_arguments(declared_in.__mro__[1])
-            if declared.name in given}
 
 
 class VolcanoJobOperator(BaseOperator):
@@ -493,7 +468,7 @@ class VolcanoJobOperator(BaseOperator):
     def _job_request(self, context: Context | None) -> JobRequest:
         """The arguments as the one request the manifest builder takes: every argument of this
         operator's signature that is a JobRequest field, by name; the files are read here."""
-        values = {name: getattr(self, name) for name in _request_arguments(type(self))}
+        values = {name: getattr(self, name) for name in request_arguments(type(self))}
         values.update(debug=bool(self.debug) or None, training_script=self._read_training_script(),
                       job_template=self._parsed_job_template(context))
         return JobRequest(kind=self.job_kind, **values)
@@ -733,10 +708,3 @@ def _new_cursor() -> LogCursor:
 
     return LogCursor()
 
-
-@functools.cache
-def _request_arguments(operator: type) -> tuple[str, ...]:
-    """The JobRequest fields an operator class takes as arguments."""
-    converted = {"debug", "training_script", "job_template"}  # (converted by _job_request)
-    return tuple(sorted(declared.name for declared in operator_arguments(operator)
-                        if declared.in_request and declared.name not in converted))
