@@ -3,21 +3,22 @@
 VolcanoPyTorchJobOperator and VolcanoDeepSpeedJobOperator (through operators/master_worker.py) are
 this operator with arguments that build a master/worker Job.
 
-The operator reads: build the manifests from its arguments (`airflow_volcano.manifest`, pure), submit
-or reattach (`airflow_volcano.submission`), wait (`airflow_volcano.wait_worker`, or the trigger when
-deferrable), finalize (logs, result, cleanup, the failure's explanation; `airflow_volcano.finalize`,
-shared with the sensor and the deferred path). What a kill or a failure does to the Job is decided
-here, from what Airflow says of the task instance. Every cluster call goes through `VolcanoHook`; the
-kubernetes client is imported lazily so that parsing a DAG stays cheap.
+This module is Airflow's side only: the arguments, templating, execute, execute_complete, on_kill,
+dry_run and the OpenLineage hooks. Each step is another module's: build the manifests
+(`operators/building.py` over `airflow_volcano.manifest`, pure), submit or reattach
+(`airflow_volcano.submission`), publish the Job's XCom and links (`airflow_volcano.links`), wait
+(`airflow_volcano.wait_worker`, or the trigger when deferrable), finalize (logs, result, cleanup, the
+failure's explanation; `airflow_volcano.finalize`, shared with the sensor and the deferred path). What a
+kill or a failure does to the Job is `airflow_volcano.ownership`'s, shared with the trigger and the
+sensor. Every cluster call goes through `VolcanoHook`; the kubernetes client is imported lazily so
+that parsing a DAG stays cheap.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
-import secrets
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import yaml
@@ -30,38 +31,23 @@ from airflow_volcano.constants import (
     OnKillAction,
     StallAction,
 )
-from airflow_volcano.exceptions import JobSpecError, VolcanoJobError
-from airflow_volcano.job_ref import JobRef
+from airflow_volcano.exceptions import VolcanoJobError
 from airflow_volcano.lineage import as_asset, fill_model_asset_events
 from airflow_volcano.links import LINKS, job_link_urls
-from airflow_volcano.local_files import ALLOWED_FILE_DIRS_OPTION
+from airflow_volcano.local_files import read_training_script
 from airflow_volcano.manifest import (
     JobKind,
     JobManifests,
-    JobRequest,
     TrainingScript,
-    build_manifests,
-    checkpoint_subdir,
-    default_job_name,
     max_job_name_length,
-    run_labels,
     seconds,
-    task_pods,
     tensorboard_endpoint,
 )
-from airflow_volcano.manifest.names import pod_name
-from airflow_volcano.manifest.policies import restarts_on_eviction
-from airflow_volcano.masking import (
-    MASKED_ANNOTATION,
-    mark_masked_places,
-    register_secrets,
-    shown,
-    shown_yaml,
-)
+from airflow_volcano.masking import register_secrets, shown, shown_yaml
+from airflow_volcano.operators import building
 from airflow_volcano.operators.arguments import (
     DEFAULT_DEFERRABLE,
     refuse_kubernetes_pod_operator_habits,
-    request_arguments,
     take_arguments,
     templated_fields,
 )
@@ -73,10 +59,9 @@ if TYPE_CHECKING:
 
     from airflow_volcano.events import WaitOutcome
     from airflow_volcano.hooks.volcano import VolcanoHook
+    from airflow_volcano.job_ref import JobRef
     from airflow_volcano.logs import LogCursor
     from airflow_volcano.pod_logs import PodLogCopy
-    from airflow_volcano.wait_engine import WaitLimits
-
 
 
 class VolcanoJobOperator(BaseOperator):
@@ -280,7 +265,7 @@ class VolcanoJobOperator(BaseOperator):
     refused_arguments: ClassVar[tuple[str, ...]] = ()
     extra_template_fields: ClassVar[tuple[str, ...]] = ()  # a subclass's own template fields
     # The arguments this class reads itself (take_arguments sets every one; the Job request's others are
-    # read by name, _job_request).
+    # read by name, building.job_request).
     training_script: str | None
     job_template: str | dict | None
     allowed_file_dirs: list[str] | None
@@ -408,107 +393,29 @@ class VolcanoJobOperator(BaseOperator):
 
     def build_manifests(self, context: Context | None = None) -> JobManifests:
         """The ConfigMap and Job this task submits; raises JobSpecError before any API call."""
-        ti = context.get("ti") if context else None
-        own = self._task_instance_id(context)
-        dag_id, run_id, map_index = own.dag_id, own.run_id, own.map_index
-        labels = run_labels(dag_id=dag_id, task_id=self.task_id, run_id=run_id,
-                            try_number=int(getattr(ti, "try_number", 1) or 1), map_index=map_index)
-        # Sized for the common task names; a template's longer ones shorten it (manifest._fit_default_name).
-        default_name = default_job_name(dag_id, self.task_id, suffix=secrets.token_hex(3),
-                                        max_len=self._default_name_limit())
-        self._wait_limits()  # bad timeouts fail here, before submitting
-        if self.debug:
-            seconds("debug_timeout", self.debug_timeout)
-        request = self._job_request(context)
-        manifests = build_manifests(request, run_labels=labels, default_name=default_name,
-                                    checkpoint_subdir=checkpoint_subdir(dag_id=dag_id, task_id=self.task_id,
-                                                                        run_id=run_id, map_index=map_index))
-        self._log_pods(manifests.job, manifests.main_task)  # an unknown task name fails here, before submitting
-        if self.stall_timeout is not None and self.stall_action == StallAction.RESTART and \
-                not restarts_on_eviction(manifests.job):
-            raise JobSpecError("stall_action='restart' restarts a stalled gang by deleting its pods, and this Job's "
-                               "policies do not answer an evicted pod with a restart: add a policy {'event': "
-                               "'PodEvicted', 'action': 'RestartJob'}, or use stall_action='fail'")
-        register_secrets(manifests.job)  # the task log hides them from now on
-        # Where the values this process's masker knows (Variables, connection fields) sit in the Job, for
-        # whoever else reads it to mask them: the triggerer, the panel, a resumed worker (masking.py).
-        found = mark_masked_places(manifests.job)
-        if found is None:
-            self.log.warning("Airflow's secrets masker cannot be read in this Airflow release: Variables and "
-                             "connection fields in the Job are masked in this process's log only, not in what a "
-                             "triggerer copies, the panel, XCom, asset events or lineage")
-        elif found:
-            self.log.info("The Job holds %d value(s) Airflow masks (Variables, connection fields): masked in what "
-                          "the triggerer copies, the panel, XCom, asset events and lineage too (their places, not "
-                          "the values, are in its annotation %s)", found, MASKED_ANNOTATION)
-        return manifests
+        return building.task_manifests(self, context)
 
     def _task_instance_id(self, context: Context | None) -> TaskInstanceId:
         """This task instance, as far as `context` tells ("no-dag", "manual" and -1 where it does not)."""
-        ti = context.get("ti") if context else None
-        return TaskInstanceId(
-            self.dag_id if self.has_dag() else "no-dag", self.task_id,
-            str(context.get("run_id")) if context and context.get("run_id") else "manual",
-            int(getattr(ti, "map_index", -1) if getattr(ti, "map_index", None) is not None else -1))
+        return building.task_instance_id(self, context)
 
-    def _wait_limits(self) -> WaitLimits:
-        from airflow_volcano.wait_engine import WaitLimits  # not at DAG parse
-
-        if self.stall_timeout is not None and not self.get_logs:
-            raise JobSpecError(f"stall_timeout={self.stall_timeout!r} needs get_logs=True: a stall is a main pod "
-                               "that writes no new output")
-        return WaitLimits.checked(startup_timeout=self.startup_timeout, job_timeout=self.job_timeout,
-                                  image_pull_timeout=self.image_pull_timeout,
-                                  poll_interval=self.poll_interval, node_lost_timeout=self.node_lost_timeout,
-                                  stall_timeout=self.stall_timeout, stall_action=self.stall_action)
+    # Override points (operators/building.py asks them as it builds; the subclasses' Jobs differ).
 
     def _default_name_limit(self) -> int:
         return max_job_name_length(["master", "worker"], max_index=9)
 
-    def _job_request(self, context: Context | None) -> JobRequest:
-        """The arguments as the one request the manifest builder takes: every argument of this
-        operator's signature that is a JobRequest field, by name; the files are read here."""
-        values = {name: getattr(self, name) for name in request_arguments(type(self))}
-        values.update(debug=bool(self.debug) or None, training_script=self._read_training_script(),
-                      job_template=self._parsed_job_template(context))
-        return JobRequest(kind=self.job_kind, **values)
+    def _read_training_script(self) -> TrainingScript | None:
+        """The script shipped with the Job: the file `training_script` names (the decorator's function)."""
+        return read_training_script(self.training_script, lambda: building.task_file_folders(self))
 
     def _log_pods(self, job: dict, main: str) -> list[tuple[str, str | None]]:
         """The pods (and containers) `log_tasks` copies into the task log; the main pod is get_logs'."""
-        if self.log_tasks is None:
-            return []
-        if not isinstance(self.log_tasks, list | tuple) or not all(isinstance(n, str) for n in self.log_tasks):
-            raise JobSpecError(f"log_tasks must be a list of Volcano task names, got {self.log_tasks!r}")
-        main_pod = pod_name(job["metadata"]["name"], main)
-        return [pod for pod in task_pods(job, list(self.log_tasks), "log_tasks") if pod[0] != main_pod]
+        return building.log_task_pods(job, main, self.log_tasks)
 
     def _probed_pods(self, job: dict, main: str) -> list[tuple[str, str | None]]:
         """Pods whose output counts for stall_timeout without being copied (a DeepSpeed/mpirun launch's
         ranks run on its workers): none for this operator."""
         return []
-
-    def _file_folders(self) -> list[Path]:
-        """Where `training_script` and `job_template` may be read from (local_files.file_folders)."""
-        from airflow_volcano.local_files import file_folders
-
-        return file_folders(self.allowed_file_dirs, self._connection_file_dirs, self.dag if self.has_dag() else None)
-
-    def _connection_file_dirs(self) -> Any:
-        try:
-            return self.hook.connection_extra(ALLOWED_FILE_DIRS_OPTION)
-        except Exception:  # noqa: BLE001 - no connection here (dry_run without a cluster): no extra
-            return None
-
-    def _read_training_script(self) -> TrainingScript | None:
-        from airflow_volcano.local_files import read_training_script
-
-        return read_training_script(self.training_script, self._file_folders)
-
-    def _parsed_job_template(self, context: Context | None = None) -> dict | None:
-        from airflow_volcano.local_files import parsed_job_template
-
-        render = (lambda text: self.render_template(text, context)) if context is not None else None
-        return parsed_job_template(self.job_template, self._file_folders, render)
 
     def dry_run(self) -> dict[str, Any]:  # type: ignore[override]
         """Print the manifests (ConfigMap and Job) as YAML and return them, whole (the launch shell
@@ -563,12 +470,12 @@ class VolcanoJobOperator(BaseOperator):
                 ti.xcom_push(key=key, value=value)
             self._push_links(hook, ref, manifests.job, ti)
             if self.debug:
-                limits = dataclasses.replace(self._wait_limits(), job_timeout=None)
+                limits = dataclasses.replace(building.wait_limits(self), job_timeout=None)
                 return debug_session(hook, ref, manifests.job, limits, seconds("debug_timeout", self.debug_timeout))
             if self.deferrable:
                 self._defer(ref, context, manifests.job)
             copies = self._log_copies(ref, manifests.job)
-            outcome = wait_worker.wait_for_job(hook, ref, self._wait_limits(), logs=copies,
+            outcome = wait_worker.wait_for_job(hook, ref, building.wait_limits(self), logs=copies,
                                                probed=self._probed_pods(manifests.job, ref.main_task),
                                                report=self.log.info)
             return self._finalize(hook, ref, outcome, context, copies)
@@ -653,7 +560,7 @@ class VolcanoJobOperator(BaseOperator):
             if start is not None:
                 deadline = (start + self.execution_timeout).timestamp()
         trigger = VolcanoJobTrigger(
-            ref.to_dict(), self.kubernetes_conn_id, limits=self._wait_limits().to_dict(), deadline=deadline,
+            ref.to_dict(), self.kubernetes_conn_id, limits=building.wait_limits(self).to_dict(), deadline=deadline,
             get_logs=self.get_logs, on_kill_action=self.on_kill_action,
             log_pods=[[pod, container] for pod, container in self._log_pods(job, ref.main_task)],
             probe_pods=[[pod, container] for pod, container in self._probed_pods(job, ref.main_task)],
@@ -707,4 +614,3 @@ def _new_cursor() -> LogCursor:
     from airflow_volcano.logs import LogCursor
 
     return LogCursor()
-
