@@ -33,16 +33,9 @@ from airflow_volcano.constants import (
 )
 from airflow_volcano.exceptions import VolcanoJobError
 from airflow_volcano.lineage import as_asset, fill_model_asset_events
-from airflow_volcano.links import LINKS, job_link_urls
+from airflow_volcano.links import LINKS, job_link_urls, links_by_name, publish
 from airflow_volcano.local_files import read_training_script
-from airflow_volcano.manifest import (
-    JobKind,
-    JobManifests,
-    TrainingScript,
-    max_job_name_length,
-    seconds,
-    tensorboard_endpoint,
-)
+from airflow_volcano.manifest import JobKind, JobManifests, TrainingScript, max_job_name_length, seconds
 from airflow_volcano.masking import register_secrets, shown, shown_yaml
 from airflow_volcano.operators import building
 from airflow_volcano.operators.arguments import (
@@ -462,13 +455,7 @@ class VolcanoJobOperator(BaseOperator):
                                      state_store=context.get("task_state_store"), on_found=self._ownership.watching)
             self._ownership.watching(ref)
             self._ownership.stop_if_killed(self.on_kill)
-            # main_pod: the pod whose log is followed and whose termination message is the result (the
-            # master's, for PyTorch and DeepSpeed); master_pod is its former name, kept for one release.
-            for key, value in (("job_name", ref.name), ("namespace", ref.namespace), ("main_pod", ref.main_pod),
-                               ("master_pod", ref.main_pod), ("main_task", ref.main_task),
-                               ("kubernetes_conn_id", self.kubernetes_conn_id)):
-                ti.xcom_push(key=key, value=value)
-            self._push_links(hook, ref, manifests.job, ti)
+            self._link_urls = publish(ti, hook, ref, manifests.job, self.kubernetes_conn_id, self.log.info)
             if self.debug:
                 limits = dataclasses.replace(building.wait_limits(self), job_timeout=None)
                 return debug_session(hook, ref, manifests.job, limits, seconds("debug_timeout", self.debug_timeout))
@@ -490,24 +477,12 @@ class VolcanoJobOperator(BaseOperator):
         self._ownership.settle_after_failure(lambda: self.hook, error, self.on_kill_action, self.log)
 
     def _log_copies(self, ref: JobRef, job: dict, cursors: dict[str, LogCursor] | None = None) -> list[PodLogCopy]:
-        """The main pod's log (get_logs) first, then every pod of log_tasks, each line prefixed with its
-        pod and stamped with the time the pod printed it."""
-        from airflow_volcano.pod_logs import PodLogCopy, pod_line_emit
+        """The main pod's log (get_logs) first, then every pod of log_tasks (pod_logs.log_copies)."""
+        from airflow_volcano.pod_logs import log_copies
 
-        cursors = cursors or {}
         pods = ([(ref.main_pod, ref.main_pod_container)] if self.get_logs else []) + \
             self._log_pods(job, ref.main_task)
-        return [PodLogCopy(pod, container, pod_line_emit(self.log, pod), cursors.get(pod) or _new_cursor())
-                for pod, container in pods]
-
-    def _push_links(self, hook: VolcanoHook, ref: JobRef, job: dict, ti: Any) -> None:
-        """Store the UI links' URLs in XCom, where the UI reads them, as soon as the Job exists."""
-        if (endpoint := tensorboard_endpoint(job)) is not None:
-            self.log.info("TensorBoard of this Job: kubectl port-forward -n %s pod/%s %d, then http://localhost:%d",
-                          ref.namespace, endpoint[0], endpoint[1], endpoint[1])
-        self._link_urls = job_link_urls(hook.connection_extra, ref, job)
-        for key, url in self._link_urls.items():
-            ti.xcom_push(key=key, value=url)
+        return log_copies(self.log, pods, cursors)
 
     def _finalize(self, hook: VolcanoHook, ref: JobRef, outcome: WaitOutcome, context: Context,
                   copies: list[PodLogCopy]) -> dict[str, Any]:
@@ -522,8 +497,7 @@ class VolcanoJobOperator(BaseOperator):
             done = finalize(hook, ref, outcome, on_finish_action=OnFinishAction(self.on_finish_action),
                             push_xcom=lambda key, value: ti.xcom_push(key=key, value=value), main_log=main,
                             metric_tags={"dag_id": ti.dag_id, "task_id": ti.task_id},
-                            links={link.name: url for link in LINKS
-                                   if (url := (self._link_urls or {}).get(link.xcom_key))})
+                            links=links_by_name(self._link_urls))
         except VolcanoJobError as error:
             self._lineage_run["failure"] = str(error).splitlines()[0]
             raise
@@ -609,8 +583,3 @@ class VolcanoJobOperator(BaseOperator):
 
 VolcanoJobOperator.template_fields = templated_fields(VolcanoJobOperator)
 
-
-def _new_cursor() -> LogCursor:
-    from airflow_volcano.logs import LogCursor
-
-    return LogCursor()
