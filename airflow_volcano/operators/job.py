@@ -44,7 +44,6 @@ from airflow_volcano.operators.arguments import (
     take_arguments,
     templated_fields,
 )
-from airflow_volcano.orphans import TaskInstanceId
 from airflow_volcano.ownership import TryOwnership
 
 if TYPE_CHECKING:
@@ -365,7 +364,7 @@ class VolcanoJobOperator(BaseOperator):
         self._link_urls: dict[str, str] | None = None  # known once this process knows the Job (links.py)
         self._lineage_run: dict[str, Any] | None = None  # the Job's uid, phase, restarts, failure (OpenLineage)
 
-    # -- building (pure apart from reading the local script/template files) --------------------------
+    # -- templating and building (operators/building.py; pure apart from reading local files) ------
 
     def _do_render_template_fields(self, parent: Any, template_fields: Any, context: Context, jinja_env: Any,
                                    seen_oids: set[int]) -> None:
@@ -387,10 +386,6 @@ class VolcanoJobOperator(BaseOperator):
     def build_manifests(self, context: Context | None = None) -> JobManifests:
         """The ConfigMap and Job this task submits; raises JobSpecError before any API call."""
         return building.task_manifests(self, context)
-
-    def _task_instance_id(self, context: Context | None) -> TaskInstanceId:
-        """This task instance, as far as `context` tells ("no-dag", "manual" and -1 where it does not)."""
-        return building.task_instance_id(self, context)
 
     # Override points (operators/building.py asks them as it builds; the subclasses' Jobs differ).
 
@@ -420,7 +415,6 @@ class VolcanoJobOperator(BaseOperator):
         *configmap, job = yaml.safe_load_all(text)
         return {"configmap": configmap[0] if configmap else None, "job": job}
 
-
     # -- running ------------------------------------------------------------------------------------
 
     @property
@@ -444,7 +438,7 @@ class VolcanoJobOperator(BaseOperator):
             self.log.info(adapted)
         namespace = manifests.job["metadata"].get("namespace") or hook.get_namespace() or "default"
         ti = self._ownership.ti = context["ti"]
-        own = self._task_instance_id(context)
+        own = building.task_instance_id(self, context)
         deployment = this_deployment()
         claim(manifests, own, self.on_kill_action, deployment)
         if self.delete_orphaned_jobs:
