@@ -5,7 +5,8 @@ the connection's extras (same names; the connection wins), filled with the Job's
 `{namespace}`, `{name}`, `{uid}`, `{pod}` (the master pod) and `{container}`, and for TensorBoard
 `{tensorboard_pod}` and `{tensorboard_port}` (no TensorBoard task, no link). The operator stores
 the URL in XCom when it submits or reattaches, where the UI reads it, so rendering a link never
-calls the cluster. No template, no link.
+calls the cluster. No template, no link. `publish` stores them, with the Job's identity, as soon as the
+Job exists.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from airflow.sdk import BaseOperator
     from airflow.sdk.types import TaskInstanceKey
 
+    from airflow_volcano.hooks.volcano import VolcanoHook
     from airflow_volcano.job_ref import JobRef
 
 # Airflow's task-time logger, as an operator's own `self.log` is: its lines are the task log's.
@@ -105,3 +107,29 @@ def job_link_urls(connection_extra: Callable[[str], Any], ref: JobRef, job: dict
     if (endpoint := tensorboard_endpoint(job)) is not None:
         values["tensorboard_pod"], values["tensorboard_port"] = endpoint
     return link_urls(templates, values)
+
+
+def publish(ti: Any, hook: VolcanoHook, ref: JobRef, job: dict, kubernetes_conn_id: str, say: Any) -> dict[str, str]:
+    """What a task says of its Job as soon as it exists: its identity in XCom (for downstream tasks and the
+    sensor), the TensorBoard port-forward in the task log (`say`), and the UI links' URLs in XCom, where
+    the UI reads them; returns the URLs (the operator's `_link_urls`)."""
+    from airflow_volcano.manifest import tensorboard_endpoint
+
+    # main_pod: the pod whose log is followed and whose termination message is the result (the
+    # master's, for PyTorch and DeepSpeed); master_pod is its former name, kept for one release.
+    for key, value in (("job_name", ref.name), ("namespace", ref.namespace), ("main_pod", ref.main_pod),
+                       ("master_pod", ref.main_pod), ("main_task", ref.main_task),
+                       ("kubernetes_conn_id", kubernetes_conn_id)):
+        ti.xcom_push(key=key, value=value)
+    if (endpoint := tensorboard_endpoint(job)) is not None:
+        say("TensorBoard of this Job: kubectl port-forward -n %s pod/%s %d, then http://localhost:%d",
+            ref.namespace, endpoint[0], endpoint[1], endpoint[1])
+    urls = job_link_urls(hook.connection_extra, ref, job)
+    for key, url in urls.items():
+        ti.xcom_push(key=key, value=url)
+    return urls
+
+
+def links_by_name(urls: dict[str, str] | None) -> dict[str, str]:
+    """The links that have a URL, by the name the UI shows (for the failure report)."""
+    return {link.name: url for link in LINKS if (url := (urls or {}).get(link.xcom_key))}

@@ -4,29 +4,38 @@ the orphan sweep share.
 A try owns the Job it submitted (or reattached to) until it reports it (labelled checked) or deletes
 it; a later try of the same task instance reattaches to it (`later_try_will_reattach`); a sensor only
 watches (`watched_only`). What a kill or a cancellation does depends on Airflow's state of the task
-instance, read in one place (`ask_task_state`, `state_in`): a user's "Mark failed/success" or "Clear"
-ends the Job, a worker or triggerer stopping with a try left keeps it for that try. Jobs no try will
-watch again are swept by later submissions (orphans.py). Deleting takes only the Job this try owns
-(its uid), never one a later try reattached to.
+instance, read in one place (`task_state`, `ask_task_state`, `state_in`): a user's "Mark failed/success"
+or "Clear" ends the Job, a worker or triggerer stopping with a try left keeps it for that try
+(`kill_keeps_job`, `ended_on_server`, `cancellation_ends_job`). The operator holds its try's side in a
+`TryOwnership`; the trigger asks the same rules. Jobs no try will watch again are swept by later
+submissions (orphans.py). Deleting takes only the Job this try owns (its uid), never one a later try
+reattached to.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from airflow_volcano.compat import AirflowFailException
-from airflow_volcano.constants import CHECKED_LABEL, OnFinishAction, OnKillAction
-from airflow_volcano.exceptions import ApiserverUnreachable
+from airflow_volcano.constants import (
+    CHECKED_LABEL,
+    DEPLOYMENT_LABEL,
+    TASK_INSTANCE_ANNOTATION,
+    OnFinishAction,
+    OnKillAction,
+)
+from airflow_volcano.exceptions import ApiserverUnreachable, VolcanoJobError
 from airflow_volcano.job_ref import JobRef
 from airflow_volcano.status import job_state
 
 if TYPE_CHECKING:
     from airflow_volcano.hooks.volcano import VolcanoHook
+    from airflow_volcano.manifest import JobManifests
     from airflow_volcano.orphans import TaskInstanceId
 
 # Airflow's task-time logger, as an operator's own `self.log` is: its lines are the task log's.
@@ -60,6 +69,53 @@ def ask_task_state(get_task_states: Callable[..., Mapping[str, Mapping[str, Any]
     own, or the triggerer's); raises what the asking raises."""
     states = get_task_states(dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id], map_index=ti.map_index)
     return state_in(states.get(ti.run_id), ti.task_id, ti.map_index)
+
+
+def task_state(ti: Any) -> str:
+    """Airflow's state of the task instance `ti` on the API server, wherever it runs: a worker's task
+    instance asks through its own `get_task_states`; the triggerer's has none and asks through
+    RuntimeTaskInstance's, which the triggerer's supervisor answers. Raises what the asking raises."""
+    get_task_states = getattr(ti, "get_task_states", None)
+    if get_task_states is None:
+        from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+        get_task_states = RuntimeTaskInstance.get_task_states
+    return ask_task_state(get_task_states, ti)
+
+
+def state_on_server(ti: Any, log: Any) -> str | None:
+    """`task_state`, or None (said in `log`, the task's logger) when there is no task instance or its
+    state cannot be read: the rules below treat an unknown state as no kill."""
+    if ti is None:
+        return None
+    try:
+        return task_state(ti)
+    except Exception as error:  # noqa: BLE001 - an unknown state is reported as such
+        log.warning("Could not read the task instance's state: %s", error)
+        return None
+
+
+def ended_on_server(state: str | None) -> bool:
+    """Whether a task about to defer was ended on the server since Airflow's last heartbeat (a user's
+    "Mark failed" or "Clear"): any known state but `running`. Unknown is no kill: the task defers."""
+    return state not in (None, "running")
+
+
+def cancellation_ends_job(state: str) -> bool:
+    """Whether a deferred task's cancelled trigger (before Airflow 3.3, which has no on_kill for
+    triggers) was a user's kill: the task's state says a user ended it. Anything else (a triggerer
+    stopping or handing over, the task resumed by another) keeps the Job."""
+    return state in USER_ENDED_STATES
+
+
+def nothing_to_stop(job: Mapping[str, Any] | None, ref: JobRef) -> str | None:
+    """Why `job` (read now) is not `ref`'s to stop: "gone" (deleted by a try, or its name is a later
+    try's Job now), "ended" (finished, or a try reported it); None when it still runs unreported."""
+    if job is None or (ref.uid and job["metadata"].get("uid") != ref.uid):
+        return "gone"
+    if job_state(job).finished or (job["metadata"].get("labels") or {}).get(CHECKED_LABEL) == "true":
+        return "ended"
+    return None
 
 
 def later_try_will_reattach(ti: Any, error: BaseException | None) -> bool:
@@ -133,6 +189,84 @@ def sweep_orphans_before_submitting(hook: VolcanoHook, namespace: str, own: Task
         raise
     except Exception as error:  # noqa: BLE001 - the sweep is a courtesy; this task's own Job comes first
         log.warning("Could not look for orphaned Volcano Jobs in %s (left as they are): %s", namespace, error)
+
+
+def claim(manifests: JobManifests, own: TaskInstanceId, on_kill_action: str, deployment: str) -> None:
+    """Mark the Job (and its script) as this task instance's and this deployment's, as it is submitted:
+    the task instance named exactly, for the orphan sweep of later tasks; the deployment, so that
+    reattach, the sweep and cleanup take only their own (deployment.py). At submission, as the request's
+    hash is: the rendered manifest the UI shows stays the Job as built (and within Airflow's field limit)."""
+    manifests.job["metadata"].setdefault("annotations", {})[TASK_INSTANCE_ANNOTATION] = own.annotation(
+        on_kill_action)
+    for manifest in (manifests.job, manifests.configmap):
+        if manifest is not None:
+            manifest["metadata"].setdefault("labels", {})[DEPLOYMENT_LABEL] = deployment
+
+
+# -- one try's hold on its Job (the operator's side) -----------------------------------------------------
+
+
+@dataclass
+class TryOwnership:
+    """What one try of the operator answers for: its Job once known (`ref`), its task instance (`ti`),
+    and whether a kill came (`kill_requested`). The operator keeps one from construction on, since
+    Airflow may call on_kill before execute knows anything. Each rule takes `hook` (makes the hook only
+    when a call is needed), the task's `on_kill_action` and `log` (the task's logger) when it runs, so
+    the operator's rendered values are the ones used."""
+
+    ref: JobRef | None = None
+    ti: Any = None
+    kill_requested: bool = False
+
+    def watching(self, ref: JobRef) -> None:
+        """This try's Job (or an earlier try's it found): from now on a failure or a kill settles what
+        becomes of it."""
+        self.ref = ref
+
+    def kill(self, hook: Callable[[], VolcanoHook], on_kill_action: str, log: Any) -> None:
+        """The operator's on_kill: delete the Job when a user killed the task, or when no later try will
+        reattach to it; a worker stopping, or a timeout, with a try left keeps it for that try
+        (`kill_keeps_job`)."""
+        self.kill_requested = True
+        ref = self.ref
+        if ref is None or kill_keeps_job(ref, self.ti, on_kill_action, lambda: state_on_server(self.ti, log), log):
+            return
+        self.ref = None
+        log.info("Task killed: deleting Volcano Job %s/%s", ref.namespace, ref.name)
+        delete_job_and_script(hook(), ref)
+
+    def stop_if_killed(self, kill: Callable[[], None]) -> None:
+        """Airflow's SIGTERM handler only calls on_kill: the task runs on until it is SIGKILLed. A kill that
+        came before the Job was known (a user's "Mark failed" while the try was starting, or submitting)
+        must not be followed by a submission, nor by a Job left running: it is settled as on_kill (`kill`)
+        settles it."""
+        if not self.kill_requested:
+            return
+        if self.ref is not None:
+            kill()
+        raise VolcanoJobError("The task was killed while it was starting: nothing more is submitted")
+
+    def stop_if_ended_on_server(self, ref: JobRef, kill: Callable[[], None], on_kill_action: str, log: Any) -> None:
+        """A user's "Mark failed" or "Clear" that changed the task instance's state after Airflow's last
+        heartbeat has not reached this process yet (no SIGTERM): Airflow would refuse the deferral ("not
+        in the running state") and call nothing of the task after it, neither a trigger nor on_kill, so
+        the Job would train on with nobody to delete it (found by the chaos soak). Settled here as
+        on_kill (`kill`) settles a kill. A state that cannot be read is no kill: the task defers."""
+        state = state_on_server(self.ti, log)
+        if not ended_on_server(state):
+            return
+        kill()
+        kept = " and kept (on_kill_action='keep_job')" if on_kill_action == OnKillAction.KEEP_JOB else ""
+        raise VolcanoJobError(f"The task instance is {state} on the server (a user marked it, or cleared it) as "
+                              f"it was about to defer: Airflow would run no trigger for Volcano Job "
+                              f"{ref.namespace}/{ref.name}{kept}")
+
+    def settle_after_failure(self, hook: Callable[[], VolcanoHook], error: BaseException, on_kill_action: str,
+                             log: Any) -> None:
+        """The task is failing with its Job submitted: `settle_after_failure`. The Job is let go first:
+        on_kill, called next on a timeout, has nothing left to do."""
+        ref, self.ref = self.ref, None
+        settle_after_failure(hook, ref, self.ti, error, on_kill_action, log)
 
 
 # -- ending the Job ---------------------------------------------------------------------------------------

@@ -59,6 +59,16 @@ def main_log_copy(ref: JobRef, logger: Any, cursor: LogCursor | None = None) -> 
                       cursor or LogCursor())
 
 
+def log_copies(logger: Any, pods: list[tuple[str, str | None]],
+               cursors: dict[str, LogCursor] | None = None) -> list[PodLogCopy]:
+    """A copy into the task log (`logger`'s) of each of `pods` (pod, container), in order, each line
+    prefixed with its pod and stamped with the time the pod printed it; from `cursors`' place where it
+    has one (what an earlier copy, the trigger's, got to)."""
+    cursors = cursors or {}
+    return [PodLogCopy(pod, container, pod_line_emit(logger, pod), cursors.get(pod) or LogCursor())
+            for pod, container in pods]
+
+
 def pod_log_stream(hook: VolcanoHook, namespace: str, copy: PodLogCopy) -> Callable[[float | None], Any]:
     """What a LogFollower opens: the pod's log followed from the epoch time `since`; LookupError while
     the pod has not started (nothing to see yet)."""

@@ -5,7 +5,7 @@ Both are written into the operators' source by `python -m airflow_volcano.operat
 tests/unit/test_argument_declarations.py fails when they are not current), so that IDEs and type
 checkers see every argument of every operator with its type, and `inspect.signature` and `__doc__`
 show them at run time. An argument a class takes is one of its `argument_groups`' and not one of its
-`refused_arguments`; its `template_fields` are its templated arguments (operators/job.py).
+`refused_arguments`; its `template_fields` are its templated arguments (`templated_fields`).
 """
 
 from __future__ import annotations
@@ -254,6 +254,46 @@ def operator_arguments(operator: type) -> tuple[Declared, ...]:
 def own_arguments(operator: type) -> list[Declared]:
     """The arguments `operator` adds to its bases': those of its last group (its `:param` lines)."""
     return [declared for declared in operator_arguments(operator) if declared.group == operator.argument_groups[-1]]  # type: ignore[attr-defined]
+
+
+# -- taking them ------------------------------------------------------------------------------------------
+
+
+def templated_fields(operator: type) -> tuple[str, ...]:
+    """An operator class's template_fields: the two manifests first (the UI shows the Job before
+    anything else), then every templated argument it takes (its declarations), in order;
+    `extra_template_fields` of its own added. Derived, never sliced, so a subclass cannot lose a base
+    class's field."""
+    names = [declared.name for declared in operator_arguments(operator) if declared.templated]
+    return ("job_manifest", "script_manifest", *names, *getattr(operator, "extra_template_fields", ()))
+
+
+def take_arguments(operator: object, declared_in: type, given: dict[str, Any]) -> None:
+    """Each argument `declared_in` adds to its base's, checked as the operator is constructed, as the
+    attribute of the same name (Airflow renders template fields from the attributes). `given` is the
+    signature's `locals()`."""
+    base = declared_in.__mro__[1]
+    # The first class with declarations (VolcanoJobOperator) inherits none: its base is BaseOperator.
+    inherited = {declared.name for declared in operator_arguments(base)} if hasattr(base, "argument_groups") \
+        else set()
+    for declared in operator_arguments(declared_in):
+        if declared.name not in inherited:
+            setattr(operator, declared.name, declared.at_construction(given[declared.name]))
+
+
+def passed_on(declared_in: type, given: dict[str, Any]) -> dict[str, Any]:
+    """The arguments of `given` (a signature's `locals()`) that `declared_in`'s base takes."""
+    return {declared.name: given[declared.name] for declared in operator_arguments(declared_in.__mro__[1])
+            if declared.name in given}
+
+
+@functools.cache
+def request_arguments(operator: type) -> tuple[str, ...]:
+    """The JobRequest fields an operator class takes as arguments and passes on as they are (the files
+    and debug mode are converted: operators/building.py)."""
+    converted = {"debug", "training_script", "job_template"}
+    return tuple(sorted(declared.name for declared in operator_arguments(operator)
+                        if declared.in_request and declared.name not in converted))
 
 
 # -- generated source --------------------------------------------------------------------------------------

@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_volcano.constants import IfJobExists, OnFinishAction, OnKillAction, StallAction
 from airflow_volcano.manifest import DEFAULT_WORKER, JobKind, task_pods
-from airflow_volcano.operators.arguments import DEFAULT_DEFERRABLE
-from airflow_volcano.operators.job import passed_on, take_arguments
+from airflow_volcano.operators.arguments import DEFAULT_DEFERRABLE, passed_on, take_arguments
 from airflow_volcano.operators.master_worker import MasterWorkerJobOperator
 
 if TYPE_CHECKING:

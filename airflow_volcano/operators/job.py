@@ -3,22 +3,22 @@
 VolcanoPyTorchJobOperator and VolcanoDeepSpeedJobOperator (through operators/master_worker.py) are
 this operator with arguments that build a master/worker Job.
 
-The operator reads: build the manifests from its arguments (`airflow_volcano.manifest`, pure), submit
-or reattach (`airflow_volcano.submission`), wait (`airflow_volcano.wait_worker`, or the trigger when
-deferrable), finalize (logs, result, cleanup, the failure's explanation; `airflow_volcano.finalize`,
-shared with the sensor and the deferred path). What a kill or a failure does to the Job is decided
-here, from what Airflow says of the task instance. Every cluster call goes through `VolcanoHook`; the
-kubernetes client is imported lazily so that parsing a DAG stays cheap.
+This module is Airflow's side only: the arguments, templating, execute, execute_complete, on_kill,
+dry_run and the OpenLineage hooks. Each step is another module's: build the manifests
+(`operators/building.py` over `airflow_volcano.manifest`, pure), submit or reattach
+(`airflow_volcano.submission`), publish the Job's XCom and links (`airflow_volcano.links`), wait
+(`airflow_volcano.wait_worker`, or the trigger when deferrable), finalize (logs, result, cleanup, the
+failure's explanation; `airflow_volcano.finalize`, shared with the sensor and the deferred path). What a
+kill or a failure does to the Job is `airflow_volcano.ownership`'s, shared with the trigger and the
+sensor. Every cluster call goes through `VolcanoHook`; the kubernetes client is imported lazily so
+that parsing a DAG stays cheap.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
-import functools
-import secrets
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import yaml
@@ -26,83 +26,34 @@ from airflow.sdk import Asset, BaseOperator
 
 from airflow_volcano.compat import TaskDeferred
 from airflow_volcano.constants import (
-    DEPLOYMENT_LABEL,
-    TASK_INSTANCE_ANNOTATION,
     IfJobExists,
     OnFinishAction,
     OnKillAction,
     StallAction,
 )
-from airflow_volcano.exceptions import JobSpecError, VolcanoJobError
-from airflow_volcano.job_ref import JobRef
+from airflow_volcano.exceptions import VolcanoJobError
 from airflow_volcano.lineage import as_asset, fill_model_asset_events
-from airflow_volcano.links import LINKS, job_link_urls
-from airflow_volcano.local_files import ALLOWED_FILE_DIRS_OPTION
-from airflow_volcano.manifest import (
-    JobKind,
-    JobManifests,
-    JobRequest,
-    TrainingScript,
-    build_manifests,
-    checkpoint_subdir,
-    default_job_name,
-    max_job_name_length,
-    run_labels,
-    seconds,
-    task_pods,
-    tensorboard_endpoint,
-)
-from airflow_volcano.manifest.names import pod_name
-from airflow_volcano.manifest.policies import restarts_on_eviction
-from airflow_volcano.masking import (
-    MASKED_ANNOTATION,
-    mark_masked_places,
-    register_secrets,
-    shown,
-    shown_yaml,
-)
+from airflow_volcano.links import LINKS, job_link_urls, links_by_name, publish
+from airflow_volcano.local_files import read_training_script
+from airflow_volcano.manifest import JobKind, JobManifests, TrainingScript, max_job_name_length, seconds
+from airflow_volcano.masking import register_secrets, shown, shown_yaml
+from airflow_volcano.operators import building
 from airflow_volcano.operators.arguments import (
     DEFAULT_DEFERRABLE,
-    operator_arguments,
     refuse_kubernetes_pod_operator_habits,
+    take_arguments,
+    templated_fields,
 )
-from airflow_volcano.orphans import TaskInstanceId
+from airflow_volcano.ownership import TryOwnership
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_volcano.events import WaitOutcome
     from airflow_volcano.hooks.volcano import VolcanoHook
+    from airflow_volcano.job_ref import JobRef
     from airflow_volcano.logs import LogCursor
     from airflow_volcano.pod_logs import PodLogCopy
-    from airflow_volcano.wait_engine import WaitLimits
-
-
-
-def templated_fields(operator: type) -> tuple[str, ...]:
-    """An operator class's template_fields: the two manifests first (the UI shows the Job before
-    anything else), then every templated argument it takes (its declarations, operators/arguments.py),
-    in order; `extra_template_fields` of its own added. Derived, never sliced, so a subclass cannot lose
-    a base class's field."""
-    names = [declared.name for declared in operator_arguments(operator) if declared.templated]
-    return ("job_manifest", "script_manifest", *names, *getattr(operator, "extra_template_fields", ()))
-
-
-def take_arguments(operator: BaseOperator, declared_in: type, given: dict[str, Any]) -> None:
-    """Each argument `declared_in` adds to its base's, checked as the operator is constructed, as the
-    attribute of the same name (Airflow renders template fields from the attributes). `given` is the
-    signature's `locals()`."""
-    inherited = {declared.name for declared in operator_arguments(declared_in.__mro__[1])} \
-        if declared_in is not VolcanoJobOperator else set()
-    for declared in operator_arguments(declared_in):
-        if declared.name not in inherited:
-            setattr(operator, declared.name, declared.at_construction(given[declared.name]))
-
-
-def passed_on(declared_in: type, given: dict[str, Any]) -> dict[str, Any]:
-    """The arguments of `given` (a signature's `locals()`) that `declared_in`'s base takes."""
-    return {declared.name: given[declared.name] for declared in operator_arguments(declared_in.__mro__[1])
-            if declared.name in given}
 
 
 class VolcanoJobOperator(BaseOperator):
@@ -306,7 +257,7 @@ class VolcanoJobOperator(BaseOperator):
     refused_arguments: ClassVar[tuple[str, ...]] = ()
     extra_template_fields: ClassVar[tuple[str, ...]] = ()  # a subclass's own template fields
     # The arguments this class reads itself (take_arguments sets every one; the Job request's others are
-    # read by name, _job_request).
+    # read by name, building.job_request).
     training_script: str | None
     job_template: str | dict | None
     allowed_file_dirs: list[str] | None
@@ -409,13 +360,11 @@ class VolcanoJobOperator(BaseOperator):
         self.job_manifest = ""
         self.script_manifest = ""
         self._manifests: JobManifests | None = None
-        self._job_ref: JobRef | None = None
-        self._kill_requested = False  # on_kill ran (Airflow's SIGTERM handler): submit nothing after it
-        self._ti: Any = None
+        self._ownership = TryOwnership()  # this try's Job, task instance, and whether a kill came (ownership.py)
         self._link_urls: dict[str, str] | None = None  # known once this process knows the Job (links.py)
         self._lineage_run: dict[str, Any] | None = None  # the Job's uid, phase, restarts, failure (OpenLineage)
 
-    # -- building (pure apart from reading the local script/template files) --------------------------
+    # -- templating and building (operators/building.py; pure apart from reading local files) ------
 
     def _do_render_template_fields(self, parent: Any, template_fields: Any, context: Context, jinja_env: Any,
                                    seen_oids: set[int]) -> None:
@@ -436,107 +385,25 @@ class VolcanoJobOperator(BaseOperator):
 
     def build_manifests(self, context: Context | None = None) -> JobManifests:
         """The ConfigMap and Job this task submits; raises JobSpecError before any API call."""
-        ti = context.get("ti") if context else None
-        own = self._task_instance_id(context)
-        dag_id, run_id, map_index = own.dag_id, own.run_id, own.map_index
-        labels = run_labels(dag_id=dag_id, task_id=self.task_id, run_id=run_id,
-                            try_number=int(getattr(ti, "try_number", 1) or 1), map_index=map_index)
-        # Sized for the common task names; a template's longer ones shorten it (manifest._fit_default_name).
-        default_name = default_job_name(dag_id, self.task_id, suffix=secrets.token_hex(3),
-                                        max_len=self._default_name_limit())
-        self._wait_limits()  # bad timeouts fail here, before submitting
-        if self.debug:
-            seconds("debug_timeout", self.debug_timeout)
-        request = self._job_request(context)
-        manifests = build_manifests(request, run_labels=labels, default_name=default_name,
-                                    checkpoint_subdir=checkpoint_subdir(dag_id=dag_id, task_id=self.task_id,
-                                                                        run_id=run_id, map_index=map_index))
-        self._log_pods(manifests.job, manifests.main_task)  # an unknown task name fails here, before submitting
-        if self.stall_timeout is not None and self.stall_action == StallAction.RESTART and \
-                not restarts_on_eviction(manifests.job):
-            raise JobSpecError("stall_action='restart' restarts a stalled gang by deleting its pods, and this Job's "
-                               "policies do not answer an evicted pod with a restart: add a policy {'event': "
-                               "'PodEvicted', 'action': 'RestartJob'}, or use stall_action='fail'")
-        register_secrets(manifests.job)  # the task log hides them from now on
-        # Where the values this process's masker knows (Variables, connection fields) sit in the Job, for
-        # whoever else reads it to mask them: the triggerer, the panel, a resumed worker (masking.py).
-        found = mark_masked_places(manifests.job)
-        if found is None:
-            self.log.warning("Airflow's secrets masker cannot be read in this Airflow release: Variables and "
-                             "connection fields in the Job are masked in this process's log only, not in what a "
-                             "triggerer copies, the panel, XCom, asset events or lineage")
-        elif found:
-            self.log.info("The Job holds %d value(s) Airflow masks (Variables, connection fields): masked in what "
-                          "the triggerer copies, the panel, XCom, asset events and lineage too (their places, not "
-                          "the values, are in its annotation %s)", found, MASKED_ANNOTATION)
-        return manifests
+        return building.task_manifests(self, context)
 
-    def _task_instance_id(self, context: Context | None) -> TaskInstanceId:
-        """This task instance, as far as `context` tells ("no-dag", "manual" and -1 where it does not)."""
-        ti = context.get("ti") if context else None
-        return TaskInstanceId(
-            self.dag_id if self.has_dag() else "no-dag", self.task_id,
-            str(context.get("run_id")) if context and context.get("run_id") else "manual",
-            int(getattr(ti, "map_index", -1) if getattr(ti, "map_index", None) is not None else -1))
-
-    def _wait_limits(self) -> WaitLimits:
-        from airflow_volcano.wait_engine import WaitLimits  # not at DAG parse
-
-        if self.stall_timeout is not None and not self.get_logs:
-            raise JobSpecError(f"stall_timeout={self.stall_timeout!r} needs get_logs=True: a stall is a main pod "
-                               "that writes no new output")
-        return WaitLimits.checked(startup_timeout=self.startup_timeout, job_timeout=self.job_timeout,
-                                  image_pull_timeout=self.image_pull_timeout,
-                                  poll_interval=self.poll_interval, node_lost_timeout=self.node_lost_timeout,
-                                  stall_timeout=self.stall_timeout, stall_action=self.stall_action)
+    # Override points (operators/building.py asks them as it builds; the subclasses' Jobs differ).
 
     def _default_name_limit(self) -> int:
         return max_job_name_length(["master", "worker"], max_index=9)
 
-    def _job_request(self, context: Context | None) -> JobRequest:
-        """The arguments as the one request the manifest builder takes: every argument of this
-        operator's signature that is a JobRequest field, by name; the files are read here."""
-        values = {name: getattr(self, name) for name in _request_arguments(type(self))}
-        values.update(debug=bool(self.debug) or None, training_script=self._read_training_script(),
-                      job_template=self._parsed_job_template(context))
-        return JobRequest(kind=self.job_kind, **values)
+    def _read_training_script(self) -> TrainingScript | None:
+        """The script shipped with the Job: the file `training_script` names (the decorator's function)."""
+        return read_training_script(self.training_script, lambda: building.task_file_folders(self))
 
     def _log_pods(self, job: dict, main: str) -> list[tuple[str, str | None]]:
         """The pods (and containers) `log_tasks` copies into the task log; the main pod is get_logs'."""
-        if self.log_tasks is None:
-            return []
-        if not isinstance(self.log_tasks, list | tuple) or not all(isinstance(n, str) for n in self.log_tasks):
-            raise JobSpecError(f"log_tasks must be a list of Volcano task names, got {self.log_tasks!r}")
-        main_pod = pod_name(job["metadata"]["name"], main)
-        return [pod for pod in task_pods(job, list(self.log_tasks), "log_tasks") if pod[0] != main_pod]
+        return building.log_task_pods(job, main, self.log_tasks)
 
     def _probed_pods(self, job: dict, main: str) -> list[tuple[str, str | None]]:
         """Pods whose output counts for stall_timeout without being copied (a DeepSpeed/mpirun launch's
         ranks run on its workers): none for this operator."""
         return []
-
-    def _file_folders(self) -> list[Path]:
-        """Where `training_script` and `job_template` may be read from (local_files.file_folders)."""
-        from airflow_volcano.local_files import file_folders
-
-        return file_folders(self.allowed_file_dirs, self._connection_file_dirs, self.dag if self.has_dag() else None)
-
-    def _connection_file_dirs(self) -> Any:
-        try:
-            return self.hook.connection_extra(ALLOWED_FILE_DIRS_OPTION)
-        except Exception:  # noqa: BLE001 - no connection here (dry_run without a cluster): no extra
-            return None
-
-    def _read_training_script(self) -> TrainingScript | None:
-        from airflow_volcano.local_files import read_training_script
-
-        return read_training_script(self.training_script, self._file_folders)
-
-    def _parsed_job_template(self, context: Context | None = None) -> dict | None:
-        from airflow_volcano.local_files import parsed_job_template
-
-        render = (lambda text: self.render_template(text, context)) if context is not None else None
-        return parsed_job_template(self.job_template, self._file_folders, render)
 
     def dry_run(self) -> dict[str, Any]:  # type: ignore[override]
         """Print the manifests (ConfigMap and Job) as YAML and return them, whole (the launch shell
@@ -547,7 +414,6 @@ class VolcanoJobOperator(BaseOperator):
         print(text)
         *configmap, job = yaml.safe_load_all(text)
         return {"configmap": configmap[0] if configmap else None, "job": job}
-
 
     # -- running ------------------------------------------------------------------------------------
 
@@ -562,7 +428,7 @@ class VolcanoJobOperator(BaseOperator):
         from airflow_volcano.debug_session import debug_session
         from airflow_volcano.deployment import this_deployment
         from airflow_volcano.manifest.compatibility import fit_to_volcano
-        from airflow_volcano.ownership import sweep_orphans_before_submitting
+        from airflow_volcano.ownership import claim, sweep_orphans_before_submitting
         from airflow_volcano.submission import submit_or_reattach
 
         manifests = self._manifests or self.build_manifests(context)
@@ -571,40 +437,26 @@ class VolcanoJobOperator(BaseOperator):
         for adapted in fit_to_volcano(manifests.job, hook.volcano_features()):
             self.log.info(adapted)
         namespace = manifests.job["metadata"].get("namespace") or hook.get_namespace() or "default"
-        ti = context["ti"]
-        self._ti = ti
-        own = self._task_instance_id(context)
-        # Named exactly, for the orphan sweep of later tasks; at submission, as the request's hash is: the
-        # rendered manifest the UI shows stays the Job as built (and within Airflow's field limit).
-        manifests.job["metadata"].setdefault("annotations", {})[TASK_INSTANCE_ANNOTATION] = own.annotation(
-            self.on_kill_action)
-        # Whose Job it is: reattach, the sweep and cleanup take only their own deployment's (deployment.py).
+        ti = self._ownership.ti = context["ti"]
+        own = building.task_instance_id(self, context)
         deployment = this_deployment()
-        for manifest in (manifests.job, manifests.configmap):
-            if manifest is not None:
-                manifest["metadata"].setdefault("labels", {})[DEPLOYMENT_LABEL] = deployment
+        claim(manifests, own, self.on_kill_action, deployment)
         if self.delete_orphaned_jobs:
-            sweep_orphans_before_submitting(hook, namespace, own, context["ti"], deployment, self.log)
+            sweep_orphans_before_submitting(hook, namespace, own, ti, deployment, self.log)
         try:
-            self._stop_if_killed()
+            self._ownership.stop_if_killed(self.on_kill)
             ref = submit_or_reattach(hook, manifests, namespace, if_job_exists=IfJobExists(self.if_job_exists),
-                                     state_store=context.get("task_state_store"), on_found=self._watching)
-            self._watching(ref)
-            self._stop_if_killed()
-            # main_pod: the pod whose log is followed and whose termination message is the result (the
-            # master's, for PyTorch and DeepSpeed); master_pod is its former name, kept for one release.
-            for key, value in (("job_name", ref.name), ("namespace", ref.namespace), ("main_pod", ref.main_pod),
-                               ("master_pod", ref.main_pod), ("main_task", ref.main_task),
-                               ("kubernetes_conn_id", self.kubernetes_conn_id)):
-                ti.xcom_push(key=key, value=value)
-            self._push_links(hook, ref, manifests.job, ti)
+                                     state_store=context.get("task_state_store"), on_found=self._ownership.watching)
+            self._ownership.watching(ref)
+            self._ownership.stop_if_killed(self.on_kill)
+            self._link_urls = publish(ti, hook, ref, manifests.job, self.kubernetes_conn_id, self.log.info)
             if self.debug:
-                limits = dataclasses.replace(self._wait_limits(), job_timeout=None)
+                limits = dataclasses.replace(building.wait_limits(self), job_timeout=None)
                 return debug_session(hook, ref, manifests.job, limits, seconds("debug_timeout", self.debug_timeout))
             if self.deferrable:
                 self._defer(ref, context, manifests.job)
             copies = self._log_copies(ref, manifests.job)
-            outcome = wait_worker.wait_for_job(hook, ref, self._wait_limits(), logs=copies,
+            outcome = wait_worker.wait_for_job(hook, ref, building.wait_limits(self), logs=copies,
                                                probed=self._probed_pods(manifests.job, ref.main_task),
                                                report=self.log.info)
             return self._finalize(hook, ref, outcome, context, copies)
@@ -614,47 +466,17 @@ class VolcanoJobOperator(BaseOperator):
             self._settle_after_failure(error)
             raise
 
-    def _stop_if_killed(self) -> None:
-        """Airflow's SIGTERM handler only calls on_kill: the task runs on until it is SIGKILLed. A kill that
-        came before the Job was known (a user's "Mark failed" while the try was starting, or submitting)
-        must not be followed by a submission, nor by a Job left running: it is settled as on_kill does."""
-        if not self._kill_requested:
-            return
-        if self._job_ref is not None:
-            self.on_kill()
-        raise VolcanoJobError("The task was killed while it was starting: nothing more is submitted")
-
-    def _watching(self, ref: JobRef) -> None:
-        """This try's Job (or an earlier try's it found): from now on a failure or a kill settles what
-        becomes of it."""
-        self._job_ref = ref
-
     def _settle_after_failure(self, error: BaseException) -> None:
-        """The task is failing with its Job submitted: ownership.settle_after_failure."""
-        from airflow_volcano.ownership import settle_after_failure
-
-        ref, self._job_ref = self._job_ref, None  # on_kill, called next on a timeout, has nothing left to do
-        settle_after_failure(lambda: self.hook, ref, self._ti, error, self.on_kill_action, self.log)
+        """The task is failing with its Job submitted: kept for a later try, else deleted if it still runs."""
+        self._ownership.settle_after_failure(lambda: self.hook, error, self.on_kill_action, self.log)
 
     def _log_copies(self, ref: JobRef, job: dict, cursors: dict[str, LogCursor] | None = None) -> list[PodLogCopy]:
-        """The main pod's log (get_logs) first, then every pod of log_tasks, each line prefixed with its
-        pod and stamped with the time the pod printed it."""
-        from airflow_volcano.pod_logs import PodLogCopy, pod_line_emit
+        """The main pod's log (get_logs) first, then every pod of log_tasks (pod_logs.log_copies)."""
+        from airflow_volcano.pod_logs import log_copies
 
-        cursors = cursors or {}
         pods = ([(ref.main_pod, ref.main_pod_container)] if self.get_logs else []) + \
             self._log_pods(job, ref.main_task)
-        return [PodLogCopy(pod, container, pod_line_emit(self.log, pod), cursors.get(pod) or _new_cursor())
-                for pod, container in pods]
-
-    def _push_links(self, hook: VolcanoHook, ref: JobRef, job: dict, ti: Any) -> None:
-        """Store the UI links' URLs in XCom, where the UI reads them, as soon as the Job exists."""
-        if (endpoint := tensorboard_endpoint(job)) is not None:
-            self.log.info("TensorBoard of this Job: kubectl port-forward -n %s pod/%s %d, then http://localhost:%d",
-                          ref.namespace, endpoint[0], endpoint[1], endpoint[1])
-        self._link_urls = job_link_urls(hook.connection_extra, ref, job)
-        for key, url in self._link_urls.items():
-            ti.xcom_push(key=key, value=url)
+        return log_copies(self.log, pods, cursors)
 
     def _finalize(self, hook: VolcanoHook, ref: JobRef, outcome: WaitOutcome, context: Context,
                   copies: list[PodLogCopy]) -> dict[str, Any]:
@@ -669,8 +491,7 @@ class VolcanoJobOperator(BaseOperator):
             done = finalize(hook, ref, outcome, on_finish_action=OnFinishAction(self.on_finish_action),
                             push_xcom=lambda key, value: ti.xcom_push(key=key, value=value), main_log=main,
                             metric_tags={"dag_id": ti.dag_id, "task_id": ti.task_id},
-                            links={link.name: url for link in LINKS
-                                   if (url := (self._link_urls or {}).get(link.xcom_key))})
+                            links=links_by_name(self._link_urls))
         except VolcanoJobError as error:
             self._lineage_run["failure"] = str(error).splitlines()[0]
             raise
@@ -707,30 +528,16 @@ class VolcanoJobOperator(BaseOperator):
             if start is not None:
                 deadline = (start + self.execution_timeout).timestamp()
         trigger = VolcanoJobTrigger(
-            ref.to_dict(), self.kubernetes_conn_id, limits=self._wait_limits().to_dict(), deadline=deadline,
+            ref.to_dict(), self.kubernetes_conn_id, limits=building.wait_limits(self).to_dict(), deadline=deadline,
             get_logs=self.get_logs, on_kill_action=self.on_kill_action,
             log_pods=[[pod, container] for pod, container in self._log_pods(job, ref.main_task)],
             probe_pods=[[pod, container] for pod, container in self._probed_pods(job, ref.main_task)],
         )
-        self._stop_if_killed_on_server(ref)
+        # Marked failed or cleared since the last heartbeat: Airflow would refuse the deferral (ownership.py).
+        self._ownership.stop_if_ended_on_server(ref, self.on_kill, self.on_kill_action, self.log)
         self.log.info("Deferring: the triggerer waits for Volcano Job %s/%s; this worker slot is free",
                       ref.namespace, ref.name)
         self.defer(trigger=trigger, method_name="execute_complete")
-
-    def _stop_if_killed_on_server(self, ref: JobRef) -> None:
-        """A user's "Mark failed" or "Clear" that changed the task instance's state after Airflow's last
-        heartbeat has not reached this process yet (no SIGTERM): Airflow would refuse the deferral ("not
-        in the running state") and call nothing of the task after it, neither a trigger nor on_kill, so
-        the Job would train on with nobody to delete it (found by the chaos soak). Settled here as
-        on_kill settles a kill. A state that cannot be read is no kill: the task defers."""
-        state = self._state_on_server()
-        if state in (None, "running"):
-            return
-        self.on_kill()
-        kept = " and kept (on_kill_action='keep_job')" if self.on_kill_action == OnKillAction.KEEP_JOB else ""
-        raise VolcanoJobError(f"The task instance is {state} on the server (a user marked it, or cleared it) as "
-                              f"it was about to defer: Airflow would run no trigger for Volcano Job "
-                              f"{ref.namespace}/{ref.name}{kept}")
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Resume after the trigger fired: the same finalize as the synchronous path."""
@@ -738,7 +545,7 @@ class VolcanoJobOperator(BaseOperator):
         from airflow_volcano.pod_logs import read_remaining_log
 
         outcome, ref = WaitOutcome.from_event(event)
-        self._job_ref, self._ti = ref, context["ti"]
+        self._ownership.ref, self._ownership.ti = ref, context["ti"]
         self.log.info("Resumed: the trigger reports Volcano Job %s/%s %s", ref.namespace, ref.name, outcome.describe())
         hook = self.hook
         hook.note_credentials_accepted()  # they created the Job: a 401 now is an expired token, retried
@@ -765,42 +572,8 @@ class VolcanoJobOperator(BaseOperator):
     def on_kill(self) -> None:
         """Delete the Job when a user kills the task, or when no later try will reattach to it; a worker
         stopping, or a timeout, with a try left keeps it for that try (ownership.kill_keeps_job)."""
-        from airflow_volcano.ownership import delete_job_and_script, kill_keeps_job
-
-        self._kill_requested = True
-        ref = self._job_ref
-        if ref is None or kill_keeps_job(ref, self._ti, self.on_kill_action, self._state_on_server, self.log):
-            return
-        self._job_ref = None
-        self.log.info("Task killed: deleting Volcano Job %s/%s", ref.namespace, ref.name)
-        delete_job_and_script(self.hook, ref)
-
-    def _state_on_server(self) -> str | None:
-        """The task instance's state as the API server has it ("none" when it has none: cleared);
-        None when it cannot be read."""
-        from airflow_volcano.ownership import ask_task_state
-
-        if self._ti is None:
-            return None
-        try:
-            return ask_task_state(self._ti.get_task_states, self._ti)
-        except Exception as error:  # noqa: BLE001 - an unknown state is reported as such
-            self.log.warning("Could not read the task instance's state: %s", error)
-            return None
+        self._ownership.kill(lambda: self.hook, self.on_kill_action, self.log)
 
 
 VolcanoJobOperator.template_fields = templated_fields(VolcanoJobOperator)
 
-
-def _new_cursor() -> LogCursor:
-    from airflow_volcano.logs import LogCursor
-
-    return LogCursor()
-
-
-@functools.cache
-def _request_arguments(operator: type) -> tuple[str, ...]:
-    """The JobRequest fields an operator class takes as arguments."""
-    converted = {"debug", "training_script", "job_template"}  # (converted by _job_request)
-    return tuple(sorted(declared.name for declared in operator_arguments(operator)
-                        if declared.in_request and declared.name not in converted))

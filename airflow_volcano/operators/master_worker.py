@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_volcano.constants import IfJobExists, OnFinishAction, OnKillAction, StallAction
 from airflow_volcano.manifest import DEFAULT_MASTER, DEFAULT_WORKER, max_job_name_length
-from airflow_volcano.operators.arguments import DEFAULT_DEFERRABLE
-from airflow_volcano.operators.job import VolcanoJobOperator, passed_on, take_arguments
+from airflow_volcano.operators.arguments import DEFAULT_DEFERRABLE, passed_on, take_arguments
+from airflow_volcano.operators.job import VolcanoJobOperator
 
 if TYPE_CHECKING:
     from airflow.sdk import Asset

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 # What the task pushes that the panel reads (the operator's XCom keys; the links' own keys, links.LINKS).
 KEYS = ("job_name", "main_pod", "main_task", RECORD_KEY)
-# The template fields of the operators (operators/job.py `templated_fields`) the panel reads.
+# The template fields of the operators (operators/arguments.py `templated_fields`) the panel reads.
 CONN_FIELD, MANIFEST_FIELD, NAMESPACE_FIELD = "kubernetes_conn_id", "job_manifest", "namespace"
 # Airflow's mark on a rendered field cut at [core] max_templated_field_length.
 TRUNCATED_PREFIX = "Truncated. You can change this behaviour in [core]max_templated_field_length. "

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_volcano import wait_steps
-from airflow_volcano.constants import CHECKED_LABEL, ENDED_POD_PHASES, OnKillAction
+from airflow_volcano.constants import ENDED_POD_PHASES, OnKillAction
 from airflow_volcano.events import Verdict, WaitOutcome
 from airflow_volcano.exceptions import VolcanoApiError
 from airflow_volcano.goodput import RunTimeline
@@ -32,7 +32,7 @@ from airflow_volcano.hooks import calls
 from airflow_volcano.job_ref import JobRef
 from airflow_volcano.logs import LOG_CHUNK_BYTES, LineSplitter, LogCursor, emit_unseen
 from airflow_volcano.masking import JobSecrets, secret_values
-from airflow_volcano.ownership import USER_ENDED_STATES, ask_task_state
+from airflow_volcano.ownership import cancellation_ends_job, nothing_to_stop, task_state
 from airflow_volcano.pod_logs import printed_at
 from airflow_volcano.status import Outcome, failed_pods, job_state, waited_view
 from airflow_volcano.triggers.job_watch import (
@@ -462,7 +462,7 @@ class VolcanoJobTrigger(BaseTrigger):
             self.log.warning("Cancelled, and the task's state is unknown (%s): keeping Volcano Job %s/%s",
                              error, ref.namespace, ref.name)
             return
-        if state not in USER_ENDED_STATES:
+        if not cancellation_ends_job(state):
             self.log.info("Cancelled while the task is %s (a triggerer stopping or handing over, or the task resumed "
                           "by another): keeping Volcano Job %s/%s", state, ref.namespace, ref.name)
             return
@@ -473,9 +473,10 @@ class VolcanoJobTrigger(BaseTrigger):
             self.log.warning("Cancelled while the task is %s, and Volcano Job %s/%s cannot be read (%s): keeping it",
                              state, ref.namespace, ref.name, error)
             return
-        if job is None or (ref.uid and job["metadata"].get("uid") != ref.uid):
-            return  # gone (a try deleted it), or its name is a later try's Job now
-        if job_state(job).finished or (job["metadata"].get("labels") or {}).get(CHECKED_LABEL) == "true":
+        why = nothing_to_stop(job, ref)
+        if why == "gone":
+            return  # a try deleted it, or its name is a later try's Job now
+        if why == "ended":
             self.log.info("Cancelled while the task is %s; Volcano Job %s/%s has ended (or a try reported it): "
                           "nothing to stop", state, ref.namespace, ref.name)
             return
@@ -483,13 +484,12 @@ class VolcanoJobTrigger(BaseTrigger):
         await self._delete_job()
 
     async def _task_state(self) -> str:
-        from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
         from asgiref.sync import sync_to_async
 
         ti = self.task_instance
         assert ti is not None, "a trigger the triggerer runs knows its task instance"
         # The triggerer answers this through its supervisor; sync_to_async keeps the event loop free.
-        return await sync_to_async(ask_task_state)(RuntimeTaskInstance.get_task_states, ti)
+        return await sync_to_async(task_state)(ti)
 
     async def on_kill(self) -> None:
         """A user marked the deferred task failed/success or cleared it: stop the training. The triggerer

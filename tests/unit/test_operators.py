@@ -58,8 +58,8 @@ def test_on_kill_deletes_the_job_only_when_no_later_try_will_watch_it(monkeypatc
     hook = Hook()
     monkeypatch.setattr(VolcanoPyTorchJobOperator, "hook", property(lambda _: hook))
     operator = VolcanoPyTorchJobOperator(task_id="train", name="train", namespace="ml")
-    operator._job_ref = JobRef(name="train", namespace="ml", uid="u1", script_configmap=None)
-    operator._ti = _TaskInstance(try_number, max_tries, state)
+    operator._ownership.ref = JobRef(name="train", namespace="ml", uid="u1", script_configmap=None)
+    operator._ownership.ti = _TaskInstance(try_number, max_tries, state)
     operator.on_kill()
     assert ("delete Job ml/train" in hook.done) == deleted, hook.done
 
@@ -80,12 +80,13 @@ def test_a_task_about_to_defer_that_is_no_longer_running_settles_its_job_instead
     monkeypatch.setattr(VolcanoPyTorchJobOperator, "hook", property(lambda _: hook))
     operator = VolcanoPyTorchJobOperator(task_id="train", name="train", namespace="ml", deferrable=True)
     ref = JobRef(name="train", namespace="ml", uid="u1", script_configmap=None)
-    operator._job_ref = ref
-    operator._ti = _TaskInstance(1, 1, state)
+    operator._ownership.ref = ref
+    operator._ownership.ti = _TaskInstance(1, 1, state)
+    stop = operator._ownership.stop_if_ended_on_server
     if stopped:
         with pytest.raises(VolcanoJobError, match=f"The task instance is {state} on the server .* as it was about "
                                                   "to defer: Airflow would run no trigger for Volcano Job ml/train"):
-            operator._stop_if_killed_on_server(ref)
+            stop(ref, operator.on_kill, operator.on_kill_action, operator.log)
     else:
-        operator._stop_if_killed_on_server(ref)
+        stop(ref, operator.on_kill, operator.on_kill_action, operator.log)
     assert ("delete Job ml/train" in hook.done) == stopped, hook.done

@@ -213,3 +213,54 @@ def test_a_task_instances_state_is_read_the_same_for_the_operator_the_trigger_an
 
     assert ask_task_state(get_task_states, TaskInstance()) == "success"
     assert asked == [{"dag_id": "d", "task_ids": ["train"], "run_ids": ["r"], "map_index": 3}]
+
+
+def test_the_kill_rules_of_the_operator_and_the_trigger_are_ownerships():
+    from airflow_volcano.job_ref import JobRef
+    from airflow_volcano.ownership import cancellation_ends_job, ended_on_server, nothing_to_stop
+
+    # About to defer: any known state but running was a user's (Airflow would refuse the deferral).
+    assert [ended_on_server(state) for state in (None, "running", "failed", "none", "queued")] == \
+        [False, False, True, True, True]
+    # A cancelled trigger before Airflow 3.3: only the states a user leaves a task in end the Job.
+    assert [cancellation_ends_job(state) for state in ("none", "failed", "success", "running", "scheduled")] == \
+        [True, True, True, False, False]
+
+    ref = JobRef(name="train", namespace="ml", uid="u1", script_configmap=None)
+
+    def job(uid: str = "u1", phase: str = "Running", labels: dict | None = None) -> dict:
+        return {"metadata": {"name": "train", "uid": uid, "labels": labels or {}},
+                "status": {"state": {"phase": phase}}}
+
+    assert nothing_to_stop(job(), ref) is None
+    assert nothing_to_stop(None, ref) == nothing_to_stop(job(uid="u2"), ref) == "gone"
+    assert nothing_to_stop(job(phase="Completed"), ref) == "ended"
+    assert nothing_to_stop(job(labels={"airflow-volcano.io/checked": "true"}), ref) == "ended"
+
+
+def test_a_task_instances_state_is_asked_through_its_own_reader_and_unknown_is_said():
+    from airflow_volcano.ownership import state_on_server, task_state
+
+    class TaskInstance:
+        dag_id, task_id, run_id, map_index = "d", "train", "r", -1
+
+        def __init__(self, answer: object) -> None:
+            self.answer = answer
+
+        def get_task_states(self, **_: object) -> dict:
+            if isinstance(self.answer, Exception):
+                raise self.answer
+            return {"r": {"train": self.answer}}
+
+    class Log:
+        def __init__(self) -> None:
+            self.said: list[str] = []
+
+        def warning(self, message: str, *args: object) -> None:
+            self.said.append(message % args)
+
+    assert task_state(TaskInstance("running")) == state_on_server(TaskInstance("running"), Log()) == "running"
+    log = Log()
+    assert state_on_server(TaskInstance(TimeoutError("read timed out")), log) is None
+    assert state_on_server(None, log) is None
+    assert log.said == ["Could not read the task instance's state: read timed out"]
