@@ -150,12 +150,12 @@ def collect_stacks(ref: JobRef, silent_for: float, report: Emit,
 
 # -- the one dispatch --------------------------------------------------------------------------------------
 
-R = TypeVar("R")  # what a driver's step returns: the engine's next action, or an awaitable of it
+_Next = TypeVar("_Next")  # what a driver's step returns: the engine's next action, or an awaitable of it
 
 
-class DriverSteps(ABC, Generic[R]):
+class DriverSteps(ABC, Generic[_Next]):
     """What a driver does for each of the engine's actions but Done (which ends its wait), each returning the
-    engine's next action: the worker's steps block (`R` is Action), the trigger's are coroutines (`R` an
+    engine's next action: the worker's steps block (`_Next` is Action), the trigger's are coroutines (`_Next` an
     Awaitable of it). Both drivers dispatch through STEPS with `step`, so a new action is one row there, one
     method here and one in each driver; a driver class lacking one fails where it is defined, at import."""
 
@@ -167,39 +167,39 @@ class DriverSteps(ABC, Generic[R]):
             raise TypeError(f"{cls.__qualname__} does not do the wait steps {', '.join(missing)}")
 
     @abstractmethod
-    def read_clock(self, action: ReadClock) -> R:
+    def read_clock(self, action: ReadClock) -> _Next:
         """Read the apiserver's time; the engine's `clock_read`."""
 
     @abstractmethod
-    def check_pods(self, action: CheckPods) -> R:
+    def check_pods(self, action: CheckPods) -> _Next:
         """Read the Job's pods (and, when asked, what explains scheduling: `scheduling_view`); `pods_seen`."""
 
     @abstractmethod
-    def read_queue(self, action: ReadQueue) -> R:
+    def read_queue(self, action: ReadQueue) -> _Next:
         """Read the queue the Job waits in; `queue_seen`."""
 
     @abstractmethod
-    def watch(self, action: Watch) -> R:
+    def watch(self, action: Watch) -> _Next:
         """Follow the Job's changes for up to `action.seconds`; `job_changed` / `job_deleted` / `watch_ended`."""
 
     @abstractmethod
-    def reread(self, action: Reread) -> R:
+    def reread(self, action: Reread) -> _Next:
         """Back off `action.after` seconds, read the Job again; `job_read` (or `job_unseen`)."""
 
     @abstractmethod
-    def delete_pods(self, action: DeletePods) -> R:
+    def delete_pods(self, action: DeletePods) -> _Next:
         """`delete_lost_pods`; `pods_deleted`."""
 
     @abstractmethod
-    def probe_output(self, action: ProbeOutput) -> R:
+    def probe_output(self, action: ProbeOutput) -> _Next:
         """`probe_output`; `output_probed`."""
 
     @abstractmethod
-    def collect_stacks(self, action: CollectStacks) -> R:
+    def collect_stacks(self, action: CollectStacks) -> _Next:
         """`collect_stacks`; `stacks_collected`."""
 
     @abstractmethod
-    def restart_job(self, action: RestartJob) -> R:
+    def restart_job(self, action: RestartJob) -> _Next:
         """`restart_gang`; `restart_requested`."""
 
 
@@ -221,7 +221,7 @@ if set(STEPS) != set(get_args(Step)) or {method.__name__ for method in STEPS.val
     raise TypeError("wait_steps.STEPS must give each of wait_engine.Step's actions one of DriverSteps' methods")
 
 
-def step(steps: DriverSteps[R], action: Step) -> R:
+def step(steps: DriverSteps[_Next], action: Step) -> _Next:
     """What `steps` (a driver's) does for `action`, by STEPS: the engine's next action (or an awaitable of it)."""
-    method: Callable[[Step], R] = getattr(steps, STEPS[type(action)].__name__)
+    method: Callable[[Step], _Next] = getattr(steps, STEPS[type(action)].__name__)
     return method(action)
