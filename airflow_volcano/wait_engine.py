@@ -286,8 +286,10 @@ class RestartJob:
     pods: tuple[PodRef, ...]
 
 
-Action = (Done | ReadClock | CheckPods | ReadQueue | Watch | Reread | DeletePods | ProbeOutput | CollectStacks
-          | RestartJob)
+# What the engine asks of a driver: a step to do at the cluster (each a method of wait_steps.DriverSteps, found
+# through wait_steps.STEPS), or Done.
+Step = ReadClock | CheckPods | ReadQueue | Watch | Reread | DeletePods | ProbeOutput | CollectStacks | RestartJob
+Action = Done | Step
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,16 @@
 """What a driver does at the cluster for the wait engine's actions, written once: programs of API calls
 (`hooks.calls`) that the worker's hook runs blocking (`VolcanoHook.drive`) and the triggerer's on its
 event loop (`AsyncVolcanoHook.drive`). Pure: they yield calls and sleeps, read no clock.
+
+And the one dispatch both drivers use: STEPS, each action's step, a method of `DriverSteps` that each
+driver implements (blocking in `wait_worker`, async in `triggers/job.py`), called by `step`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
+from typing import Any, Generic, TypeVar, get_args
 
 from airflow_volcano.exceptions import VolcanoApiError
 from airflow_volcano.hooks import calls
@@ -23,7 +27,21 @@ from airflow_volcano.stalls import (
     stall_notice,
 )
 from airflow_volcano.timestamps import parse_timestamp_ns
-from airflow_volcano.wait_engine import BLIND, PodRef, scheduling_subjects
+from airflow_volcano.wait_engine import (
+    BLIND,
+    CheckPods,
+    CollectStacks,
+    DeletePods,
+    PodRef,
+    ProbeOutput,
+    ReadClock,
+    ReadQueue,
+    Reread,
+    RestartJob,
+    Step,
+    Watch,
+    scheduling_subjects,
+)
 
 # A stacks read starts this long before the request: slack for the node's clock.
 STACKS_READ_SLACK_SECONDS = 10.0
@@ -128,3 +146,82 @@ def collect_stacks(ref: JobRef, silent_for: float, report: Emit,
     running = tuple(PodRef(pod, collection.uids.get(pod, "")) for pod, _ in collection.pods
                     if pod not in collection.unreachable)
     return collection.where(), running, lines
+
+
+# -- the one dispatch --------------------------------------------------------------------------------------
+
+_Next = TypeVar("_Next")  # what a driver's step returns: the engine's next action, or an awaitable of it
+
+
+class DriverSteps(ABC, Generic[_Next]):
+    """What a driver does for each of the engine's actions but Done (which ends its wait), each returning the
+    engine's next action: the worker's steps block (`_Next` is Action), the trigger's are coroutines (`_Next` an
+    Awaitable of it). Both drivers dispatch through STEPS with `step`, so a new action is one row there, one
+    method here and one in each driver; a driver class lacking one fails where it is defined, at import."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        missing = [method.__name__ for method in STEPS.values()
+                   if getattr(getattr(cls, method.__name__), "__isabstractmethod__", False)]
+        if missing:
+            raise TypeError(f"{cls.__qualname__} does not do the wait steps {', '.join(missing)}")
+
+    @abstractmethod
+    def read_clock(self, action: ReadClock) -> _Next:
+        """Read the apiserver's time; the engine's `clock_read`."""
+
+    @abstractmethod
+    def check_pods(self, action: CheckPods) -> _Next:
+        """Read the Job's pods (and, when asked, what explains scheduling: `scheduling_view`); `pods_seen`."""
+
+    @abstractmethod
+    def read_queue(self, action: ReadQueue) -> _Next:
+        """Read the queue the Job waits in; `queue_seen`."""
+
+    @abstractmethod
+    def watch(self, action: Watch) -> _Next:
+        """Follow the Job's changes for up to `action.seconds`; `job_changed` / `job_deleted` / `watch_ended`."""
+
+    @abstractmethod
+    def reread(self, action: Reread) -> _Next:
+        """Back off `action.after` seconds, read the Job again; `job_read` (or `job_unseen`)."""
+
+    @abstractmethod
+    def delete_pods(self, action: DeletePods) -> _Next:
+        """`delete_lost_pods`; `pods_deleted`."""
+
+    @abstractmethod
+    def probe_output(self, action: ProbeOutput) -> _Next:
+        """`probe_output`; `output_probed`."""
+
+    @abstractmethod
+    def collect_stacks(self, action: CollectStacks) -> _Next:
+        """`collect_stacks`; `stacks_collected`."""
+
+    @abstractmethod
+    def restart_job(self, action: RestartJob) -> _Next:
+        """`restart_gang`; `restart_requested`."""
+
+
+# Each action's step: the one table both drivers dispatch from.
+STEPS: dict[type[Step], Callable[..., Any]] = {
+    ReadClock: DriverSteps.read_clock,
+    CheckPods: DriverSteps.check_pods,
+    ReadQueue: DriverSteps.read_queue,
+    Watch: DriverSteps.watch,
+    Reread: DriverSteps.reread,
+    DeletePods: DriverSteps.delete_pods,
+    ProbeOutput: DriverSteps.probe_output,
+    CollectStacks: DriverSteps.collect_stacks,
+    RestartJob: DriverSteps.restart_job,
+}
+# An action without a step, or a step no action asks for, fails here, at import.
+if set(STEPS) != set(get_args(Step)) or {method.__name__ for method in STEPS.values()} != \
+        DriverSteps.__abstractmethods__:
+    raise TypeError("wait_steps.STEPS must give each of wait_engine.Step's actions one of DriverSteps' methods")
+
+
+def step(steps: DriverSteps[_Next], action: Step) -> _Next:
+    """What `steps` (a driver's) does for `action`, by STEPS: the engine's next action (or an awaitable of it)."""
+    method: Callable[[Step], _Next] = getattr(steps, STEPS[type(action)].__name__)
+    return method(action)

@@ -145,6 +145,64 @@ def _read_job(hook: VolcanoHook, engine: WaitEngine, ref: JobRef, clock: Callabl
     return engine.job_read(job, clock())
 
 
+class _BlockingSteps(wait_steps.DriverSteps[Action]):
+    """The worker's steps for the engine's actions (dispatched by `wait_steps.step`): blocking calls
+    through the sync hook, the waiter's own clock."""
+
+    def __init__(self, hook: VolcanoHook, ref: JobRef, engine: WaitEngine, clock: Callable[[], float],
+                 report: Emit) -> None:
+        self.hook, self.ref, self.engine, self.clock, self.report = hook, ref, engine, clock, report
+
+    def read_clock(self, action: ReadClock) -> Action:
+        return self.engine.clock_read(*read_server_clock(self.hook, self.clock))
+
+    def check_pods(self, action: CheckPods) -> Action:
+        pods = self.hook.list_job_pods(self.ref.name, self.ref.namespace)
+        podgroup, events = self.hook.drive(wait_steps.scheduling_view(self.engine.job, pods, action.scheduling))
+        return self.engine.pods_seen(pods, podgroup, events, self.clock())
+
+    def read_queue(self, action: ReadQueue) -> Action:
+        return self.engine.queue_seen(self.hook.drive(calls.queue_snapshot(action.queue, self.ref.namespace)),
+                                      self.clock())
+
+    def watch(self, action: Watch) -> Action:
+        next_action: Action | None = None
+        changes = self.hook.watch_job(self.ref.name, self.ref.namespace, resource_version=action.resource_version,
+                                      timeout_seconds=action.seconds)
+        try:
+            for kind, job in changes:
+                if kind == "DELETED":
+                    next_action = self.engine.job_deleted((job.get("metadata") or {}).get("uid"), self.clock())
+                else:
+                    next_action = self.engine.job_changed(job, self.clock())
+                if next_action is not None:
+                    break
+        finally:
+            changes.close()  # ends the watch request now, not when garbage-collected
+        return next_action if next_action is not None else self.engine.watch_ended(self.clock())
+
+    def reread(self, action: Reread) -> Action:
+        time.sleep(action.after)
+        return _read_job(self.hook, self.engine, self.ref, self.clock)
+
+    def delete_pods(self, action: DeletePods) -> Action:
+        self.hook.drive(wait_steps.delete_lost_pods(self.ref.namespace, action.pods, log.warning))
+        return self.engine.pods_deleted(self.clock())
+
+    def probe_output(self, action: ProbeOutput) -> Action:
+        return self.engine.output_probed(self.hook.drive(wait_steps.probe_output(self.ref.namespace, action.pods)),
+                                         self.clock())
+
+    def collect_stacks(self, action: CollectStacks) -> Action:
+        where, running, lines = self.hook.drive(
+            wait_steps.collect_stacks(self.ref, action.silent_for, self.report, action.requested_at))
+        return self.engine.stacks_collected(where, self.clock(), running, lines)
+
+    def restart_job(self, action: RestartJob) -> Action:
+        refused = self.hook.drive(wait_steps.restart_gang(self.ref.namespace, action.pods))
+        return self.engine.restart_requested(self.clock(), refused)
+
+
 def _drive(hook: VolcanoHook, ref: JobRef, limits: WaitLimits, clock: Callable[[], float], report: Emit,
            output: OutputClock, followed: tuple[FollowedLog, ...], timeline: RunTimeline | None = None) -> WaitOutcome:
     """The engine's actions, carried out blocking."""
@@ -152,45 +210,8 @@ def _drive(hook: VolcanoHook, ref: JobRef, limits: WaitLimits, clock: Callable[[
     engine = WaitEngine(ref, limits, report=report, output=output, followed=followed, timeline=timeline,
                         server_offset=None if server_time is None else server_time - read_at,
                         epoch_offset=time.time() - clock())
-    action: Action | None = _read_job(hook, engine, ref, clock)
-    while True:
-        match action:
-            case Done(outcome=outcome):
-                return outcome
-            case ReadClock():
-                action = engine.clock_read(*read_server_clock(hook, clock))
-            case CheckPods(scheduling=scheduling):
-                pods = hook.list_job_pods(ref.name, ref.namespace)
-                podgroup, events = hook.drive(wait_steps.scheduling_view(engine.job, pods, scheduling))
-                action = engine.pods_seen(pods, podgroup, events, clock())
-            case ReadQueue(queue=queue):
-                action = engine.queue_seen(hook.drive(calls.queue_snapshot(queue, ref.namespace)), clock())
-            case Watch(resource_version=resource_version, seconds=seconds):
-                action = None
-                changes = hook.watch_job(ref.name, ref.namespace, resource_version=resource_version,
-                                         timeout_seconds=seconds)
-                try:
-                    for kind, job in changes:
-                        if kind == "DELETED":
-                            action = engine.job_deleted((job.get("metadata") or {}).get("uid"), clock())
-                        else:
-                            action = engine.job_changed(job, clock())
-                        if action is not None:
-                            break
-                finally:
-                    changes.close()  # ends the watch request now, not when garbage-collected
-                if action is None:
-                    action = engine.watch_ended(clock())
-            case Reread(after=after):
-                time.sleep(after)
-                action = _read_job(hook, engine, ref, clock)
-            case DeletePods(pods=pods):
-                hook.drive(wait_steps.delete_lost_pods(ref.namespace, pods, log.warning))
-                action = engine.pods_deleted(clock())
-            case ProbeOutput(pods=pods):
-                action = engine.output_probed(hook.drive(wait_steps.probe_output(ref.namespace, pods)), clock())
-            case CollectStacks(silent_for=silent_for, requested_at=requested_at):
-                where, running, lines = hook.drive(wait_steps.collect_stacks(ref, silent_for, report, requested_at))
-                action = engine.stacks_collected(where, clock(), running, lines)
-            case RestartJob(pods=pods):
-                action = engine.restart_requested(clock(), hook.drive(wait_steps.restart_gang(ref.namespace, pods)))
+    steps = _BlockingSteps(hook, ref, engine, clock, report)
+    action = _read_job(hook, engine, ref, clock)
+    while not isinstance(action, Done):
+        action = wait_steps.step(steps, action)
+    return action.outcome

@@ -1,9 +1,10 @@
 """The operators' own arguments (those the Job is not built from), declared like JobRequest's, and what
-is generated from every declaration: the operators' `__init__` signatures and their `:param` lines.
+is generated from every declaration: the operators' `__init__` signatures and their `:param` lines, and the
+TaskFlow decorators' typed signatures (`@task.volcano_pytorch` takes what its operator class takes).
 
-Both are written into the operators' source by `python -m airflow_volcano.operators.arguments` (and
+They are written into the source by `python -m airflow_volcano.operators.arguments` (and
 tests/unit/test_argument_declarations.py fails when they are not current), so that IDEs and type
-checkers see every argument of every operator with its type, and `inspect.signature` and `__doc__`
+checkers see every argument of every operator and decorator with its type, and `inspect.signature` and `__doc__`
 show them at run time. An argument a class takes is one of its `argument_groups`' and not one of its
 `refused_arguments`; its `template_fields` are its templated arguments (`templated_fields`).
 """
@@ -16,7 +17,7 @@ import functools
 import json
 import os
 import textwrap
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum, StrEnum
 from pathlib import Path
@@ -312,12 +313,18 @@ def _code(declared: Declared) -> str:
     raise TypeError(f"{declared.name}: a default of type {type(value).__name__} needs a default_source")
 
 
+GENERATED = "# Generated from the declarations: python -m airflow_volcano.operators.arguments"
+
+
+def _parameter_lines(operator: type, indent: str) -> list[str]:
+    """The generated part of a signature: every argument `operator` takes, typed, with its default."""
+    return [f"{indent}{GENERATED}", *(f"{indent}{declared.name}: {declared.annotation} = {_code(declared)},"
+                                      for declared in operator_arguments(operator))]
+
+
 def signature_lines(operator: type) -> list[str]:
     """`operator`'s `def __init__(...) -> None:`, every argument it takes keyword-only and typed."""
-    return ["    def __init__(", "        self,", "        *,",
-            "        # Generated from the declarations: python -m airflow_volcano.operators.arguments",
-            *(f"        {declared.name}: {declared.annotation} = {_code(declared)},"
-              for declared in operator_arguments(operator)),
+    return ["    def __init__(", "        self,", "        *,", *_parameter_lines(operator, " " * 8),
             "        **kwargs: Any,", "    ) -> None:"]
 
 
@@ -342,6 +349,25 @@ def regenerated(source: str, operator: type) -> str:
     return "\n".join(lines)
 
 
+def regenerated_decorator(source: str, function: str, operator: type) -> str:
+    """`source` (a decorator's module) with the generated part of `function`'s first signature (its typed
+    overload, up to its `**kwargs: Any,`) written from `operator`'s arguments: a TaskFlow decorator takes what
+    the operator class it builds takes."""
+    lines = source.split("\n")
+    start = lines.index(f"def {function}(")
+    first = lines.index(f"    {GENERATED}", start)
+    end = lines.index("    **kwargs: Any,", first)
+    lines[first:end] = _parameter_lines(operator, " " * 4)
+    return "\n".join(lines)
+
+
+def generated_decorators() -> list[tuple[Callable[..., Any], type]]:
+    """The TaskFlow decorators whose typed signature is generated here, each with the operator class it builds."""
+    from airflow_volcano.decorators.volcano_pytorch import _VolcanoPyTorchDecoratedOperator, volcano_pytorch_task
+
+    return [(volcano_pytorch_task, _VolcanoPyTorchDecoratedOperator)]
+
+
 def generated_classes() -> list[type]:
     """The operator classes whose source is generated here."""
     from airflow_volcano.operators.deepspeed import VolcanoDeepSpeedJobOperator
@@ -359,11 +385,15 @@ def source_file(operator: type) -> Path:
 
 
 def regenerate() -> None:
-    """Rewrite the operators' generated source after a declaration changed."""
+    """Rewrite the operators' and decorators' generated source after a declaration changed."""
     for operator in generated_classes():
         path = source_file(operator)
         path.write_text(regenerated(path.read_text(), operator))
         print(f"{path}: {operator.__name__}")
+    for function, operator in generated_decorators():
+        path = source_file(operator)
+        path.write_text(regenerated_decorator(path.read_text(), function.__name__, operator))
+        print(f"{path}: {function.__name__}")
 
 
 if __name__ == "__main__":

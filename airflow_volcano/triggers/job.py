@@ -18,7 +18,7 @@ import importlib
 import random
 import time
 import traceback
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -30,7 +30,7 @@ from airflow_volcano.exceptions import VolcanoApiError
 from airflow_volcano.goodput import RunTimeline
 from airflow_volcano.hooks import calls
 from airflow_volcano.job_ref import JobRef
-from airflow_volcano.logs import LOG_CHUNK_BYTES, LineSplitter, LogCursor, emit_unseen
+from airflow_volcano.logs import LOG_CHUNK_BYTES, Emit, LineSplitter, LogCursor, emit_unseen
 from airflow_volcano.masking import JobSecrets, secret_values
 from airflow_volcano.ownership import cancellation_ends_job, nothing_to_stop, task_state
 from airflow_volcano.pod_logs import printed_at
@@ -41,6 +41,8 @@ from airflow_volcano.triggers.job_watch import (
     Deleted,
     JobPods,
     JobQueueView,
+    ServerClock,
+    SharedJobWatch,
     shared_job_watch,
     shared_pod_watch,
     shared_server_clock,
@@ -115,6 +117,59 @@ async def _read_job(hook: AsyncVolcanoHook, engine: WaitEngine, ref: JobRef, rea
             raise
         return engine.job_unseen(str(error), time.monotonic())
     return engine.job_read(waited_view(job), time.monotonic())
+
+
+class _AsyncSteps(wait_steps.DriverSteps[Awaitable[Action]]):
+    """The trigger's steps for the engine's actions (dispatched by `wait_steps.step`), on the event loop:
+    its Job's changes and pods from the triggerer's shared watches, its queue from the shared caches."""
+
+    def __init__(self, hook: AsyncVolcanoHook, ref: JobRef, engine: WaitEngine, changes: Changes, job_pods: JobPods,
+                 watch: SharedJobWatch, queue_view: JobQueueView, clock: ServerClock, say: Emit, warn: Emit) -> None:
+        self.hook, self.ref, self.engine, self.changes, self.job_pods = hook, ref, engine, changes, job_pods
+        self.reads, self.queue_view, self.clock, self.say, self.warn = watch.reads, queue_view, clock, say, warn
+
+    async def read_clock(self, action: ReadClock) -> Action:
+        offset = await self.clock.read(self.hook)
+        now = time.monotonic()
+        return self.engine.clock_read(None if offset is None else now + offset, now)
+
+    async def check_pods(self, action: CheckPods) -> Action:
+        engine = self.engine
+        cached = await self.queue_view.podgroup(engine.job) if action.scheduling and engine.job else None
+        async with self.reads:
+            pods = await self.job_pods.current()
+            podgroup, events = await self.hook.drive(wait_steps.scheduling_view(engine.job, pods, action.scheduling,
+                                                                                cached))
+        return engine.pods_seen(pods, podgroup, events, time.monotonic())
+
+    async def read_queue(self, action: ReadQueue) -> Action:
+        return self.engine.queue_seen(await self.queue_view.snapshot(action.queue, self.ref.namespace, self.hook),
+                                      time.monotonic())
+
+    async def watch(self, action: Watch) -> Action:
+        return await _follow(self.engine, self.changes, action.seconds)
+
+    async def reread(self, action: Reread) -> Action:
+        await asyncio.sleep(action.after)
+        return await _read_job(self.hook, self.engine, self.ref, self.reads)
+
+    async def delete_pods(self, action: DeletePods) -> Action:
+        await self.hook.drive(wait_steps.delete_lost_pods(self.ref.namespace, action.pods, self.warn))
+        return self.engine.pods_deleted(time.monotonic())
+
+    async def probe_output(self, action: ProbeOutput) -> Action:
+        async with self.reads:
+            newest = await self.hook.drive(wait_steps.probe_output(self.ref.namespace, action.pods))
+        return self.engine.output_probed(newest, time.monotonic())
+
+    async def collect_stacks(self, action: CollectStacks) -> Action:
+        where, running, lines = await self.hook.drive(
+            wait_steps.collect_stacks(self.ref, action.silent_for, self.say, action.requested_at))
+        return self.engine.stacks_collected(where, time.monotonic(), running, lines)
+
+    async def restart_job(self, action: RestartJob) -> Action:
+        refused = await self.hook.drive(wait_steps.restart_gang(self.ref.namespace, action.pods))
+        return self.engine.restart_requested(time.monotonic(), refused)
 
 
 def _leaving(pod: dict) -> bool:
@@ -299,50 +354,21 @@ class VolcanoJobTrigger(BaseTrigger):
                             followed=followed, timeline=job_pods.timeline)
         watch = shared_job_watch(self.kubernetes_conn_id, ref.namespace)
         queue_view = JobQueueView(self.kubernetes_conn_id, ref.name)
+        steps = _AsyncSteps(hook, ref, engine, changes, job_pods, watch, queue_view, clock, self._say,
+                            self.log.warning)
         action: Action = engine.job_read(job, time.monotonic())
         try:
             while True:
                 if not engine.starting:
                     await queue_view.close()  # no longer waiting to start: its queue is not read any more
-                match action:
-                    case Done(outcome=outcome):
-                        if outcome.verdict is Verdict.STALLED or (
-                                outcome.job is not None and job_state(outcome.job).outcome is Outcome.FAILED):
-                            return await self._noted_failures(ref, watch, job_pods, outcome)
-                        return outcome
-                    case CheckPods(scheduling=scheduling):
-                        cached = await queue_view.podgroup(engine.job) if scheduling and engine.job else None
-                        async with watch.reads:
-                            pods = await job_pods.current()
-                            podgroup, events = await hook.drive(wait_steps.scheduling_view(engine.job, pods,
-                                                                                           scheduling, cached))
-                        action = engine.pods_seen(pods, podgroup, events, time.monotonic())
-                    case ReadQueue(queue=queue):
-                        action = engine.queue_seen(await queue_view.snapshot(queue, ref.namespace, hook),
-                                                   time.monotonic())
-                    case Watch(seconds=seconds):
-                        action = await _follow(engine, changes, seconds)
-                    case Reread(after=after):
-                        await asyncio.sleep(after)
-                        action = await _read_job(hook, engine, ref, watch.reads)
-                    case DeletePods(pods=pods):
-                        await hook.drive(wait_steps.delete_lost_pods(ref.namespace, pods, self.log.warning))
-                        action = engine.pods_deleted(time.monotonic())
-                    case ProbeOutput(pods=pods):
-                        async with watch.reads:
-                            newest = await hook.drive(wait_steps.probe_output(ref.namespace, pods))
-                        action = engine.output_probed(newest, time.monotonic())
-                    case CollectStacks(silent_for=silent_for, requested_at=requested_at):
-                        where, running, lines = await hook.drive(
-                            wait_steps.collect_stacks(ref, silent_for, self._say, requested_at))
-                        action = engine.stacks_collected(where, time.monotonic(), running, lines)
-                    case RestartJob(pods=pods):
-                        refused = await hook.drive(wait_steps.restart_gang(ref.namespace, pods))
-                        action = engine.restart_requested(time.monotonic(), refused)
-                    case ReadClock():
-                        offset = await clock.read(hook)
-                        now = time.monotonic()
-                        action = engine.clock_read(None if offset is None else now + offset, now)
+                if isinstance(action, Done):
+                    outcome = action.outcome
+                    break
+                action = await wait_steps.step(steps, action)
+            if outcome.verdict is Verdict.STALLED or (
+                    outcome.job is not None and job_state(outcome.job).outcome is Outcome.FAILED):
+                return await self._noted_failures(ref, watch, job_pods, outcome)
+            return outcome
         finally:
             await queue_view.close()
 

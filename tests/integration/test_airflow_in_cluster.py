@@ -28,19 +28,13 @@ from kubernetes.client.rest import ApiException
 
 from airflow_volcano.preflight import main as preflight
 
+from ..log_lines import Lines
 from .conftest import REPO, create_test_namespace, token_client
 from .test_operator import seed_operator
 
 RBAC_HELM_CHART = REPO / "deploy" / "rbac-helm-chart.yaml"
 
 
-class Lines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
 POD_IDENTITY = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 

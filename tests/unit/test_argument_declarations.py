@@ -11,15 +11,17 @@ from collections import Counter
 
 import pytest
 
-from airflow_volcano.decorators.volcano_pytorch import _VolcanoPyTorchDecoratedOperator
+from airflow_volcano.decorators.volcano_pytorch import _VolcanoPyTorchDecoratedOperator, volcano_pytorch_task
 from airflow_volcano.exceptions import JobSpecError
 from airflow_volcano.manifest import JobRequest
 from airflow_volcano.operators.arguments import (
     OperatorArguments,
     declarations,
     generated_classes,
+    generated_decorators,
     operator_arguments,
     regenerated,
+    regenerated_decorator,
     source_file,
 )
 from airflow_volcano.operators.deepspeed import VolcanoDeepSpeedJobOperator
@@ -45,6 +47,9 @@ def test_the_generated_signatures_and_param_lines_are_current():
     for operator in generated_classes():
         text = source_file(operator).read_text()
         assert regenerated(text, operator) == text, f"{operator.__name__}: regenerate its signature and :param lines"
+    for function, operator in generated_decorators():
+        text = source_file(operator).read_text()
+        assert regenerated_decorator(text, function.__name__, operator) == text, f"{function.__name__}: regenerate"
 
 
 @pytest.mark.parametrize("operator", generated_classes(), ids=lambda cls: cls.__name__)
@@ -57,6 +62,34 @@ def test_each_signature_is_the_declared_arguments_with_their_types_and_defaults(
         assert parameter.kind is inspect.Parameter.KEYWORD_ONLY, item.name
         assert parameter.annotation == item.annotation, item.name
         assert parameter.default == item.default and type(parameter.default) is type(item.default), item.name
+
+
+def test_the_decorator_takes_the_operators_arguments_but_the_script_typed_and_defaulted_alike():
+    """A new argument of VolcanoPyTorchJobOperator is one of `@task.volcano_pytorch`'s too (or this fails)."""
+    operator = dict(inspect.signature(VolcanoPyTorchJobOperator.__init__).parameters)
+    decorator = dict(inspect.signature(volcano_pytorch_task).parameters)
+    for name in ("self", "training_script", "command"):  # the function is the script
+        del operator[name]
+    for name in ("python_callable", "multiple_outputs"):  # the decorator's own
+        del decorator[name]
+    assert list(decorator) == list(operator)
+    for name, parameter in operator.items():
+        assert decorator[name].kind is parameter.kind, name
+        assert decorator[name].annotation == parameter.annotation, name
+        assert decorator[name].default == parameter.default, name
+        assert type(decorator[name].default) is type(parameter.default), name
+
+
+def test_the_decorator_passes_on_only_the_arguments_given():
+    """As before its signature was typed: a default left out is the operator's own, and not among the kwargs the
+    decorated task keeps (which `.override`, mapping and the serialized DAG see)."""
+
+    def train() -> None:
+        pass
+
+    decorated = volcano_pytorch_task(image="img:1", worker_replicas=2, get_logs=False, task_id="t")(train)
+    assert decorated.kwargs == {"image": "img:1", "worker_replicas": 2, "get_logs": False, "task_id": "t"}
+    assert volcano_pytorch_task(train).kwargs == {"task_id": "train"}  # the bare decorator: nothing but its name
 
 
 @pytest.mark.parametrize("operator", OPERATORS, ids=lambda cls: cls.__name__)

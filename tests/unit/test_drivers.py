@@ -358,3 +358,48 @@ def test_the_worker_keeps_watching_through_the_deletion_of_an_older_job_of_the_s
     outcome = wait_worker._drive(Hook(cluster), REF, WaitLimits(node_lost_timeout=None), lambda: float(next(clock)),
                                  lambda line: None, OutputClock(), ())
     assert outcome.verdict is Verdict.FINISHED and outcome.phase == "Completed"
+
+
+# -- the one dispatch -------------------------------------------------------------------------------------
+
+
+def test_both_drivers_dispatch_every_action_from_the_one_table():
+    """Each action but Done has its step in wait_steps.STEPS, and each driver does every step (not abstract)."""
+    import inspect
+    import typing
+
+    from airflow_volcano import wait_engine, wait_steps, wait_worker
+    from airflow_volcano.triggers import job as trigger_job
+
+    assert set(wait_steps.STEPS) == set(typing.get_args(wait_engine.Action)) - {wait_engine.Done}
+    for driver, is_async in ((wait_worker._BlockingSteps, False), (trigger_job._AsyncSteps, True)):
+        assert not inspect.isabstract(driver), driver
+        for method in wait_steps.STEPS.values():
+            assert inspect.iscoroutinefunction(getattr(driver, method.__name__)) is is_async, (driver, method)
+
+
+def test_a_driver_lacking_a_step_fails_where_it_is_defined():
+    from airflow_volcano import wait_steps
+
+    with pytest.raises(TypeError, match="HalfDriver does not do the wait steps watch, reread"):
+        class HalfDriver(wait_steps.DriverSteps[Any]):
+            def read_clock(self, action: Any) -> Any: ...
+            def check_pods(self, action: Any) -> Any: ...
+            def read_queue(self, action: Any) -> Any: ...
+            def delete_pods(self, action: Any) -> Any: ...
+            def probe_output(self, action: Any) -> Any: ...
+            def collect_stacks(self, action: Any) -> Any: ...
+            def restart_job(self, action: Any) -> Any: ...
+
+
+def test_an_action_is_dispatched_to_its_drivers_step():
+    from airflow_volcano import wait_steps
+    from airflow_volcano.wait_engine import Reread, Watch
+
+    def doing(name: str) -> Any:
+        return lambda self, action: f"{name}({action})"
+
+    recorder = type("Recorder", (wait_steps.DriverSteps,), {method.__name__: doing(method.__name__)
+                                                            for method in wait_steps.STEPS.values()})()
+    assert wait_steps.step(recorder, Watch("7", 60)) == "watch(Watch(resource_version='7', seconds=60))"
+    assert wait_steps.step(recorder, Reread(2.0)) == "reread(Reread(after=2.0))"

@@ -4,7 +4,10 @@ values are masked there too, at any depth, and in the message; nothing else chan
 
 from __future__ import annotations
 
+import dataclasses
 import json
+
+import pytest
 
 from airflow_volcano.events import Verdict, WaitOutcome
 from airflow_volcano.job_ref import JobRef
@@ -41,3 +44,13 @@ def test_without_secrets_the_event_is_unchanged():
                           failed_pods={"a-master-0": failed_pod("a-master-0", "plain words")})
     ref = JobRef(name="a", namespace="ml")
     assert outcome.masked(JobSecrets().redact).to_event(ref) == outcome.to_event(ref)
+
+
+@pytest.mark.parametrize("value", [WaitOutcome(Verdict.FINISHED, phase="Completed"), JobRef(name="j", namespace="ml")],
+                         ids=lambda value: type(value).__name__)
+def test_the_values_that_cross_between_the_waiters_are_frozen(value):
+    """What travels between the worker, the triggerer and submission is changed by copying it
+    (dataclasses.replace), never in place."""
+    for item in dataclasses.fields(value):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(value, item.name, None)

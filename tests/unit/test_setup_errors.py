@@ -18,6 +18,8 @@ from airflow_volcano.hooks import calls
 from airflow_volcano.hooks.retry import ConnectionLossAware, short, unreachable_cause
 from airflow_volcano.hooks.volcano import AsyncVolcanoHook, VolcanoHook
 
+from ..log_lines import Lines
+
 
 @pytest.fixture
 def closed_port() -> int:
@@ -46,15 +48,6 @@ def unreachable_connection(tmp_path: Path, closed_port: int, monkeypatch) -> str
     return f"https://127.0.0.1:{closed_port}"
 
 
-class Lines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.lines: list[tuple[int, str]] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append((record.levelno, record.getMessage()))
-
-
 def test_the_sync_hook_names_the_connection_and_its_server_in_one_line(unreachable_connection):
     hook = VolcanoHook("training_cluster", retries=2)
     said = Lines()
@@ -75,7 +68,7 @@ def test_the_sync_hook_names_the_connection_and_its_server_in_one_line(unreachab
     assert "\n" not in message and "a-token-never-shown" not in message
     assert isinstance(raised.value, VolcanoApiError) and raised.value.status == 0, "the provider's API error"
     assert raised.value.__cause__ is None and raised.value.__suppress_context__, "no chained client traceback"
-    warnings = [line for level, line in said.lines if level >= logging.WARNING]
+    warnings = said.at_least(logging.WARNING)
     assert not [line for line in warnings if "Retrying" in line], "urllib3 retries nothing under the hook's retries"
     assert warnings == [f"list Jobs in ml failed (no answer: Connection refused); retrying in {delay}"
                         for delay in [warning.rsplit(" ", 1)[1] for warning in warnings]]
