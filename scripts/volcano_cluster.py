@@ -146,7 +146,7 @@ VERSION_ENV = {"volcano": "VOLCANO_CLUSTER_VOLCANO", "kubernetes": "VOLCANO_CLUS
 # The releases `up` and `build` choose when none is named, so `make test`'s newest corner: the newest
 # the whole suite has passed on. A wrapper module of a newer release is built and started only when
 # named, until it is moved here.
-DEFAULT_VERSIONS = {"volcano": "v1.14.1", "kubernetes": "v1.34.1"}
+DEFAULT_VERSIONS = {"volcano": "v1.15.1", "kubernetes": "v1.35.8"}
 
 
 def release_key(version: str) -> tuple[int, ...]:
