@@ -16,7 +16,7 @@ from airflow_volcano.exceptions import VolcanoJobError
 from airflow_volcano.manifest import TENSORBOARD_TASK, task_pods
 from airflow_volcano.manifest.names import pod_task
 from airflow_volcano.ownership import delete_job_and_script
-from airflow_volcano.wait_engine import WaitLimits, startup_problem
+from airflow_volcano.waiting.wait_engine import WaitLimits, startup_problem
 
 if TYPE_CHECKING:
     from airflow_volcano.hooks.volcano import VolcanoHook

@@ -22,8 +22,8 @@ from airflow_volcano.constants import (
     JobPhase,
     PodPhase,
 )
-from airflow_volcano.logs import hidden
 from airflow_volcano.manifest import retryable_exit_codes
+from airflow_volcano.observability.logs import hidden
 from airflow_volcano.timestamps import clock_text, parse_time, parse_timestamp_ns
 
 IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})

@@ -86,7 +86,7 @@ def read_with(reader: str, kubeconfig: str, lines: int) -> dict:
         manager.fetch_container_logs(pod, CONTAINER, follow=True, post_termination_timeout=3600)
     elif reader == "worker":
         from airflow_volcano.hooks.volcano import VolcanoHook
-        from airflow_volcano.logs import LogCursor, LogFollower
+        from airflow_volcano.observability.logs import LogCursor, LogFollower
 
         hook = VolcanoHook()
         log = structlog.get_logger("airflow.task")
@@ -94,7 +94,7 @@ def read_with(reader: str, kubeconfig: str, lines: int) -> dict:
         def open_stream(since: float | None) -> object:
             return hook.stream_pod_log(POD, NAMESPACE, container=CONTAINER, since=since)
 
-        from airflow_volcano.pod_logs import pod_line_emit
+        from airflow_volcano.observability.pod_logs import pod_line_emit
 
         follower = LogFollower(open_stream, LogCursor(), pod_line_emit(log, POD))
         baseline, started = rss_mib(), time.monotonic()
@@ -106,10 +106,10 @@ def read_with(reader: str, kubeconfig: str, lines: int) -> dict:
         import asyncio
 
         from airflow_volcano.job_ref import JobRef
-        from airflow_volcano.logs import LogCursor
-        from airflow_volcano.masking import JobSecrets
+        from airflow_volcano.observability.logs import LogCursor
+        from airflow_volcano.observability.masking import JobSecrets
         from airflow_volcano.triggers.job import VolcanoJobTrigger, _LogCopy
-        from airflow_volcano.wait_engine import OutputClock
+        from airflow_volcano.waiting.wait_engine import OutputClock
 
         ref = JobRef(name=JOB, namespace=NAMESPACE, main_container=CONTAINER)
         trigger = VolcanoJobTrigger(ref.to_dict(), "kubernetes_default")

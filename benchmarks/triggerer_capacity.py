@@ -296,7 +296,7 @@ def run_and_report(args: argparse.Namespace, running: list[dict], kubeconfig: st
     refs = [JobRef.from_job(job, "master").to_dict() for job in running]
     os.environ["AIRFLOW_CONN_KUBERNETES_DEFAULT"] = json.dumps(
         {"conn_type": "kubernetes", "extra": {"kube_config_path": kubeconfig}})
-    from airflow_volcano.wait_engine import WaitLimits
+    from airflow_volcano.waiting.wait_engine import WaitLimits
 
     # The operator's default node_lost_timeout keeps each trigger's pods followed while its Job runs; a
     # waiting Job waits as long as it takes (no startup_timeout).

@@ -51,8 +51,8 @@ def counting_hook():
 
 def ours(name: str, out: dict) -> None:
     from airflow_volcano.job_ref import JobRef
-    from airflow_volcano.wait_engine import WaitLimits
-    from airflow_volcano.wait_worker import wait_for_job
+    from airflow_volcano.waiting.wait_engine import WaitLimits
+    from airflow_volcano.waiting.wait_worker import wait_for_job
 
     hook = counting_hook()
     ref = JobRef.from_job(hook.get_job(name, NAMESPACE), "master")

@@ -37,11 +37,11 @@ from airflow_volcano.constants import (
     TASK_LABEL,
     TRY_NUMBER_LABEL,
 )
-from airflow_volcano.deployment import deployment_of
 from airflow_volcano.exceptions import VolcanoApiError
 from airflow_volcano.hooks.retry import REQUIRED
 from airflow_volcano.job_ref import owning_try
-from airflow_volcano.queueing import Priorities, QueueSnapshot
+from airflow_volcano.ownership.deployment import deployment_of
+from airflow_volcano.waiting.queueing import Priorities, QueueSnapshot
 
 T = TypeVar("T")
 # Turns a client's answer into the provider's value; `to_dict` is the client's own serializer

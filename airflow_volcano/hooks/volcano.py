@@ -73,8 +73,8 @@ from airflow_volcano.hooks.retry import (
     short,
     status_of,
 )
-from airflow_volcano.logs import LOG_CHUNK_BYTES
 from airflow_volcano.manifest.compatibility import VERSION_OPTION, VolcanoFeatures
+from airflow_volcano.observability.logs import LOG_CHUNK_BYTES
 
 T = TypeVar("T")
 

@@ -27,9 +27,9 @@ from airflow_volcano.manifest import (
 )
 from airflow_volcano.manifest.names import pod_name
 from airflow_volcano.manifest.policies import restarts_on_eviction
-from airflow_volcano.masking import MASKED_ANNOTATION, mark_masked_places, register_secrets
+from airflow_volcano.observability.masking import MASKED_ANNOTATION, mark_masked_places, register_secrets
 from airflow_volcano.operators.arguments import request_arguments
-from airflow_volcano.orphans import TaskInstanceId
+from airflow_volcano.ownership.orphans import TaskInstanceId
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_volcano.operators.job import VolcanoJobOperator
-    from airflow_volcano.wait_engine import WaitLimits
+    from airflow_volcano.waiting.wait_engine import WaitLimits
 
 
 def task_manifests(operator: VolcanoJobOperator, context: Context | None) -> JobManifests:
@@ -115,7 +115,7 @@ def task_file_folders(operator: VolcanoJobOperator) -> list[Path]:
 
 def wait_limits(operator: VolcanoJobOperator) -> WaitLimits:
     """The wait's limits from `operator`'s timeouts, checked (a bad one fails before submitting)."""
-    from airflow_volcano.wait_engine import WaitLimits  # not at DAG parse
+    from airflow_volcano.waiting.wait_engine import WaitLimits  # not at DAG parse
 
     if operator.stall_timeout is not None and not operator.get_logs:
         raise JobSpecError(f"stall_timeout={operator.stall_timeout!r} needs get_logs=True: a stall is a main pod "

@@ -6,9 +6,9 @@ this operator with arguments that build a master/worker Job.
 This module is Airflow's side only: the arguments, templating, execute, execute_complete, on_kill,
 dry_run and the OpenLineage hooks. Each step is another module's: build the manifests
 (`operators/building.py` over `airflow_volcano.manifest`, pure), submit or reattach
-(`airflow_volcano.submission`), publish the Job's XCom and links (`airflow_volcano.links`), wait
-(`airflow_volcano.wait_worker`, or the trigger when deferrable), finalize (logs, result, cleanup, the
-failure's explanation; `airflow_volcano.finalize`, shared with the sensor and the deferred path). What a
+(`airflow_volcano.ownership.submission`), publish the Job's XCom and links (`airflow_volcano.links`), wait
+(`airflow_volcano.waiting.wait_worker`, or the trigger when deferrable), finalize (logs, result, cleanup, the
+failure's explanation; `airflow_volcano.ownership.finalize`, shared with the sensor and the deferred path). What a
 kill or a failure does to the Job is `airflow_volcano.ownership`'s, shared with the trigger and the
 sensor. Every cluster call goes through `VolcanoHook`; the kubernetes client is imported lazily so
 that parsing a DAG stays cheap.
@@ -32,11 +32,11 @@ from airflow_volcano.constants import (
     StallAction,
 )
 from airflow_volcano.exceptions import VolcanoJobError
-from airflow_volcano.lineage import as_asset, fill_model_asset_events
 from airflow_volcano.links import LINKS, job_link_urls, links_by_name, publish
 from airflow_volcano.local_files import read_training_script
 from airflow_volcano.manifest import JobKind, JobManifests, TrainingScript, max_job_name_length, seconds
-from airflow_volcano.masking import register_secrets, shown, shown_yaml
+from airflow_volcano.observability.lineage import as_asset, fill_model_asset_events
+from airflow_volcano.observability.masking import register_secrets, shown, shown_yaml
 from airflow_volcano.operators import building
 from airflow_volcano.operators.arguments import (
     DEFAULT_DEFERRABLE,
@@ -49,11 +49,11 @@ from airflow_volcano.ownership import TryOwnership
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_volcano.events import WaitOutcome
     from airflow_volcano.hooks.volcano import VolcanoHook
     from airflow_volcano.job_ref import JobRef
-    from airflow_volcano.logs import LogCursor
-    from airflow_volcano.pod_logs import PodLogCopy
+    from airflow_volcano.observability.logs import LogCursor
+    from airflow_volcano.observability.pod_logs import PodLogCopy
+    from airflow_volcano.waiting.events import WaitOutcome
 
 
 class VolcanoJobOperator(BaseOperator):
@@ -424,12 +424,12 @@ class VolcanoJobOperator(BaseOperator):
         return VolcanoHook(kubernetes_conn_id=self.kubernetes_conn_id)
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_volcano import wait_worker
         from airflow_volcano.debug_session import debug_session
-        from airflow_volcano.deployment import this_deployment
         from airflow_volcano.manifest.compatibility import fit_to_volcano
         from airflow_volcano.ownership import claim, sweep_orphans_before_submitting
-        from airflow_volcano.submission import submit_or_reattach
+        from airflow_volcano.ownership.deployment import this_deployment
+        from airflow_volcano.ownership.submission import submit_or_reattach
+        from airflow_volcano.waiting import wait_worker
 
         manifests = self._manifests or self.build_manifests(context)
         hook = self.hook
@@ -472,7 +472,7 @@ class VolcanoJobOperator(BaseOperator):
 
     def _log_copies(self, ref: JobRef, job: dict, cursors: dict[str, LogCursor] | None = None) -> list[PodLogCopy]:
         """The main pod's log (get_logs) first, then every pod of log_tasks (pod_logs.log_copies)."""
-        from airflow_volcano.pod_logs import log_copies
+        from airflow_volcano.observability.pod_logs import log_copies
 
         pods = ([(ref.main_pod, ref.main_pod_container)] if self.get_logs else []) + \
             self._log_pods(job, ref.main_task)
@@ -480,7 +480,7 @@ class VolcanoJobOperator(BaseOperator):
 
     def _finalize(self, hook: VolcanoHook, ref: JobRef, outcome: WaitOutcome, context: Context,
                   copies: list[PodLogCopy]) -> dict[str, Any]:
-        from airflow_volcano.finalize import finalize
+        from airflow_volcano.ownership.finalize import finalize
         from airflow_volcano.status import job_state
 
         ti = context["ti"]
@@ -513,7 +513,7 @@ class VolcanoJobOperator(BaseOperator):
         return self._openlineage(self._lineage_run)
 
     def _openlineage(self, run: dict[str, Any] | None = None) -> Any:
-        from airflow_volcano.lineage import operator_lineage
+        from airflow_volcano.observability.lineage import operator_lineage
 
         return operator_lineage(inlets=self.inlets, outlets=self.outlets, checkpoint_dir=self.checkpoint_dir,
                                 job=self._manifests.job if self._manifests is not None else None,
@@ -541,8 +541,8 @@ class VolcanoJobOperator(BaseOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Resume after the trigger fired: the same finalize as the synchronous path."""
-        from airflow_volcano.events import Verdict, WaitOutcome
-        from airflow_volcano.pod_logs import read_remaining_log
+        from airflow_volcano.observability.pod_logs import read_remaining_log
+        from airflow_volcano.waiting.events import Verdict, WaitOutcome
 
         outcome, ref = WaitOutcome.from_event(event)
         self._ownership.ref, self._ownership.ti = ref, context["ti"]

@@ -24,9 +24,14 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from airflow_volcano.deployment import DEPLOYMENT_OPTION, DEPLOYMENT_VARIABLE, known_deployment_id, of_deployment
 from airflow_volcano.manifest.names import pod_name
-from airflow_volcano.orphans import TaskInstanceId
+from airflow_volcano.ownership.deployment import (
+    DEPLOYMENT_OPTION,
+    DEPLOYMENT_VARIABLE,
+    known_deployment_id,
+    of_deployment,
+)
+from airflow_volcano.ownership.orphans import TaskInstanceId
 from airflow_volcano.panel.view import LOG_TAIL_BYTES, LOG_TAIL_LINES, RECORD_KEY, log_tail, panel, progress_from_log
 
 if TYPE_CHECKING:
@@ -207,9 +212,9 @@ def read_job(conn_id: str, namespace: str | None, name: str, ti: TaskInstanceId,
     pods, why it waits (blocking). Nothing more is read of a Job that names another task instance."""
     from airflow_volcano.hooks import calls
     from airflow_volcano.hooks.volcano import VolcanoHook
-    from airflow_volcano.masking import JobSecrets, secret_values
-    from airflow_volcano.queueing import queue_of, waiting_report
+    from airflow_volcano.observability.masking import JobSecrets, secret_values
     from airflow_volcano.status import job_state
+    from airflow_volcano.waiting.queueing import queue_of, waiting_report
 
     hook = VolcanoHook(kubernetes_conn_id=conn_id)
     namespace = namespace or hook.get_namespace() or "default"

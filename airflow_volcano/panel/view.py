@@ -15,12 +15,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from airflow_volcano.constants import TASK_LABEL
-from airflow_volcano.goodput import RunTimeline, goodput, phase_changes
-from airflow_volcano.logs import hidden, iter_lines
-from airflow_volcano.progress import PROGRESS_MARKER, Progress
-from airflow_volcano.queueing import WaitingReport
+from airflow_volcano.observability.goodput import RunTimeline, goodput, phase_changes
+from airflow_volcano.observability.logs import hidden, iter_lines
 from airflow_volcano.status import PodLogTail, failed_pods, first_failures, job_state, pod_problem
 from airflow_volcano.timestamps import parse_time, parse_timestamp_ns
+from airflow_volcano.waiting.progress import PROGRESS_MARKER, Progress
+from airflow_volcano.waiting.queueing import WaitingReport
 
 RECORD_KEY = "volcano_panel"  # the XCom key of what the task recorded at its end
 LOG_TAIL_LINES = 100  # a pod's last lines, as the panel shows them

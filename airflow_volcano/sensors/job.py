@@ -61,7 +61,7 @@ class VolcanoJobSensor(BaseSensorOperator):
         from airflow_volcano.ownership import watched_only
         from airflow_volcano.status import job_state
         from airflow_volcano.triggers.job import VolcanoJobTrigger
-        from airflow_volcano.wait_engine import WaitLimits
+        from airflow_volcano.waiting.wait_engine import WaitLimits
 
         result = self.poke(context)
         if isinstance(result, PokeReturnValue):
@@ -84,7 +84,7 @@ class VolcanoJobSensor(BaseSensorOperator):
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
-        from airflow_volcano.events import Verdict, WaitOutcome
+        from airflow_volcano.waiting.events import Verdict, WaitOutcome
 
         ended, _ref = WaitOutcome.from_event(event)
         if ended.verdict in (Verdict.DEADLINE, Verdict.JOB_TIMEOUT):
@@ -103,12 +103,12 @@ class VolcanoJobSensor(BaseSensorOperator):
         return self.namespace or hook.get_namespace() or "default"
 
     def poke(self, context: Context) -> PokeReturnValue | bool:
-        from airflow_volcano.events import Verdict, WaitOutcome
-        from airflow_volcano.finalize import finalize
         from airflow_volcano.hooks.volcano import VolcanoHook
+        from airflow_volcano.observability.pod_logs import main_log_copy, read_remaining_log
         from airflow_volcano.ownership import watched_only
-        from airflow_volcano.pod_logs import main_log_copy, read_remaining_log
+        from airflow_volcano.ownership.finalize import finalize
         from airflow_volcano.status import job_state
+        from airflow_volcano.waiting.events import Verdict, WaitOutcome
 
         hook = VolcanoHook(kubernetes_conn_id=self.kubernetes_conn_id)
         namespace = self._namespace(hook)

@@ -1,7 +1,7 @@
 """VolcanoJobTrigger: waits for a Volcano Job in the triggerer, so no worker slot is held.
 
-It drives the same wait engine as the worker (`airflow_volcano.wait_engine`), carries out its actions
-with the same programs (`airflow_volcano.wait_steps`), and fires one event: the engine's verdict
+It drives the same wait engine as the worker (`airflow_volcano.waiting.wait_engine`), carries out its actions
+with the same programs (`airflow_volcano.waiting.wait_steps`), and fires one event: the engine's verdict
 (`events.WaitOutcome.to_event`). The worker then resumes in `execute_complete`, which runs the shared
 finalize path. While waiting it copies the followed pods' new log lines into the task log (the main
 pod's, and log_tasks'), every `log_interval` seconds and at once when one of them ends or is being
@@ -23,17 +23,15 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_volcano import wait_steps
 from airflow_volcano.constants import ENDED_POD_PHASES, OnKillAction
-from airflow_volcano.events import Verdict, WaitOutcome
 from airflow_volcano.exceptions import VolcanoApiError
-from airflow_volcano.goodput import RunTimeline
 from airflow_volcano.hooks import calls
 from airflow_volcano.job_ref import JobRef
-from airflow_volcano.logs import LOG_CHUNK_BYTES, Emit, LineSplitter, LogCursor, emit_unseen
-from airflow_volcano.masking import JobSecrets, secret_values
+from airflow_volcano.observability.goodput import RunTimeline
+from airflow_volcano.observability.logs import LOG_CHUNK_BYTES, Emit, LineSplitter, LogCursor, emit_unseen
+from airflow_volcano.observability.masking import JobSecrets, secret_values
+from airflow_volcano.observability.pod_logs import printed_at
 from airflow_volcano.ownership import cancellation_ends_job, nothing_to_stop, task_state
-from airflow_volcano.pod_logs import printed_at
 from airflow_volcano.status import Outcome, failed_pods, job_state, waited_view
 from airflow_volcano.triggers.job_watch import (
     WATCH_BROKEN,
@@ -47,7 +45,9 @@ from airflow_volcano.triggers.job_watch import (
     shared_pod_watch,
     shared_server_clock,
 )
-from airflow_volcano.wait_engine import (
+from airflow_volcano.waiting import wait_steps
+from airflow_volcano.waiting.events import Verdict, WaitOutcome
+from airflow_volcano.waiting.wait_engine import (
     Action,
     CheckPods,
     CollectStacks,

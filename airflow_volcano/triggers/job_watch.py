@@ -31,12 +31,12 @@ from typing import Any
 
 from airflow_volcano.constants import JOB_NAME_LABEL
 from airflow_volcano.exceptions import VolcanoApiError, WatchExpired
-from airflow_volcano.goodput import RunTimeline
 from airflow_volcano.hooks import calls
-from airflow_volcano.masking import secret_values
-from airflow_volcano.queueing import Priorities, QueueSnapshot, podgroup_view, queue_view
+from airflow_volcano.observability.goodput import RunTimeline
+from airflow_volcano.observability.masking import secret_values
 from airflow_volcano.status import pod_problem, pod_view, waited_view
-from airflow_volcano.wait_engine import backoff_after_drops
+from airflow_volcano.waiting.queueing import Priorities, QueueSnapshot, podgroup_view, queue_view
+from airflow_volcano.waiting.wait_engine import backoff_after_drops
 
 log = logging.getLogger(__name__)
 

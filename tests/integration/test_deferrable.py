@@ -118,7 +118,7 @@ def hostile_log() -> list[str | bytes]:
     """A master log over one chunk of the trigger's read (LOG_CHUNK_BYTES): numbered Chinese lines,
     one line of invalid UTF-8, and a padding line chosen so that a full first chunk would end inside
     a 3-byte character."""
-    from airflow_volcano.logs import LOG_CHUNK_BYTES
+    from airflow_volcano.observability.logs import LOG_CHUNK_BYTES
 
     body = [f"{i:04d} " + "训练" * 50 for i in range(1100)]
     body[500] = b"0500 bad bytes \xff\xfe then " + "训练".encode()

@@ -441,7 +441,7 @@ def test_a_job_left_by_a_task_marked_failed_after_its_worker_died_is_deleted_by_
     from airflow.utils.session import create_session
 
     from airflow_volcano.constants import ORPHANED_AT_ANNOTATION
-    from airflow_volcano.orphans import ORPHAN_GRACE
+    from airflow_volcano.ownership.orphans import ORPHAN_GRACE
 
     script = tmp_path / "train.py"
     script.write_text("print('training')\n")

@@ -37,9 +37,9 @@ from airflow_volcano.hooks import calls
 from airflow_volcano.hooks.volcano import VolcanoHook
 from airflow_volcano.operators.deepspeed import VolcanoDeepSpeedJobOperator
 from airflow_volcano.operators.pytorch import VolcanoPyTorchJobOperator
-from airflow_volcano.stalls import STACKS_REQUEST_ANNOTATION
-from airflow_volcano.wait_engine import PodRef
-from airflow_volcano.wait_steps import restart_gang
+from airflow_volcano.waiting.stalls import STACKS_REQUEST_ANNOTATION
+from airflow_volcano.waiting.wait_engine import PodRef
+from airflow_volcano.waiting.wait_steps import restart_gang
 
 from .conftest import ALLOWED_PRIVILEGES, VOLCANO
 from .jobs import SIM, pytorch_job

@@ -29,7 +29,7 @@ import yaml
 from kubernetes import client, utils
 
 from airflow_volcano.constants import TASK_INSTANCE_ANNOTATION
-from airflow_volcano.orphans import TaskInstanceId
+from airflow_volcano.ownership.orphans import TaskInstanceId
 from airflow_volcano.panel.app import CACHE_SECONDS
 from airflow_volcano.panel.plugin import PREFIX
 

@@ -49,7 +49,7 @@ def test_the_trigger_copies_a_real_containers_log_whole_in_one_streamed_read(
     import asyncio
 
     from airflow_volcano.job_ref import JobRef
-    from airflow_volcano.logs import LOG_CHUNK_BYTES, LogCursor
+    from airflow_volcano.observability.logs import LOG_CHUNK_BYTES, LogCursor
     from airflow_volcano.triggers.job import VolcanoJobTrigger
 
     write = ("import sys\n"
@@ -61,9 +61,9 @@ def test_the_trigger_copies_a_real_containers_log_whole_in_one_streamed_read(
     trigger = VolcanoJobTrigger(ref.to_dict(), "kubernetes_default")
 
     async def copy() -> None:
-        from airflow_volcano.masking import JobSecrets
+        from airflow_volcano.observability.masking import JobSecrets
         from airflow_volcano.triggers.job import _LogCopy
-        from airflow_volcano.wait_engine import OutputClock
+        from airflow_volcano.waiting.wait_engine import OutputClock
 
         trigger._secrets = JobSecrets()
         await trigger._copy_new_lines(await trigger._hook(), cluster.namespace,
@@ -102,8 +102,8 @@ def test_a_hostile_real_log_is_copied_escaped_and_cut_in_bounded_memory_in_both_
 
     from airflow_volcano.hooks.volcano import VolcanoHook
     from airflow_volcano.job_ref import JobRef
-    from airflow_volcano.logs import MAX_LINE_BYTES, LogCursor
-    from airflow_volcano.pod_logs import PodLogCopy, read_remaining_log
+    from airflow_volcano.observability.logs import MAX_LINE_BYTES, LogCursor
+    from airflow_volcano.observability.pod_logs import PodLogCopy, read_remaining_log
     from airflow_volcano.triggers.job import VolcanoJobTrigger
 
     run_writer_pod(cluster, real_node, "hostile-master-0", HOSTILE_WRITER)
@@ -137,9 +137,9 @@ def test_a_hostile_real_log_is_copied_escaped_and_cut_in_bounded_memory_in_both_
     trigger_cursor = LogCursor()
 
     async def trigger_copy() -> None:
-        from airflow_volcano.masking import JobSecrets
+        from airflow_volcano.observability.masking import JobSecrets
         from airflow_volcano.triggers.job import _LogCopy
-        from airflow_volcano.wait_engine import OutputClock
+        from airflow_volcano.waiting.wait_engine import OutputClock
 
         trigger._secrets = JobSecrets()
         await trigger._copy_new_lines(await trigger._hook(), cluster.namespace,

@@ -62,7 +62,7 @@ def test_a_secret_a_failing_pod_prints_is_masked_in_the_trigger_event_and_the_ta
     from its run(). (The failed pods' statuses an event may carry, whose termination message is a failed
     container's last lines, are masked too: tests/unit/test_event_masking.py.)"""
     from airflow_volcano.hooks.volcano import VolcanoHook
-    from airflow_volcano.submission import submit
+    from airflow_volcano.ownership.submission import submit
     from airflow_volcano.triggers.job import VolcanoJobTrigger
 
     secret = "hf_leaky_token_98765abcd"

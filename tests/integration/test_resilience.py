@@ -172,7 +172,7 @@ def test_two_hundred_deferred_triggers_share_one_watch_through_an_apiserver_rest
     from airflow_volcano.job_ref import JobRef
     from airflow_volcano.triggers.job import VolcanoJobTrigger
     from airflow_volcano.triggers.job_watch import shared_job_watch
-    from airflow_volcano.wait_engine import WaitLimits
+    from airflow_volcano.waiting.wait_engine import WaitLimits
 
     from .jobs import pytorch_job
 
@@ -241,7 +241,7 @@ def test_an_expired_token_on_the_shared_watch_fails_no_deferred_task(cluster, ku
     from airflow_volcano.job_ref import JobRef
     from airflow_volcano.triggers import job_watch
     from airflow_volcano.triggers.job import VolcanoJobTrigger
-    from airflow_volcano.wait_engine import WaitLimits
+    from airflow_volcano.waiting.wait_engine import WaitLimits
 
     from .jobs import pytorch_job
 

@@ -10,7 +10,7 @@ from airflow_volcano.hooks import calls
 from airflow_volcano.job_ref import JobRef
 from airflow_volcano.triggers.job import VolcanoJobTrigger
 from airflow_volcano.triggers.job_watch import JobPods, shared_job_watch, shared_pod_watch
-from airflow_volcano.wait_engine import WaitLimits
+from airflow_volcano.waiting.wait_engine import WaitLimits
 
 from .jobs import pytorch_job
 

@@ -13,7 +13,7 @@ from airflow_volcano.kubelet import ExpandVars, container_string, process_string
 from airflow_volcano.manifest import TrainingScript, managed_flag
 from airflow_volcano.operators.deepspeed import VolcanoDeepSpeedJobOperator
 from airflow_volcano.operators.pytorch import VolcanoPyTorchJobOperator
-from airflow_volcano.wait_engine import WaitLimits
+from airflow_volcano.waiting.wait_engine import WaitLimits
 
 from .test_manifest import build, build_template, container, error_of, seed, template_error
 

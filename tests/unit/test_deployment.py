@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_volcano.deployment import deployment_id
 from airflow_volcano.exceptions import JobSpecError
+from airflow_volcano.ownership.deployment import deployment_id
 
 
 class Variables:

@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from airflow_volcano.events import Verdict
 from airflow_volcano.exceptions import VolcanoApiError
 from airflow_volcano.hooks import calls
 from airflow_volcano.hooks.calls import Program, Sleep
 from airflow_volcano.job_ref import JobRef
-from airflow_volcano.wait_engine import OutputClock, WaitLimits
+from airflow_volcano.waiting.events import Verdict
+from airflow_volcano.waiting.wait_engine import OutputClock, WaitLimits
 
 from .test_status import job
 
@@ -137,7 +137,7 @@ class AsyncHook:
 
 
 def worker_wait(cluster: Cluster, limits: WaitLimits) -> Any:
-    from airflow_volcano import wait_worker
+    from airflow_volcano.waiting import wait_worker
 
     clock = iter(range(1000, 100000, 10))
     return wait_worker._drive(SyncHook(cluster), REF, limits, lambda: float(next(clock)), lambda line: None,
@@ -145,7 +145,7 @@ def worker_wait(cluster: Cluster, limits: WaitLimits) -> Any:
 
 
 def trigger_wait(cluster: Cluster, limits: WaitLimits) -> Any:
-    from airflow_volcano.masking import JobSecrets
+    from airflow_volcano.observability.masking import JobSecrets
     from airflow_volcano.triggers.job import VolcanoJobTrigger
     from airflow_volcano.triggers.job_watch import Changes, JobPods
 
@@ -222,8 +222,8 @@ def test_both_drivers_read_a_waiting_jobs_queue_and_end_a_wait_that_can_never_st
 
 
 def test_the_programs_a_driver_runs_carry_the_uid_precondition():
-    from airflow_volcano import wait_steps
-    from airflow_volcano.wait_engine import PodRef
+    from airflow_volcano.waiting import wait_steps
+    from airflow_volcano.waiting.wait_engine import PodRef
 
     program = wait_steps.delete_lost_pods("ml", [PodRef("train-worker-0", "uid-0")], lambda line: None)
     call = next(program)
@@ -232,8 +232,8 @@ def test_the_programs_a_driver_runs_carry_the_uid_precondition():
 
 
 def test_a_restart_nobody_may_do_is_refused_with_the_apiservers_words():
-    from airflow_volcano import wait_steps
-    from airflow_volcano.wait_engine import PodRef
+    from airflow_volcano.waiting import wait_steps
+    from airflow_volcano.waiting.wait_engine import PodRef
 
     cluster = Cluster([job("Running", running=1)], [])
     cluster.refuse_deletes = True
@@ -248,8 +248,8 @@ def test_a_restart_nobody_may_do_is_refused_with_the_apiservers_words():
 def test_a_stack_read_is_capped_and_the_report_says_so():
     """Each read of a pod's log for its stacks asks the apiserver for at most STACKS_MAX_BYTES; a read
     that brings that much is said in the report (the stacks may lie past it)."""
-    from airflow_volcano import wait_steps
-    from airflow_volcano.stalls import STACKS_MAX_BYTES
+    from airflow_volcano.waiting import wait_steps
+    from airflow_volcano.waiting.stalls import STACKS_MAX_BYTES
 
     running = {"metadata": {"name": "train-master-0", "uid": "u1", "labels": {}},
                "spec": {"containers": [{"name": "master"}]}, "status": {"phase": "Running"}}
@@ -340,7 +340,7 @@ def test_both_drivers_wait_while_the_apiserver_does_not_serve_volcano_jobs(wait)
 
 
 def test_the_worker_keeps_watching_through_the_deletion_of_an_older_job_of_the_same_name():
-    from airflow_volcano import wait_worker
+    from airflow_volcano.waiting import wait_worker
 
     mine = job("Running", running=1)
     mine["metadata"]["uid"] = "job-uid"
@@ -368,8 +368,8 @@ def test_both_drivers_dispatch_every_action_from_the_one_table():
     import inspect
     import typing
 
-    from airflow_volcano import wait_engine, wait_steps, wait_worker
     from airflow_volcano.triggers import job as trigger_job
+    from airflow_volcano.waiting import wait_engine, wait_steps, wait_worker
 
     assert set(wait_steps.STEPS) == set(typing.get_args(wait_engine.Action)) - {wait_engine.Done}
     for driver, is_async in ((wait_worker._BlockingSteps, False), (trigger_job._AsyncSteps, True)):
@@ -379,7 +379,7 @@ def test_both_drivers_dispatch_every_action_from_the_one_table():
 
 
 def test_a_driver_lacking_a_step_fails_where_it_is_defined():
-    from airflow_volcano import wait_steps
+    from airflow_volcano.waiting import wait_steps
 
     with pytest.raises(TypeError, match="HalfDriver does not do the wait steps watch, reread"):
         class HalfDriver(wait_steps.DriverSteps[Any]):
@@ -393,8 +393,8 @@ def test_a_driver_lacking_a_step_fails_where_it_is_defined():
 
 
 def test_an_action_is_dispatched_to_its_drivers_step():
-    from airflow_volcano import wait_steps
-    from airflow_volcano.wait_engine import Reread, Watch
+    from airflow_volcano.waiting import wait_steps
+    from airflow_volcano.waiting.wait_engine import Reread, Watch
 
     def doing(name: str) -> Any:
         return lambda self, action: f"{name}({action})"

@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from airflow_volcano.events import Verdict, WaitOutcome
 from airflow_volcano.job_ref import JobRef
-from airflow_volcano.masking import JobSecrets
+from airflow_volcano.observability.masking import JobSecrets
 from airflow_volcano.status import pod_view
+from airflow_volcano.waiting.events import Verdict, WaitOutcome
 
 SECRET = "hf_event_token_0c4e9a"
 

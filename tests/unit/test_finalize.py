@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 from airflow_volcano.constants import OnFinishAction
-from airflow_volcano.events import Verdict, WaitOutcome
 from airflow_volcano.exceptions import VolcanoJobError
-from airflow_volcano.finalize import finalize
 from airflow_volcano.job_ref import JobRef
-from airflow_volcano.logs import LogCursor
-from airflow_volcano.pod_logs import PodLogCopy
+from airflow_volcano.observability.logs import LogCursor
+from airflow_volcano.observability.pod_logs import PodLogCopy
+from airflow_volcano.ownership.finalize import finalize
+from airflow_volcano.waiting.events import Verdict, WaitOutcome
 
 from .test_status import job
 

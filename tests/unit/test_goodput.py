@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_volcano.goodput import BUCKETS, RunTimeline, accelerators, goodput, phase_changes
-from airflow_volcano.progress import Progress
+from airflow_volcano.observability.goodput import BUCKETS, RunTimeline, accelerators, goodput, phase_changes
+from airflow_volcano.waiting.progress import Progress
 
 T0 = 1_767_261_600.0  # 2026-01-01T10:00:00Z
 

@@ -11,7 +11,7 @@ import pytest
 from airflow.sdk import DAG, Asset
 
 from airflow_volcano.exceptions import JobSpecError
-from airflow_volcano.lineage import dataset_of, image_digest, model_asset_extra, reported_model
+from airflow_volcano.observability.lineage import dataset_of, image_digest, model_asset_extra, reported_model
 from airflow_volcano.operators.deepspeed import VolcanoDeepSpeedJobOperator
 from airflow_volcano.operators.pytorch import VolcanoPyTorchJobOperator
 
@@ -144,7 +144,7 @@ def test_the_deepspeed_facet_names_its_launcher(tmp_path):
 def test_the_facets_schema_documents_every_field_of_the_facets():
     import attr
 
-    from airflow_volcano.lineage_facets import SCHEMA, VolcanoJobFacet, VolcanoRunFacet
+    from airflow_volcano.observability.lineage_facets import SCHEMA, VolcanoJobFacet, VolcanoRunFacet
 
     schema = json.loads((Path(__file__).resolve().parents[2] / "docs" / "openlineage-facets.json").read_text())
     assert SCHEMA == schema["$id"] + "#/$defs/"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from airflow_volcano.logs import LogCursor, emit_new_lines
+from airflow_volcano.observability.logs import LogCursor, emit_new_lines
 from airflow_volcano.timestamps import parse_timestamp_ns
 
 
@@ -67,7 +67,7 @@ def test_a_read_resumes_at_or_before_the_last_line():
 
 
 def test_lines_split_across_chunks_anywhere_come_out_whole_and_decoded():
-    from airflow_volcano.logs import LineSplitter
+    from airflow_volcano.observability.logs import LineSplitter
 
     data = "a 训练\n".encode() + b"b \xff\n" + "c 训练\n".encode() + "d 末".encode()
     expected = ["a 训练", "b \ufffd", "c 训练", "d 末"]
@@ -88,7 +88,7 @@ def test_lines_split_across_chunks_anywhere_come_out_whole_and_decoded():
 def test_a_line_without_end_is_cut_and_says_so_in_bounded_memory():
     import tracemalloc
 
-    from airflow_volcano.logs import MAX_LINE_BYTES, LineSplitter
+    from airflow_volcano.observability.logs import MAX_LINE_BYTES, LineSplitter
 
     splitter = LineSplitter()
     tracemalloc.start()
@@ -107,7 +107,7 @@ def test_a_line_without_end_is_cut_and_says_so_in_bounded_memory():
 
 
 def test_control_characters_are_shown_escaped_and_cannot_move_the_cursor():
-    from airflow_volcano.logs import LineSplitter
+    from airflow_volcano.observability.logs import LineSplitter
 
     raw = (f"{stamp(1)} x\r2999-01-01T00:00:00Z forged\n{stamp(2)} \x1b[31mred\x1b[0m\ttab 10%\r 20%\r\n"
            f"{stamp(3)} bell\x07 nul\x00 sep\u2028end\n{stamp(4)} last\n").encode()
@@ -123,7 +123,7 @@ def test_control_characters_are_shown_escaped_and_cannot_move_the_cursor():
 def test_a_line_a_progress_bar_redrew_is_shown_as_its_latest_state():
     """tqdm redraws with carriage returns; the runtime ends a log line only at a newline: 150 s of a bar
     came into the task log as one 14,222-character line of 301 redraws (issue 41)."""
-    from airflow_volcano.logs import LineSplitter, latest_state
+    from airflow_volcano.observability.logs import LineSplitter, latest_state
 
     shown: list[str] = []
     bar = "\r".join(f"epoch 1: {percent:3d}%|{'#' * (percent // 10)}" for percent in range(0, 101, 5))

@@ -535,7 +535,7 @@ def test_pod_names_stay_within_63_characters_for_every_index():
 
 
 def test_shown_yaml_round_trips_both_documents_configmap_first():
-    from airflow_volcano.masking import shown_yaml
+    from airflow_volcano.observability.masking import shown_yaml
 
     manifests = build(training_script=TrainingScript("t.py", "print('你好')\n"), namespace="ml")
     configmap, job = yaml.safe_load_all(shown_yaml(*manifests.documents()))

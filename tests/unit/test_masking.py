@@ -10,12 +10,18 @@ from typing import Any
 import pytest
 from airflow.sdk._shared.secrets_masker import SecretsMasker
 
-from airflow_volcano import masking
 from airflow_volcano.constants import OnFinishAction
-from airflow_volcano.events import Verdict, WaitOutcome
 from airflow_volcano.exceptions import VolcanoJobError
-from airflow_volcano.finalize import finalize
-from airflow_volcano.masking import MASKED_ANNOTATION, JobSecrets, mark_masked_places, masked_values, secret_values
+from airflow_volcano.observability import masking
+from airflow_volcano.observability.masking import (
+    MASKED_ANNOTATION,
+    JobSecrets,
+    mark_masked_places,
+    masked_values,
+    secret_values,
+)
+from airflow_volcano.ownership.finalize import finalize
+from airflow_volcano.waiting.events import Verdict, WaitOutcome
 
 from .test_finalize import REF, Hook
 

@@ -15,7 +15,7 @@ from airflow_volcano.constants import (
     ORPHANED_AT_ANNOTATION,
     TASK_INSTANCE_ANNOTATION,
 )
-from airflow_volcano.orphans import ORPHAN_GRACE, TaskInstanceId, candidates, orphans, sweep_orphans
+from airflow_volcano.ownership.orphans import ORPHAN_GRACE, TaskInstanceId, candidates, orphans, sweep_orphans
 
 OWN = TaskInstanceId("train", "fit", "scheduled__2026-11-27T00:00:00+00:00")
 OLD = TaskInstanceId("train", "fit", "scheduled__2026-11-26T00:00:00+00:00")
@@ -169,7 +169,7 @@ def test_another_deployments_job_of_the_same_task_instance_is_never_marked_nor_d
 
 
 def test_other_dags_orphans_are_counted_in_the_task_log_never_named(monkeypatch):
-    from airflow_volcano import orphans as module
+    from airflow_volcano.ownership import orphans as module
 
     said: list[str] = []
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 
-from airflow_volcano.goodput import RunTimeline
-from airflow_volcano.masking import JobSecrets
+from airflow_volcano.observability.goodput import RunTimeline
+from airflow_volcano.observability.masking import JobSecrets
 from airflow_volcano.panel.app import Cache
 from airflow_volcano.panel.view import log_tail, panel, pod_rows, progress_from_log
 
@@ -111,7 +111,7 @@ RENDERED = {"kubernetes_conn_id": "kubernetes_default", "job_manifest": MANIFEST
 def annotated(body: dict, dag_id: str = "train_dag", task_id: str = "train", run_id: str = "manual__1",
               namespace: str = "ml", name: str = "train", uid: str = "uid-train") -> dict:
     from airflow_volcano.constants import TASK_INSTANCE_ANNOTATION
-    from airflow_volcano.orphans import TaskInstanceId
+    from airflow_volcano.ownership.orphans import TaskInstanceId
 
     body["metadata"].update(name=name, namespace=namespace, uid=uid, annotations={
         TASK_INSTANCE_ANNOTATION: TaskInstanceId(dag_id, task_id, run_id, -1).annotation("delete_job")})
@@ -285,7 +285,7 @@ def test_links_are_http_or_https_only_live_and_recorded(monkeypatch):
 def test_the_waiting_report_names_no_job_of_another_namespace_or_dag(monkeypatch):
     """Jobs ahead are named only if they are of the task's namespace and DAG (their task-instance
     annotation, which Volcano copies to the PodGroup); the others are counted."""
-    from airflow_volcano.queueing import QueueSnapshot
+    from airflow_volcano.waiting.queueing import QueueSnapshot
 
     def podgroup(name: str, created: int, namespace: str = "ml", dag_id: str | None = "train_dag") -> dict:
         """The PodGroup of Job `name`, with its Job's annotation (None: a Job no task instance names)."""

@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_volcano.events import Verdict, WaitOutcome
 from airflow_volcano.hostfile_launch import HostfileLaunch
 from airflow_volcano.job_ref import JobRef
 from airflow_volcano.kubelet import process_string
-from airflow_volcano.logs import LogCursor, emit_new_lines
 from airflow_volcano.manifest import checkpoint_subdir
 from airflow_volcano.manifest.pod_runtime import SIGNAL_FORWARDER, without_signal_forwarding
+from airflow_volcano.observability.logs import LogCursor, emit_new_lines
 from airflow_volcano.shell import read
 from airflow_volcano.status import lost_pods, pod_view, shared_memory_hint
-from airflow_volcano.wait_engine import WaitLimits
+from airflow_volcano.waiting.events import Verdict, WaitOutcome
+from airflow_volcano.waiting.wait_engine import WaitLimits
 
 from .test_manifest import SCRIPT, build, build_template, error_of, seed, task
 
@@ -198,7 +198,7 @@ def test_stall_timeout_mounts_the_pods_annotations_and_ships_the_sitecustomize_a
         SITECUSTOMIZE_ENV,
         SITECUSTOMIZE_SHOWN,
     )
-    from airflow_volcano.masking import shown, shown_yaml
+    from airflow_volcano.observability.masking import shown, shown_yaml
 
     job = build(training_script=SCRIPT, stall_timeout=120).job
     for name in ("master", "worker"):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from airflow_volcano.logs import LogCursor, emit_new_lines
-from airflow_volcano.progress import Progress, duration_text, report_progress
+from airflow_volcano.observability.logs import LogCursor, emit_new_lines
+from airflow_volcano.waiting.progress import Progress, duration_text, report_progress
 
 SECOND = 10**9
 START = 1_767_261_600 * SECOND  # 2026-01-01T10:00:00Z

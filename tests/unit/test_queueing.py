@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 from decimal import Decimal
 
-from airflow_volcano.events import Verdict
-from airflow_volcano.queueing import (
+from airflow_volcano.status import unschedulable_message
+from airflow_volcano.waiting.events import Verdict
+from airflow_volcano.waiting.queueing import (
     Priorities,
     QueueSnapshot,
     amount,
@@ -16,8 +17,7 @@ from airflow_volcano.queueing import (
     podgroup_view,
     waiting_report,
 )
-from airflow_volcano.status import unschedulable_message
-from airflow_volcano.wait_engine import (
+from airflow_volcano.waiting.wait_engine import (
     QUEUE_REFRESH_SECONDS,
     WAITING_REPEAT_SECONDS,
     CheckPods,

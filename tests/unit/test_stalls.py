@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import datetime
 
-from airflow_volcano.logs import LogCursor, emit_new_lines
-from airflow_volcano.stalls import StackCollection, parse_stacks
+from airflow_volcano.observability.logs import LogCursor, emit_new_lines
+from airflow_volcano.waiting.stalls import StackCollection, parse_stacks
 
 from .test_status import pod
 

@@ -13,7 +13,7 @@ from airflow_volcano.status import (
     job_state,
     unschedulable_message,
 )
-from airflow_volcano.wait_engine import WaitLimits, startup_problem
+from airflow_volcano.waiting.wait_engine import WaitLimits, startup_problem
 
 
 def job(phase: str | None, **status: int) -> dict:
@@ -245,8 +245,8 @@ def test_failure_message_says_an_exit_code_was_not_retryable_and_when_the_budget
 
 
 def test_the_trigger_event_survives_its_dict_form_and_reads_an_older_one():
-    from airflow_volcano.events import Verdict, WaitOutcome
-    from airflow_volcano.logs import LogCursor
+    from airflow_volcano.observability.logs import LogCursor
+    from airflow_volcano.waiting.events import Verdict, WaitOutcome
 
     ref = JobRef(name="train", namespace="ml")
     event = WaitOutcome(Verdict.JOB_TIMEOUT, message="job_timeout of 60s passed", log_cursor=LogCursor(lines_shown=3))

@@ -12,7 +12,7 @@ import pytest
 from airflow_volcano.constants import CHECKED_LABEL, ORPHANED_AT_ANNOTATION, REQUEST_HASH_ANNOTATION, IfJobExists
 from airflow_volcano.exceptions import JobSpecError, VolcanoApiError, VolcanoJobError
 from airflow_volcano.job_ref import JobRef
-from airflow_volcano.submission import submit_or_reattach
+from airflow_volcano.ownership.submission import submit_or_reattach
 
 from .test_arguments import built
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_volcano.events import Verdict
 from airflow_volcano.job_ref import JobRef
-from airflow_volcano.wait_engine import (
+from airflow_volcano.waiting.events import Verdict
+from airflow_volcano.waiting.wait_engine import (
     CheckPods,
     DeletePods,
     Done,
@@ -205,7 +205,7 @@ def running(version: str, **status: int) -> dict:
 
 
 def test_a_running_job_without_output_for_stall_timeout_has_its_stacks_collected_then_fails():
-    from airflow_volcano.wait_engine import CollectStacks
+    from airflow_volcano.waiting.wait_engine import CollectStacks
 
     output = OutputClock()
     wait, reported = engine(WaitLimits(stall_timeout=60), output=output)
@@ -224,7 +224,7 @@ def test_a_running_job_without_output_for_stall_timeout_has_its_stacks_collected
 
 
 def test_stall_action_restart_asks_for_a_gang_restart_and_starts_the_clock_again():
-    from airflow_volcano.wait_engine import CollectStacks, RestartJob
+    from airflow_volcano.waiting.wait_engine import CollectStacks, RestartJob
 
     wait, reported = engine(WaitLimits(stall_timeout=120, stall_action="restart"))
     wait.job_read(running("7"), now=1000)
@@ -281,7 +281,7 @@ def test_stall_timeout_is_seconds_or_a_timedelta_and_stall_action_one_of_two():
 def test_time_the_waiter_cannot_see_a_log_is_not_silence():
     """A log read failing (the apiserver cannot reach the kubelet) for longer than stall_timeout: no stall
     meanwhile, and once it can read again the clock goes on from where it stopped, not from zero."""
-    from airflow_volcano.wait_engine import CollectStacks
+    from airflow_volcano.waiting.wait_engine import CollectStacks
 
     output = OutputClock()
     wait, _ = engine(WaitLimits(stall_timeout=60), output=output)
@@ -308,8 +308,8 @@ def test_a_waiter_that_just_started_counts_no_silence_before_its_first_read():
 def test_a_stall_is_confirmed_by_a_fresh_read_of_every_followed_log_before_it_is_acted_on():
     """A followed stream may hang without failing, a copy may lag: before collecting stacks the engine
     asks for each followed pod's newest line; output the copy had not reached yet is output."""
-    from airflow_volcano.logs import LogCursor
-    from airflow_volcano.wait_engine import BLIND, CollectStacks, FollowedLog, ProbeOutput
+    from airflow_volcano.observability.logs import LogCursor
+    from airflow_volcano.waiting.wait_engine import BLIND, CollectStacks, FollowedLog, ProbeOutput
 
     cursor = LogCursor(last_ns=1_000_000_000_000)
     followed = (FollowedLog("train-master-0", "master", cursor),)
@@ -330,7 +330,7 @@ def test_pods_whose_output_counts_without_being_copied_are_probed_on_the_waiters
     """A DeepSpeed rank's heartbeat shows only in its worker pod's log: its newest line is read every
     quarter of stall_timeout; a newer one (the node's timestamps, compared with that pod's own) is
     output at the time the waiter saw it."""
-    from airflow_volcano.wait_engine import CollectStacks, FollowedLog, ProbeOutput
+    from airflow_volcano.waiting.wait_engine import CollectStacks, FollowedLog, ProbeOutput
 
     worker = FollowedLog("train-worker-0", "worker")
     wait, _ = engine(WaitLimits(stall_timeout=60), output=OutputClock(), followed=(worker,))
@@ -346,7 +346,7 @@ def test_pods_whose_output_counts_without_being_copied_are_probed_on_the_waiters
 
 
 def test_a_refused_restart_fails_the_stall_once_saying_why():
-    from airflow_volcano.wait_engine import CollectStacks, RestartJob
+    from airflow_volcano.waiting.wait_engine import CollectStacks, RestartJob
 
     wait, _ = engine(WaitLimits(stall_timeout=60, stall_action="restart"))
     wait.job_read(running("7"), now=1000)
@@ -361,7 +361,7 @@ def test_a_refused_restart_fails_the_stall_once_saying_why():
 
 def test_repeated_stalls_are_capped():
     from airflow_volcano.constants import MAX_STALL_RESTARTS
-    from airflow_volcano.wait_engine import CollectStacks, RestartJob
+    from airflow_volcano.waiting.wait_engine import CollectStacks, RestartJob
 
     wait, _ = engine(WaitLimits(stall_timeout=60, stall_action="restart"))
     now, pods = 1000.0, (PodRef("train-master-0", "u1"),)
@@ -580,7 +580,7 @@ def test_job_age_is_counted_on_the_apiservers_clock_whatever_the_waiters_says(sk
 
 
 def test_without_the_apiservers_clock_no_age_decides_anything_and_the_clock_is_read_again():
-    from airflow_volcano.wait_engine import ReadClock
+    from airflow_volcano.waiting.wait_engine import ReadClock
 
     wait, reported = engine(WaitLimits(job_timeout=60, startup_timeout=30), server_offset=None, ref=OWNED)
     assert wait.job_read(started("Running", running=3), now=99999) == ReadClock()

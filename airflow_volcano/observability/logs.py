@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from airflow_volcano.progress import PROGRESS_MARKER, Progress
 from airflow_volcano.timestamps import parse_timestamp_ns
+from airflow_volcano.waiting.progress import PROGRESS_MARKER, Progress
 
 Emit = Callable[[str], None]
 # Where a copied log line goes: its text, and when the pod printed it (the node's nanoseconds), if known.

@@ -28,15 +28,15 @@ from airflow_volcano.constants import (
     TRY_NUMBER_LABEL,
     IfJobExists,
 )
-from airflow_volcano.deployment import deployment_of
 from airflow_volcano.exceptions import JobSpecError, VolcanoApiError, VolcanoJobError
 from airflow_volcano.hooks import calls
 from airflow_volcano.job_ref import JobRef
 from airflow_volcano.manifest import JobManifests, identity_labels, is_debug_job, script_configmap_name
 from airflow_volcano.manifest.build import REQUEST_HASH_SCHEME
 from airflow_volcano.ownership import STATE_STORE_KEY, delete_job_and_script
-from airflow_volcano.queueing import QUEUE_READER, queue_refusal
+from airflow_volcano.ownership.deployment import deployment_of
 from airflow_volcano.status import job_state
+from airflow_volcano.waiting.queueing import QUEUE_READER, queue_refusal
 
 if TYPE_CHECKING:
     from airflow_volcano.hooks.volcano import VolcanoHook

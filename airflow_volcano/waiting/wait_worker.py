@@ -12,15 +12,15 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from airflow_volcano import wait_steps
-from airflow_volcano.events import WaitOutcome
 from airflow_volcano.exceptions import VolcanoApiError
-from airflow_volcano.goodput import RunTimeline
 from airflow_volcano.hooks import calls
-from airflow_volcano.logs import Emit, LogFollower
-from airflow_volcano.pod_logs import PodLogCopy, pod_log_stream, read_remaining_log
+from airflow_volcano.observability.goodput import RunTimeline
+from airflow_volcano.observability.logs import Emit, LogFollower
+from airflow_volcano.observability.pod_logs import PodLogCopy, pod_log_stream, read_remaining_log
 from airflow_volcano.status import pod_problem, pod_view
-from airflow_volcano.wait_engine import (
+from airflow_volcano.waiting import wait_steps
+from airflow_volcano.waiting.events import WaitOutcome
+from airflow_volcano.waiting.wait_engine import (
     RUNNING_WATCH_SECONDS,
     Action,
     CheckPods,

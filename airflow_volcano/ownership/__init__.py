@@ -8,8 +8,9 @@ instance, read in one place (`task_state`, `ask_task_state`, `state_in`): a user
 or "Clear" ends the Job, a worker or triggerer stopping with a try left keeps it for that try
 (`kill_keeps_job`, `ended_on_server`, `cancellation_ends_job`). The operator holds its try's side in a
 `TryOwnership`; the trigger asks the same rules. Jobs no try will watch again are swept by later
-submissions (orphans.py). Deleting takes only the Job this try owns (its uid), never one a later try
-reattached to.
+submissions (`ownership.orphans`). Submitting and reattaching (`submission`), the end of every wait and
+its cleanup (`finalize`) and this deployment's identity (`deployment`) live beside it. Deleting takes
+only the Job this try owns (its uid), never one a later try reattached to.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from airflow_volcano.status import job_state
 if TYPE_CHECKING:
     from airflow_volcano.hooks.volcano import VolcanoHook
     from airflow_volcano.manifest import JobManifests
-    from airflow_volcano.orphans import TaskInstanceId
+    from airflow_volcano.ownership.orphans import TaskInstanceId
 
 # Airflow's task-time logger, as an operator's own `self.log` is: its lines are the task log's.
 log = structlog.get_logger(f"airflow.task.{__name__}")
@@ -178,7 +179,7 @@ def sweep_orphans_before_submitting(hook: VolcanoHook, namespace: str, own: Task
     """Mark, then delete, the Jobs no try will watch again (orphans.py), freeing what they hold before
     this task's Job queues. A sweep that cannot read or ask deletes nothing and never fails the task,
     unless the apiserver does not answer at all: then submitting could not either, and says so at once."""
-    from airflow_volcano.orphans import sweep_orphans
+    from airflow_volcano.ownership.orphans import sweep_orphans
 
     if not hasattr(ti, "get_task_states"):
         return

@@ -13,7 +13,7 @@ import structlog
 
 from airflow_volcano.constants import STARTED_POD_PHASES
 from airflow_volcano.exceptions import VolcanoApiError
-from airflow_volcano.logs import LineEmit, LogCursor, emit_new_lines, iter_lines
+from airflow_volcano.observability.logs import LineEmit, LogCursor, emit_new_lines, iter_lines
 
 if TYPE_CHECKING:
     from airflow_volcano.hooks.volcano import VolcanoHook

@@ -11,15 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from airflow_volcano import metrics
 from airflow_volcano.constants import OnFinishAction
-from airflow_volcano.events import Verdict, WaitOutcome
 from airflow_volcano.exceptions import VolcanoJobError
-from airflow_volcano.goodput import goodput
-from airflow_volcano.lineage import image_digest
-from airflow_volcano.logs import iter_lines
+from airflow_volcano.observability import metrics
+from airflow_volcano.observability.goodput import goodput
+from airflow_volcano.observability.lineage import image_digest
+from airflow_volcano.observability.logs import iter_lines
+from airflow_volcano.observability.pod_logs import PodLogCopy, follow_until_exit
 from airflow_volcano.ownership import cleanup, delete_job_and_script
-from airflow_volcano.pod_logs import PodLogCopy, follow_until_exit
 from airflow_volcano.status import (
     LOG_SCAN_LINES,
     PodLogTail,
@@ -29,6 +28,7 @@ from airflow_volcano.status import (
     termination_result,
     unstarted_pods,
 )
+from airflow_volcano.waiting.events import Verdict, WaitOutcome
 
 if TYPE_CHECKING:
     from airflow_volcano.hooks.volcano import VolcanoHook
@@ -138,7 +138,7 @@ def record_panel(hook: VolcanoHook, ref: JobRef, outcome: WaitOutcome, push_xcom
     if push_xcom is None or outcome.job is None:
         return
     from airflow_volcano.hooks import calls
-    from airflow_volcano.masking import JobSecrets
+    from airflow_volcano.observability.masking import JobSecrets
     from airflow_volcano.panel.view import LOG_TAIL_BYTES, LOG_TAIL_LINES, RECORD_KEY, log_tail, panel
 
     redact = JobSecrets.of(outcome.job).redact
@@ -206,7 +206,7 @@ def finalize(
     and raises is masked (masking.JobSecrets): the summary becomes the return XCom and the asset events'
     extra, and the error's text the OpenLineage failure event's (whose own redaction may predate the
     Variables the task read)."""
-    from airflow_volcano.masking import JobSecrets
+    from airflow_volcano.observability.masking import JobSecrets
 
     redact = JobSecrets.of(outcome.job).redact
     if outcome.verdict is Verdict.DELETED:

@@ -8,7 +8,7 @@ The convention: a line of the main pod's log containing `[airflow-volcano] progr
     def report_progress(done, total, unit="steps"):
         print(f"[airflow-volcano] progress {done}/{total} {unit}", flush=True)
 
-(`airflow_volcano.progress.report_progress` is that function, for images that have the provider.)
+(`airflow_volcano.waiting.progress.report_progress` is that function, for images that have the provider.)
 
 The task log shows the progress, with percent, rate and ETA, at most once a minute or every 5 % (and
 at the end); the other progress lines count as output but are not shown. After a restart the training

@@ -36,9 +36,9 @@ from airflow_volcano.constants import (
 )
 from airflow_volcano.exceptions import VolcanoApiError
 from airflow_volcano.ownership import state_in
-from airflow_volcano.progress import duration_text
 from airflow_volcano.status import job_state
 from airflow_volcano.timestamps import clock_text
+from airflow_volcano.waiting.progress import duration_text
 
 if TYPE_CHECKING:
     from airflow_volcano.hooks.volcano import VolcanoHook

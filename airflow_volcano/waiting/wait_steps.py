@@ -16,9 +16,10 @@ from airflow_volcano.exceptions import VolcanoApiError
 from airflow_volcano.hooks import calls
 from airflow_volcano.hooks.calls import Program, Sleep
 from airflow_volcano.job_ref import JobRef
-from airflow_volcano.logs import Emit, iter_lines
 from airflow_volcano.manifest import TENSORBOARD_TASK
-from airflow_volcano.stalls import (
+from airflow_volcano.observability.logs import Emit, iter_lines
+from airflow_volcano.timestamps import parse_timestamp_ns
+from airflow_volcano.waiting.stalls import (
     STACKS_MAX_BYTES,
     STACKS_POLL_SECONDS,
     STACKS_REQUEST_ANNOTATION,
@@ -26,8 +27,7 @@ from airflow_volcano.stalls import (
     StackCollection,
     stall_notice,
 )
-from airflow_volcano.timestamps import parse_timestamp_ns
-from airflow_volcano.wait_engine import (
+from airflow_volcano.waiting.wait_engine import (
     BLIND,
     CheckPods,
     CollectStacks,

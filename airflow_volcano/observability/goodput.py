@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_volcano.constants import JobPhase
-from airflow_volcano.progress import Progress, duration_text
-from airflow_volcano.queueing import pod_requests
 from airflow_volcano.timestamps import parse_time
+from airflow_volcano.waiting.progress import Progress, duration_text
+from airflow_volcano.waiting.queueing import pod_requests
 
 BUCKETS = ("queued", "starting", "running", "restarting", "stalled", "redone")
 JOB_VERSION_ANNOTATION = "volcano.sh/job-version"  # which restart of the Job a pod belongs to

@@ -15,9 +15,9 @@ from enum import StrEnum
 from typing import Any
 
 from airflow_volcano.constants import SUCCEEDED_PHASES
-from airflow_volcano.goodput import RunTimeline
 from airflow_volcano.job_ref import JobRef
-from airflow_volcano.logs import LogCursor
+from airflow_volcano.observability.goodput import RunTimeline
+from airflow_volcano.observability.logs import LogCursor
 
 
 class Verdict(StrEnum):

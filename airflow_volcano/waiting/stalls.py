@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_volcano.constants import LABEL_PREFIX, TASK_LABEL, PodPhase
-from airflow_volcano.logs import STACKS_PREFIX
+from airflow_volcano.observability.logs import STACKS_PREFIX
 
 STACKS_REQUEST_ANNOTATION = f"{LABEL_PREFIX}dump-stacks"
 # How long the drivers wait for the pods to answer: the kubelet rewrites the annotations file within

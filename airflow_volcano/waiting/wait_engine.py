@@ -58,15 +58,12 @@ from airflow_volcano.constants import (
     JobPhase,
     StallAction,
 )
-from airflow_volcano.events import Verdict, WaitOutcome
-from airflow_volcano.goodput import RunTimeline
 from airflow_volcano.hooks.calls import owned_by
 from airflow_volcano.hooks.retry import backoff
-from airflow_volcano.logs import Emit, LogCursor
 from airflow_volcano.manifest import optional_seconds, seconds, stall_seconds
 from airflow_volcano.manifest.checks import choice
-from airflow_volcano.queueing import INQUEUE, QueueSnapshot, WaitingReport, queue_of, waiting_report
-from airflow_volcano.stalls import describe_silence, kept_lines
+from airflow_volcano.observability.goodput import RunTimeline
+from airflow_volcano.observability.logs import Emit, LogCursor
 from airflow_volcano.status import (
     IMAGE_PULL_REASONS,
     JobProgress,
@@ -83,6 +80,9 @@ from airflow_volcano.status import (
     unstarted_pods,
 )
 from airflow_volcano.timestamps import parse_time
+from airflow_volcano.waiting.events import Verdict, WaitOutcome
+from airflow_volcano.waiting.queueing import INQUEUE, QueueSnapshot, WaitingReport, queue_of, waiting_report
+from airflow_volcano.waiting.stalls import describe_silence, kept_lines
 
 if TYPE_CHECKING:
     from airflow_volcano.job_ref import JobRef

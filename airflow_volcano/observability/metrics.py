@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_volcano.goodput import BUCKETS, Goodput
+from airflow_volcano.observability.goodput import BUCKETS, Goodput
 
 PREFIX = "volcano.job."
 

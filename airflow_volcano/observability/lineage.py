@@ -114,7 +114,7 @@ def lineage(*, inputs: list[Any], outputs: list[Any], job: Mapping[str, Any],
     known the run facet `volcanoRun` (its uid, phase, restarts, failure)."""
     from airflow.providers.openlineage.extractors import OperatorLineage
 
-    from airflow_volcano.lineage_facets import VolcanoJobFacet, VolcanoRunFacet
+    from airflow_volcano.observability.lineage_facets import VolcanoJobFacet, VolcanoRunFacet
 
     return OperatorLineage(inputs=inputs, outputs=outputs, job_facets={"volcanoJob": VolcanoJobFacet(**job)},
                            run_facets={"volcanoRun": VolcanoRunFacet(**run)} if run else {})
@@ -141,7 +141,7 @@ def operator_lineage(*, inlets: Iterable[Any] | None, outlets: Iterable[Any] | N
                      run: Mapping[str, Any] | None) -> Any:
     """An operator's OpenLineage facets: its inlets and outlets (and checkpoint_dir) as datasets, the Job
     and the run, the Job's secrets masked in every facet (lineage events leave the deployment)."""
-    from airflow_volcano.masking import JobSecrets
+    from airflow_volcano.observability.masking import JobSecrets
 
     outputs = [dataset_of(asset) for asset in outlets or [] if isinstance(asset, Asset)]
     if checkpoint_dir:
