@@ -364,6 +364,15 @@ class VolcanoJobOperator(BaseOperator):
         self._link_urls: dict[str, str] | None = None  # known once this process knows the Job (links.py)
         self._lineage_run: dict[str, Any] | None = None  # the Job's uid, phase, restarts, failure (OpenLineage)
 
+    def __copy__(self) -> VolcanoJobOperator:
+        """A shallow copy, as Airflow makes one to run each try (`prepare_for_execution`), with its own
+        `TryOwnership`: tries run in one process (dag.test, a retry in the same worker) copy one task, and
+        the kill of one try must not stop the next, nor its Job become the next try's."""
+        copied = self.__class__.__new__(self.__class__)
+        copied.__dict__.update(self.__dict__)
+        copied.__dict__["_ownership"] = dataclasses.replace(self._ownership)
+        return copied
+
     # -- templating and building (operators/building.py; pure apart from reading local files) ------
 
     def _do_render_template_fields(self, parent: Any, template_fields: Any, context: Context, jinja_env: Any,

@@ -90,3 +90,21 @@ def test_a_task_about_to_defer_that_is_no_longer_running_settles_its_job_instead
     else:
         stop(ref, operator.on_kill, operator.on_kill_action, operator.log)
     assert ("delete Job ml/train" in hook.done) == stopped, hook.done
+
+
+def test_each_try_runs_from_a_copy_with_its_own_ownership():
+    """Airflow runs each try from a shallow copy of the task (`prepare_for_execution`): in one process
+    (dag.test, a retry in the same worker) the second try's copy must not inherit the first's kill, or
+    it refuses to run ("killed while it was starting"; found by the execution_timeout retry test)."""
+    from airflow_volcano.job_ref import JobRef
+
+    task = VolcanoPyTorchJobOperator(task_id="train", image="img", worker_replicas=1, training_script="x.py")
+    first = task.prepare_for_execution()
+    first._ownership.watching(JobRef(name="train", namespace="ml"))
+    first._ownership.kill_requested = True  # the first try timed out: on_kill ran
+    second = task.prepare_for_execution()
+    assert second._ownership is not first._ownership
+    assert not second._ownership.kill_requested and second._ownership.ref is None
+    second._ownership.stop_if_killed(lambda: pytest.fail("no kill to settle"))  # runs on
+    with pytest.raises(Exception, match="killed while it was starting"):
+        first._ownership.stop_if_killed(lambda: None)
