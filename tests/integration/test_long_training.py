@@ -244,11 +244,14 @@ def test_progress_with_eta_and_where_the_time_went_across_a_restart_that_resumes
     buckets = sum(spent[f"{bucket}_seconds"] for bucket in ("queued", "starting", "running", "restarting", "stalled",
                                                             "redone"))
     assert abs(buckets - spent["wall_seconds"]) <= 0.02 * spent["wall_seconds"], spent
-    conditions = [(c["status"], c["lastTransitionTime"]) for c in cluster.job("prog")["status"]["conditions"]]
-    restarted = next(at for phase, at in conditions if phase == "Restarting")
-    running_again = next(at for phase, at in conditions if phase == "Running" and at > restarted)
-    restart = (datetime.datetime.fromisoformat(running_again) - datetime.datetime.fromisoformat(restarted)).seconds
-    assert spent["restarting_seconds"] >= restart > 0, (spent, conditions)
+    # The restart as the task log told it (the wait saw Restarting, then Running again): the Job's own
+    # conditions cannot say it on Volcano v1.15, which keeps only the latest condition of each phase.
+    logged = [(datetime.datetime.fromisoformat(at), phase) for at, phase in re.findall(
+        rf"^(\S+) \[info +\] Volcano Job {cluster.namespace}/prog is (Restarting|Running)\b", run.log, re.M)]
+    restarted = next(at for at, phase in logged if phase == "Restarting")
+    running_again = next(at for at, phase in logged if phase == "Running" and at > restarted)
+    restart = (running_again - restarted).total_seconds()
+    assert restart > 0 and abs(spent["restarting_seconds"] - restart) <= 3, (spent, restart)
     assert spent["redone_seconds"] > 0 and spent["running_seconds"] > spent["redone_seconds"], spent
     assert f"Where the time went (Volcano Job {cluster.namespace}/prog, " in run.log
     assert re.search(r"  restarting +\d+s +\d+\.\d%", run.log), run.log
