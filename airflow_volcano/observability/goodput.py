@@ -163,7 +163,8 @@ def phase_changes(job: Mapping[str, Any], timeline: RunTimeline | None = None) -
     seen = [(condition.get("status") or "", parse_time(condition.get("lastTransitionTime")))
             for condition in (job.get("status") or {}).get("conditions") or []]
     seen += timeline.phases if timeline is not None else []
-    for phase, at in sorted(set(seen), key=lambda item: (item[1] or 0.0, item[0])):
+    # In time order; at the same second, in the order Volcano wrote them (Completing before Completed).
+    for phase, at in sorted(dict.fromkeys(seen), key=lambda item: item[1] or 0.0):
         if at is not None and phase and (not changes or changes[-1][0] != phase):
             changes.append((phase, at))
     return changes
