@@ -279,9 +279,8 @@ def gates_text(gates: Iterable[str]) -> str:
 
 def gated_pods(pods: Iterable[Mapping[str, Any]]) -> dict[str, tuple[str, ...]]:
     """Pod name -> the scheduling gates holding it, for the pods not started that have any."""
-    started = set(STARTED_POD_PHASES)
     return {(pod.get("metadata") or {}).get("name", ""): tuple(gates) for pod in pods
-            if (pod.get("status") or {}).get("phase") not in started and (gates := scheduling_gates(pod))}
+            if (pod.get("status") or {}).get("phase") not in STARTED_POD_PHASES and (gates := scheduling_gates(pod))}
 
 
 def image_pull_problem(pods: Iterable[Mapping[str, Any]]) -> PodProblem | None:
