@@ -33,6 +33,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from volcano_cluster import faketime_env
 
 from .airflow_db import migrate
 from .real_node import SMALL
@@ -57,18 +58,14 @@ TICKER = f"""
 """
 
 
-def skewed(skew: str, command: list[str]) -> list[str]:
-    """`command` with its whole process tree's wall clock moved by `skew` (libfaketime's `+20m`)."""
-    return ["faketime", "-f", skew, *command]
-
-
 SLEEP_FIX = Path(__file__).with_name("faketime_sleep")  # its sitecustomize: time.sleep under libfaketime 0.9.10
 
 
-def skewed_env(env: dict[str, str]) -> dict[str, str]:
+def skewed_env(skew: str, env: dict[str, str]) -> dict[str, str]:
+    """`env` for a process whose whole tree's wall clock is moved by `skew` (libfaketime's `+20m`)."""
     # Only the wall clock: monotonic clocks (timeouts, asyncio) run as on any machine.
     path = os.pathsep.join(part for part in (str(SLEEP_FIX), env.get("PYTHONPATH", "")) if part)
-    return {**env, "FAKETIME_DONT_FAKE_MONOTONIC": "1", "PYTHONPATH": path}
+    return {**faketime_env(skew, env), "FAKETIME_DONT_FAKE_MONOTONIC": "1", "PYTHONPATH": path}
 
 
 def ticks_dag(dags: Path, namespace: str, real_node: dict, dag_id: str, name: str, **operator_kwargs) -> Path:
@@ -151,9 +148,9 @@ def test_a_worker_20_minutes_ahead_waits_for_a_healthy_job_and_shows_every_line(
     dag_id = "skew_sync"
     dag_file = ticks_dag(dags, cluster.namespace, real_node, dag_id, "skew")
     worker_log = tmp_path / "worker.log"
-    worker = subprocess.Popen(skewed("+20m", [str(PYTHON), str(RUNNER), str(dag_file), dag_id,
-                                              datetime.datetime.now(datetime.UTC).isoformat()]),
-                              env=skewed_env(env), stdout=worker_log.open("ab"), stderr=subprocess.STDOUT)
+    worker = subprocess.Popen([str(PYTHON), str(RUNNER), str(dag_file), dag_id,
+                               datetime.datetime.now(datetime.UTC).isoformat()],
+                              env=skewed_env("+20m", env), stdout=worker_log.open("ab"), stderr=subprocess.STDOUT)
     try:
         uid = cluster.wait_for("the Job to be submitted", lambda: (job := cluster.job("skew")) and
                                job["metadata"]["uid"], timeout=RUN_WAIT)
@@ -191,8 +188,8 @@ def test_a_triggerer_20_minutes_off_waits_for_a_healthy_job_and_copies_every_lin
     worker = subprocess.Popen([str(PYTHON), str(RUNNER), str(dag_file), dag_id,
                                datetime.datetime.now(datetime.UTC).isoformat(), "--external-triggerer"],
                               env=worker_env, stdout=worker_log.open("ab"), stderr=subprocess.STDOUT)
-    triggerer = subprocess.Popen(skewed(f"{skew:+d}m", [str(PYTHON), "-m", "airflow", "triggerer"]),
-                                 env=skewed_env(triggerer_env), stdout=triggerer_log.open("ab"),
+    triggerer = subprocess.Popen([str(PYTHON), "-m", "airflow", "triggerer"],
+                                 env=skewed_env(f"{skew:+d}m", triggerer_env), stdout=triggerer_log.open("ab"),
                                  stderr=subprocess.STDOUT)
     try:
         uid = cluster.wait_for("the Job to be submitted", lambda: (job := cluster.job("skewd")) and

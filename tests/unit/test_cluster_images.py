@@ -5,13 +5,9 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import sys
 import tarfile
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-
-import volcano_images  # noqa: E402 - found through the path set above, as scripts/volcano-cluster does
+import volcano_images  # scripts/, on pytest's pythonpath
 
 
 def test_archive_is_a_docker_archive_whose_diff_id_is_the_layers_digest(tmp_path):
