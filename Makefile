@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export AIRFLOW_HOME ?= $(CURDIR)/.airflow-home
 
-.PHONY: venv test unit lint shellcheck demo cluster-up cluster-down clean lowest-constraints airflow-3.2-constraints \
+.PHONY: venv test unit lint shellcheck demo cluster-up cluster-down clean lowest-constraints \
 	test-compat soak docs
 
 $(BIN)/uv:
@@ -25,7 +25,8 @@ $(VENV)/.installed: pyproject.toml constraints.txt | $(BIN)/uv
 # a release's day; so are the two venvs below (uv --exclude-newer, no package excepted: the floors are
 # older than the oldest supported release). The cut-off: the end of the day the release reached PyPI.
 AIRFLOW_LOWEST_RELEASED := 2026-02-05T00:00:00Z
-AIRFLOW_32_RELEASED := 2026-05-30T00:00:00Z
+AIRFLOW_3.2_RELEASED := 2026-05-30T00:00:00Z
+AIRFLOW_3.3_RELEASED := 2026-09-18T00:00:00Z
 
 # A second venv with the lowest resolution of pyproject's floors as of Airflow 3.1.7's release day
 # (Airflow 3.1.7, cncf-kubernetes 10.12.0, kubernetes 32.0.0, kubernetes-asyncio 32.0.0, aiohttp 3.9.0,
@@ -38,22 +39,27 @@ $(VENV_LOWEST)/.installed: pyproject.toml constraints-lowest.txt | $(BIN)/uv
 	$(UV_INSTALL) --python $(VENV_LOWEST)/bin/python -c constraints-lowest.txt -e .
 	touch $@
 
-# A third for the newest Airflow 3.2 (3.2.2), resolved as a user installing it on its release day
-# would: the triggerer tests run on it too. With today's versions of its unpinned dependencies (svcs 26,
-# ...) 3.2.2's task API fails.
-VENV_AIRFLOW_32 := .venv-airflow-3.2
-$(VENV_AIRFLOW_32)/.installed: pyproject.toml constraints-airflow-3.2.txt | $(BIN)/uv
-	$(BIN)/uv venv -q --allow-existing --python $(BIN)/python $(VENV_AIRFLOW_32)
-	$(UV_INSTALL) --python $(VENV_AIRFLOW_32)/bin/python -c constraints-airflow-3.2.txt -e .
+# One more for each newer minor's latest release (3.2.2, 3.3.2), resolved as a user installing it on its
+# release day would (the official image's constraints are made so). The triggerer tests run on 3.2.2's too:
+# with today's versions of its unpinned dependencies (svcs 26, ...) 3.2.2's task API fails. Into each of
+# these sets the provider's wheel must install changing nothing (tests/unit/test_release_day_install.py).
+# `make airflow-3.3-constraints` remakes constraints-airflow-3.3.txt.
+AIRFLOW_RELEASE_DAY := 3.2 3.3
+AIRFLOW_3.2_RELEASE := 3.2.2
+AIRFLOW_3.3_RELEASE := 3.3.2
+VENVS_RELEASE_DAY := $(foreach minor,$(AIRFLOW_RELEASE_DAY),.venv-airflow-$(minor))
+.venv-airflow-%/.installed: pyproject.toml constraints-airflow-%.txt | $(BIN)/uv
+	$(BIN)/uv venv -q --allow-existing --python $(BIN)/python .venv-airflow-$*
+	$(UV_INSTALL) --python .venv-airflow-$*/bin/python -c constraints-airflow-$*.txt -e .
 	touch $@
 
-airflow-3.2-constraints: | $(BIN)/uv
-	echo "apache-airflow==3.2.2" > .airflow-3.2-pin.txt
-	$(BIN)/uv pip compile -q --python-version 3.11 --no-header --exclude-newer $(AIRFLOW_32_RELEASED) \
-		pyproject.toml -c .airflow-3.2-pin.txt \
-		| sed '1i # pyproject.toml with apache-airflow==3.2.2 as of its release day (make airflow-3.2-constraints).' \
-		> constraints-airflow-3.2.txt
-	rm -f .airflow-3.2-pin.txt
+airflow-%-constraints: | $(BIN)/uv
+	echo "apache-airflow==$(AIRFLOW_$*_RELEASE)" > .airflow-$*-pin.txt
+	$(BIN)/uv pip compile -q --python-version 3.11 --no-header --exclude-newer $(AIRFLOW_$*_RELEASED) \
+		pyproject.toml -c .airflow-$*-pin.txt \
+		| sed '1i # pyproject.toml with apache-airflow==$(AIRFLOW_$*_RELEASE) as of its release day (make airflow-$*-constraints).' \
+		> constraints-airflow-$*.txt
+	rm -f .airflow-$*-pin.txt
 
 lowest-constraints: | $(BIN)/uv
 	$(BIN)/uv pip compile -q --resolution lowest-direct --python-version 3.11 --no-header \
@@ -61,7 +67,7 @@ lowest-constraints: | $(BIN)/uv
 		| sed '1i # The lowest resolution of pyproject.toml (uv --resolution lowest-direct) as of the Airflow 3.1.7 release day (make lowest-constraints): the floors, tested.' \
 		> constraints-lowest.txt
 
-venv: $(VENV)/.installed $(VENV_LOWEST)/.installed $(VENV_AIRFLOW_32)/.installed
+venv: $(VENV)/.installed $(VENV_LOWEST)/.installed $(foreach venv,$(VENVS_RELEASE_DAY),$(venv)/.installed)
 
 cluster-up:
 	scripts/volcano-cluster up
@@ -123,4 +129,4 @@ demo: venv cluster-up
 	$(BIN)/python scripts/demo.py
 
 clean: cluster-down
-	rm -rf docs/_build docs/_api $(VENV) $(VENV_LOWEST) $(VENV_AIRFLOW_32) $(AIRFLOW_HOME)
+	rm -rf docs/_build docs/_api $(VENV) $(VENV_LOWEST) $(VENVS_RELEASE_DAY) $(AIRFLOW_HOME)

@@ -34,6 +34,9 @@ AIRFLOWS = {
     "lowest": REPO / ".venv-lowest" / "bin" / "python",
     # The newest Airflow 3.2 (constraints-airflow-3.2.txt).
     "airflow-3.2": REPO / ".venv-airflow-3.2" / "bin" / "python",
+    # The newest, 3.3.2, with its release-day set (constraints-airflow-3.3.txt), as its official image and
+    # constraints file install it; suite-airflow is 3.3.2 with today's packages.
+    "airflow-3.3": REPO / ".venv-airflow-3.3" / "bin" / "python",
 }
 
 
