@@ -6,6 +6,8 @@ import os
 import tempfile
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 
 # Each pytest-xdist worker gets its own home (its own SQLite metadata database): workers inherit the
@@ -17,11 +19,34 @@ os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
 
 
-def pytest_collection_modifyitems(items: list) -> None:
+# The tests marked xdist_group(AIRFLOW_RUNS) each start Airflow itself (a metadata database, a worker, a
+# triggerer, an API server): that many at once starve the two cores. scripts/test-suite's `--dist loadgroup`
+# keeps each lane's tests on one worker, one after the other; tests/integration's `in_an_airflow_lane`
+# holds a lane's lock for a run that does not group them.
+AIRFLOW_RUNS = "airflow-releases"
+AIRFLOW_LANES = 2
+
+
+def last_run_key(item: pytest.Item) -> str:
+    """An item's key in .artifacts/test-durations.json (scripts/test-suite writes junit's names without
+    the `@group` suffix pytest-xdist adds to a grouped test's id)."""
+    module = getattr(item, "module", None)
+    return f"{module.__name__}::{item.name}" if module else item.nodeid
+
+
+def airflow_lane(item: pytest.Item) -> str:
+    """The lane (an xdist group) a test that runs Airflow itself was dealt into."""
+    names = [str(mark.args[0]) for mark in item.iter_markers("xdist_group") if mark.args]
+    return next((name for name in names if name.startswith(f"{AIRFLOW_RUNS}-")), AIRFLOW_RUNS)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which turns the group marks into node ids
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Longest first, so that concurrent workers (scripts/test-suite) do not end on one long test while
     the others idle: the integration tests by their time in the last whole run (which scripts/test-suite
     writes to .artifacts/test-durations.json), else as collected; the unit tests, which take seconds,
-    last. Every xdist worker reads the same file, so all collect the same order."""
+    last. The tests that run Airflow itself are dealt, longest first, into AIRFLOW_LANES lanes of about
+    equal time. Every xdist worker reads the same file, so all collect the same order and lanes."""
     import json
 
     try:
@@ -29,8 +54,14 @@ def pytest_collection_modifyitems(items: list) -> None:
     except (OSError, ValueError):
         last_run = {}
 
-    def order(item) -> tuple[bool, float]:
-        key = f"{item.module.__name__}::{item.name}" if item.module else item.nodeid
-        return "/unit/" in f"/{item.nodeid}", -float(last_run.get(key, 0.0))
+    def order(item: pytest.Item) -> tuple[bool, float]:
+        return "/unit/" in f"/{item.nodeid}", -float(last_run.get(last_run_key(item), 0.0))
 
     items.sort(key=order)  # stable: ties keep their collected order
+    lanes = [0.0] * AIRFLOW_LANES
+    for item in items:
+        if any(mark.args[:1] == (AIRFLOW_RUNS,) for mark in item.iter_markers("xdist_group")):
+            lane = lanes.index(min(lanes))
+            # One minute for a test not in the last run: the lanes stay about even.
+            lanes[lane] += last_run.get(last_run_key(item), 60.0)
+            item.add_marker(pytest.mark.xdist_group(f"{AIRFLOW_RUNS}-{lane}"))

@@ -19,12 +19,12 @@ import pytest
 
 from .airflow_db import migrate
 from .test_kill_and_reattach import RUNNER, SIM, WORKER_WAIT, write_dag
-from .test_triggerer import AIRFLOW_API, airflow_env, one_airflow_at_a_time, trigger_log  # noqa: F401 - a fixture
+from .test_triggerer import AIRFLOW_API, airflow_env, in_an_airflow_lane, trigger_log  # noqa: F401 - a fixture
 
 
 @pytest.mark.xdist_group("airflow-releases")
 def test_a_cleared_deferred_tasks_kill_leaves_the_job_its_next_try_took_over(
-        one_airflow_at_a_time, cluster, operator_kubeconfig, kubeconfig, tmp_path, monkeypatch):  # noqa: F811
+        in_an_airflow_lane, cluster, operator_kubeconfig, kubeconfig, tmp_path, monkeypatch):  # noqa: F811
     from .faults import FaultyProxy, through, upstream_of
 
     python = sys.executable

@@ -38,7 +38,7 @@ from volcano_cluster import faketime_env
 from .airflow_db import migrate
 from .real_node import SMALL
 from .test_kill_and_reattach import RUNNER, write_dag
-from .test_triggerer import airflow_env, one_airflow_at_a_time, task_state, trigger_log  # noqa: F401 - a fixture
+from .test_triggerer import airflow_env, in_an_airflow_lane, task_state, trigger_log  # noqa: F401 - a fixture
 
 PYTHON = Path(sys.executable)
 # How long a worker or triggerer may take to start Airflow, run a ~1-minute Job and end, beside other
@@ -135,7 +135,7 @@ def stop(*processes: subprocess.Popen) -> None:
 
 
 @pytest.mark.xdist_group("airflow-releases")
-@pytest.mark.usefixtures("one_airflow_at_a_time")
+@pytest.mark.usefixtures("in_an_airflow_lane")
 def test_a_worker_20_minutes_ahead_waits_for_a_healthy_job_and_shows_every_line(
         cluster, operator_kubeconfig, real_node, tmp_path):
     """Sync mode, the WORKER's clock +20 min (the cluster's and the node's: the machine's): job_timeout=600
@@ -167,7 +167,7 @@ def test_a_worker_20_minutes_ahead_waits_for_a_healthy_job_and_shows_every_line(
 
 
 @pytest.mark.xdist_group("airflow-releases")
-@pytest.mark.usefixtures("one_airflow_at_a_time")
+@pytest.mark.usefixtures("in_an_airflow_lane")
 @pytest.mark.parametrize("skew", [+20, -20], ids=["triggerer-20min-ahead", "triggerer-20min-behind"])
 def test_a_triggerer_20_minutes_off_waits_for_a_healthy_job_and_copies_every_line(
         cluster, operator_kubeconfig, real_node, tmp_path, skew):

@@ -28,7 +28,7 @@ import pytest
 from .airflow_db import migrate
 from .faults import FaultyProxy, through, upstream_of
 from .test_kill_and_reattach import RUNNER, SIM, write_dag
-from .test_triggerer import AIRFLOWS, airflow_env, one_airflow_at_a_time, task_state  # noqa: F401 - a fixture
+from .test_triggerer import AIRFLOWS, airflow_env, in_an_airflow_lane, task_state  # noqa: F401 - a fixture
 
 # Both pre-3.3 releases: 3.3+ calls the trigger's on_kill, and its cancellation path does not run there.
 PRE_ON_KILL = ["lowest", "airflow-3.2"]
@@ -80,7 +80,7 @@ def stop(process: subprocess.Popen, *, group: bool = False) -> None:
 
 
 @pytest.mark.xdist_group("airflow-releases")
-@pytest.mark.usefixtures("one_airflow_at_a_time")
+@pytest.mark.usefixtures("in_an_airflow_lane")
 @pytest.mark.parametrize("airflow", PRE_ON_KILL)
 def test_a_stalled_triggerer_waking_after_another_fired_keeps_the_finished_job(
     cluster, operator_kubeconfig, kubeconfig, tmp_path, monkeypatch, airflow

@@ -29,7 +29,7 @@ from .test_clock_skew import stop
 from .test_kill_and_reattach import RUNNER
 from .test_model_assets import airflow_with_lineage, asset_events
 from .test_triggerer import AIRFLOWS, task_instance, trigger_log
-from .test_triggerer import one_airflow_at_a_time as one_airflow_at_a_time  # a fixture
+from .test_triggerer import in_an_airflow_lane as in_an_airflow_lane  # a fixture
 
 SECRET = "hf_v4riable_9f8e7d6c5b4a"  # the Variable `api_token`: "token" in its name makes it secret to Airflow
 DAG_ID = "masked_variable"
@@ -115,7 +115,7 @@ def everything_under(folder: Path) -> str:
 @pytest.mark.xdist_group("airflow-releases")
 @pytest.mark.parametrize("airflow", ["suite-airflow", "lowest"])
 def test_a_secret_variable_in_args_is_masked_everywhere_a_user_reads_and_never_in_the_trigger_arguments(
-        one_airflow_at_a_time, cluster, operator_kubeconfig, kubeconfig, real_node, tmp_path, airflow):
+        in_an_airflow_lane, cluster, operator_kubeconfig, kubeconfig, real_node, tmp_path, airflow):
     python = AIRFLOWS[airflow]
     home, dags, env, lineage_file = airflow_with_lineage(airflow, tmp_path)
     subprocess.run([str(python), "-m", "airflow", "variables", "set", "api_token", SECRET], env=env, check=True,

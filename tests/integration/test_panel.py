@@ -44,7 +44,7 @@ from .test_kill_and_reattach import RUNNER, WORKER_WAIT
 from .test_queues import GPU, ClusterObjects, filler
 from .test_real_failures import CASCADE
 from .test_triggerer import AIRFLOWS
-from .test_triggerer import one_airflow_at_a_time as one_airflow_at_a_time  # a fixture
+from .test_triggerer import in_an_airflow_lane as in_an_airflow_lane  # a fixture
 
 SIM = "sim.airflow-volcano.io/"
 ARTIFACTS = REPO / ".artifacts"
@@ -232,7 +232,7 @@ def open_panel(page, server: ApiServer, dag_id: str, run_id: str, task_id: str, 
 @pytest.mark.xdist_group("airflow-releases")
 @pytest.mark.parametrize("api_server", PANEL_AIRFLOWS, indirect=True)
 def test_the_volcano_job_panel_shows_a_waiting_a_running_a_failed_and_a_deleted_job(
-        one_airflow_at_a_time, cluster, api_server, real_node, tmp_path):
+        in_an_airflow_lane, cluster, api_server, real_node, tmp_path):
     server = api_server
     release = "3.3" if server.python == AIRFLOWS["suite-airflow"] else "3.1"
     objects = ClusterObjects(cluster)
@@ -399,7 +399,7 @@ def forever(name: str, queue: str | None = None) -> dict:
 @pytest.mark.xdist_group("airflow-releases")
 @pytest.mark.parametrize("release", PANEL_AIRFLOWS)
 def test_the_panel_shows_only_the_tasks_own_job_and_its_logs_only_to_whom_may_read_them(
-        one_airflow_at_a_time, cluster, their_namespace, operator_kubeconfig, kubeconfig, tmp_path, release):
+        in_an_airflow_lane, cluster, their_namespace, operator_kubeconfig, kubeconfig, tmp_path, release):
     """Issue 42. As `nologs` (may read task instances, not task logs): the panel without a log line, and no
     log read at the cluster. As `team` (may read and edit only its own DAGs' task instances and XComs):
     `?pod=` naming another team's pod of the namespace, or of theirs, is refused; XComs rewritten through

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ..conftest import airflow_lane
 from .airflow_db import migrate
 from .conftest import REPO
 from .test_kill_and_reattach import RUNNER, SIM, write_dag
@@ -84,12 +85,14 @@ def kubeconfig_secrets(path: Path) -> list[str]:
 
 
 @pytest.fixture
-def one_airflow_at_a_time() -> Iterator[None]:
-    """One Airflow release's run of this test at a time: each starts a metadata database, a worker and a
-    triggerer, and three at once starved the two cores (the pre-3.3 kill path then timed out). The
-    xdist_group mark keeps them on one test worker (scripts/test-suite's `--dist loadgroup`), so no other
-    worker waits here; the lock holds for a run that does not group them."""
-    with open(tempfile.gettempdir() + "/airflow-volcano-triggerer-test.lock", "w") as lock:
+def in_an_airflow_lane(request: pytest.FixtureRequest) -> Iterator[None]:
+    """At most AIRFLOW_LANES of the tests that run Airflow itself at a time: each starts a metadata
+    database, a worker and a triggerer, and three at once starved the two cores (the pre-3.3 kill path
+    then timed out). tests/conftest.py deals them into lanes, which `--dist loadgroup` keeps each on one
+    test worker (scripts/test-suite), so no other worker waits here; a lane's lock holds for a run that
+    does not group them."""
+    lane = airflow_lane(request.node)
+    with open(f"{tempfile.gettempdir()}/airflow-volcano-{lane}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
 
@@ -97,7 +100,7 @@ def one_airflow_at_a_time() -> Iterator[None]:
 @pytest.mark.xdist_group("airflow-releases")
 @pytest.mark.parametrize("airflow", list(AIRFLOWS))
 def test_deferred_task_outlives_a_triggerer_restart_and_a_user_kill_deletes_everything(
-    one_airflow_at_a_time, cluster, operator_kubeconfig, tmp_path, airflow
+    in_an_airflow_lane, cluster, operator_kubeconfig, tmp_path, airflow
 ):
     python = AIRFLOWS[airflow]
     assert python.exists(), f"{python} is missing: `make venv` builds it"

@@ -13,7 +13,7 @@ import pytest
 
 from .airflow_db import migrate
 from .test_kill_and_reattach import RUNNER, SIM, WORKER_WAIT, write_dag
-from .test_triggerer import AIRFLOW_API, airflow_env, one_airflow_at_a_time  # noqa: F401 - a fixture
+from .test_triggerer import AIRFLOW_API, airflow_env, in_an_airflow_lane  # noqa: F401 - a fixture
 
 PYTHON = sys.executable
 DEPLOYMENT = "airflow-volcano.io/deployment"
@@ -50,7 +50,7 @@ class Airflow:
 
 @pytest.mark.xdist_group("airflow-releases")
 def test_two_airflows_sharing_a_namespace_never_reattach_nor_sweep_each_others_jobs(
-        one_airflow_at_a_time, cluster, operator_kubeconfig, tmp_path):  # noqa: F811
+        in_an_airflow_lane, cluster, operator_kubeconfig, tmp_path):  # noqa: F811
     dags = tmp_path / "dags"
     dags.mkdir()
     dag_id = "retrain"
