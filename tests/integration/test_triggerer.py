@@ -60,7 +60,8 @@ def free_port() -> int:
 
 def trigger_log(home: Path) -> str:
     """What the trigger wrote: the triggerer files it with the task instance's logs."""
-    return "".join(path.read_text(errors="replace") for path in sorted((home / "logs").rglob("*trigger*")))
+    return "".join(path.read_text(errors="replace") for path in sorted((home / "logs").rglob("*trigger*"))
+                   if path.is_file())
 
 
 def task_instance(python: Path, env: dict[str, str], dag_id: str) -> str:
