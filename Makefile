@@ -40,8 +40,8 @@ $(VENV_LOWEST)/.installed: pyproject.toml constraints-lowest.txt | $(BIN)/uv
 	touch $@
 
 # One more for each newer minor's latest release (3.2.2, 3.3.2), resolved as a user installing it on its
-# release day would (the official image's constraints are made so). The triggerer tests run on 3.2.2's too:
-# with today's versions of its unpinned dependencies (svcs 26, ...) 3.2.2's task API fails. Into each of
+# release day would (the official image's constraints are made so). The triggerer test runs on each (with
+# today's versions of its unpinned dependencies, svcs 26, ..., 3.2.2's task API fails). Into each of
 # these sets the provider's wheel must install changing nothing (tests/unit/test_release_day_install.py).
 # `make airflow-3.3-constraints` remakes constraints-airflow-3.3.txt.
 AIRFLOW_RELEASE_DAY := 3.2 3.3

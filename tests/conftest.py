@@ -20,7 +20,7 @@ os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
 
 
 # The tests marked xdist_group(AIRFLOW_RUNS) each start Airflow itself (a metadata database, a worker, a
-# triggerer, an API server): that many at once starve the two cores. scripts/test-suite's `--dist loadgroup`
+# triggerer, an API server): three at once starved the two cores. scripts/test-suite's `--dist loadgroup`
 # keeps each lane's tests on one worker, one after the other; tests/integration's `in_an_airflow_lane`
 # holds a lane's lock for a run that does not group them.
 AIRFLOW_RUNS = "airflow-releases"

@@ -1,6 +1,6 @@
-"""scripts/test-suite runs the integration tests with `pytest -n 4 --dist loadgroup`, and counts on an
-`xdist_group` mark keeping tests on one worker (the three Airflow releases' triggerer tests, each a
-database, a worker and a triggerer, one after the other). Whether it does depends on the installed
+"""scripts/test-suite runs the integration tests with `pytest -n 5 --dist loadgroup`, and counts on an
+`xdist_group` mark keeping tests on one worker (each lane of the tests that start Airflow, a database, a
+worker and a triggerer each, one after the other: tests/conftest.py). Whether it does depends on the installed
 pytest and pytest-xdist: with pytest 9.2 and xdist 3.8 the mark was silently ignored."""
 
 from __future__ import annotations
