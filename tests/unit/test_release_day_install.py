@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -33,10 +34,21 @@ def run(*command: str | Path) -> str:
     return result.stdout
 
 
+# What the wheel is built from (pyproject.toml's package find and package data, its readme and license).
+SOURCES = ["pyproject.toml", "README.md", "LICENSE", "airflow_volcano"]
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    run(UV, "build", "-q", "--offline", "--wheel", "-o", out, REPO)
+    # From a copy: setuptools writes build/ and *.egg-info into the tree it builds, and two test workers
+    # (pytest-xdist) may each build at once.
+    source, out = tmp_path_factory.mktemp("source"), tmp_path_factory.mktemp("wheel")
+    for name in SOURCES:
+        if (REPO / name).is_dir():
+            shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(REPO / name, source / name)
+    run(UV, "build", "-q", "--offline", "--wheel", "-o", out, source)
     (built,) = out.glob("airflow_volcano-*.whl")
     return built
 
