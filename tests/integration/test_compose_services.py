@@ -35,6 +35,7 @@ from ..compose_stack import (
     wait_until,
 )
 from .conftest import REPO
+from .test_triggerer import trigger_log
 
 DAG_ID = "volcano_pytorch_seed_demo"
 JOB_NAME = "pytorch-job-with-configmap"  # the DAG's fixed Job name; the namespace is the test's own
@@ -86,10 +87,7 @@ def test_the_compose_services_run_an_example_dag_and_the_ui_shows_its_log_and_li
 
         # Deferred: the scheduler's task submitted the Job and handed the wait to the triggerer.
         assert f"Deferring: the triggerer waits for Volcano Job {namespace}/{JOB_NAME}" in log, log[-6000:]
-        # Files only: the logs of a downstream DAG's asset-triggered runs sit in `run_id=asset_triggered__…/`.
-        trigger_log = "".join(p.read_text(errors="replace") for p in (stack.host.home / "logs").rglob("*trigger*")
-                              if p.is_file())
-        assert f"Waiting for Volcano Job {namespace}/{JOB_NAME}" in trigger_log + log
+        assert f"Waiting for Volcano Job {namespace}/{JOB_NAME}" in trigger_log(stack.host.home) + log
         assert f"[{MASTER_POD}] Epoch [5/5], Average Loss:" in log, log[-6000:]
 
         links = http.get(f"{ti_url}/links").json()["extra_links"]

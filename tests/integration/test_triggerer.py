@@ -59,7 +59,8 @@ def free_port() -> int:
 
 
 def trigger_log(home: Path) -> str:
-    """What the trigger wrote: the triggerer files it with the task instance's logs."""
+    """What the trigger wrote: the triggerer files it with the task instance's logs. Files only: a
+    downstream DAG's asset-triggered runs have directories named `run_id=asset_triggered__…`."""
     return "".join(path.read_text(errors="replace") for path in sorted((home / "logs").rglob("*trigger*"))
                    if path.is_file())
 
