@@ -17,6 +17,11 @@ turns NotReady. `restart` starts it again (or kills and restarts a running one).
 `real-node` prints, as JSON, the operator arguments that run a pod on the real node (node selector,
 toleration, the local training image).
 
+VOLCANO_CLUSTER_SIMULATED=1 is a second cluster beside the first: the same control plane and simulated
+nodes, no real node, its own state (/tmp/airflow-volcano-cluster-simulated) and ports (the first's + 1000).
+scripts/test-suite runs the tests that restart its control plane there while the real node's disruptive
+tests run on the first. It needs no root, and its `down` leaves the host's pod network alone.
+
 etcd, kube-apiserver and kube-controller-manager (k8s.io/kubernetes), Volcano's controller-manager,
 scheduler and admission webhook (volcano.sh/volcano), kwok (sigs.k8s.io/kwok) for simulated nodes,
 and one real node: containerd and runc (Debian), a kubelet (k8s.io/kubernetes) and CoreDNS, with
@@ -56,7 +61,10 @@ COREDNS_VERSION = "v1.15.0"
 
 REPO = Path(__file__).resolve().parent.parent
 CLUSTER_DIR = REPO / "cluster"
-STATE = Path(os.environ.get("VOLCANO_CLUSTER_STATE", "/tmp/airflow-volcano-cluster"))
+# The second, simulated-only cluster (module docstring): its own state directory and ports.
+SIMULATED_ONLY = os.environ.get("VOLCANO_CLUSTER_SIMULATED") == "1"
+STATE = Path(os.environ.get("VOLCANO_CLUSTER_STATE")
+             or ("/tmp/airflow-volcano-cluster-simulated" if SIMULATED_ONLY else "/tmp/airflow-volcano-cluster"))
 CACHE_ROOT = Path(
     os.environ.get("VOLCANO_CLUSTER_CACHE")
     or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "airflow-volcano"
@@ -67,7 +75,8 @@ IMAGE_CACHE = CACHE_ROOT / "images"
 CONTAINERD_ROOT = CACHE_ROOT / "containerd" / "root"
 
 HOST = "127.0.0.1"
-PORTS = {
+PORT_OFFSET = 1000 if SIMULATED_ONLY else 0
+PORTS = {name: port + PORT_OFFSET for name, port in {
     "etcd": 23790,
     "etcd-peer": 23800,
     "apiserver": 16443,
@@ -79,7 +88,7 @@ PORTS = {
     "controller-metrics": 18081,
     "kubelet": 10250,
     "kubelet-healthz": 10248,
-}
+}.items()}
 API = f"https://{HOST}:{PORTS['apiserver']}"
 
 # Simulated nodes: enough for the tests' gangs, and a known GPU count so "too many GPUs" is unschedulable.
@@ -899,7 +908,7 @@ def simulated_nodes_ready() -> bool:
     return len(statuses) == len(NODES) and all(status == "True" for status in statuses)
 
 
-COMPONENTS = [
+ALL_COMPONENTS = [
     Component("etcd", etcd_argv, ("etcd health", lambda: urllib.request.urlopen(
         f"http://{HOST}:{PORTS['etcd']}/health", timeout=2).status == 200), ready_timeout=30, port=PORTS["etcd"]),
     Component("kube-apiserver", apiserver_argv, ("kube-apiserver /readyz", lambda: api_get("/readyz") == b"ok"),
@@ -917,6 +926,7 @@ COMPONENTS = [
     Component("kubelet", kubelet_argv, (f"node {REAL_NODE} Ready", real_node_ready), ready_timeout=120,
               port=PORTS["kubelet"], real_node=True),
 ]
+COMPONENTS = [component for component in ALL_COMPONENTS if not (SIMULATED_ONLY and component.real_node)]
 BY_NAME = {component.name: component for component in COMPONENTS}
 
 
@@ -929,7 +939,7 @@ def healthy() -> bool:
     if any(running_pid(component.name) is None for component in COMPONENTS):
         return False
     try:
-        return api_get("/readyz") == b"ok" and real_node_ready()
+        return api_get("/readyz") == b"ok" and (SIMULATED_ONLY or real_node_ready())
     except Exception:  # noqa: BLE001
         return False
 
@@ -966,7 +976,7 @@ def up() -> Path:
     elif STATE.exists():
         log("found a partial cluster; stopping it first")
         down(quiet=True)
-    if os.geteuid() != 0:
+    if os.geteuid() != 0 and not SIMULATED_ONLY:
         raise ClusterError("the real node (containerd, kubelet, pod network) needs root: run this as root")
     build()
     started = time.monotonic()
@@ -1054,7 +1064,8 @@ def down(quiet: bool = False) -> None:
         stop_process(component.name, pid)
         if not quiet:
             log(f"stopped {component.name} (pid {pid})")
-    remove_real_node_leftovers()
+    if not SIMULATED_ONLY:  # the host's pod network and cgroups are the first cluster's
+        remove_real_node_leftovers()
     shutil.rmtree(STATE, ignore_errors=True)
 
 
@@ -1131,9 +1142,9 @@ def status() -> int:
         pid = running_pid(component.name)
         ok &= pid is not None
         print(f"{component.name:26} {'running (pid ' + str(pid) + ')' if pid else 'not running'}")
-    checks = {"api /readyz": lambda: api_get("/readyz") == b"ok", f"node {REAL_NODE}": real_node_ready,
-              "simulated nodes": simulated_nodes_ready,
-              f"bridge {BRIDGE}": bridge_mac_is_fixed}
+    checks = {"api /readyz": lambda: api_get("/readyz") == b"ok", "simulated nodes": simulated_nodes_ready}
+    if not SIMULATED_ONLY:
+        checks |= {f"node {REAL_NODE}": real_node_ready, f"bridge {BRIDGE}": bridge_mac_is_fixed}
     for what, check in checks.items():
         try:
             good = bool(check())
@@ -1182,6 +1193,8 @@ def main(args: list[str]) -> int:
                 return 1
             print(path)
         elif command == "real-node":
+            if SIMULATED_ONLY:
+                raise ClusterError("this cluster (VOLCANO_CLUSTER_SIMULATED=1) has no real node")
             print(json.dumps(real_node_placement(), indent=2))
         elif command == "build":
             build()

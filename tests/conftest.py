@@ -28,8 +28,8 @@ AIRFLOW_LANES = 2
 
 
 def last_run_key(item: pytest.Item) -> str:
-    """An item's key in .artifacts/test-durations.json (scripts/test-suite writes junit's names without
-    the `@group` suffix pytest-xdist adds to a grouped test's id)."""
+    """An item's key in the durations files (scripts/test-suite writes junit's names without the `@group`
+    suffix pytest-xdist adds to a grouped test's id)."""
     module = getattr(item, "module", None)
     return f"{module.__name__}::{item.name}" if module else item.nodeid
 
@@ -44,15 +44,20 @@ def airflow_lane(item: pytest.Item) -> str:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Longest first, so that concurrent workers (scripts/test-suite) do not end on one long test while
     the others idle: the integration tests by their time in the last whole run (which scripts/test-suite
-    writes to .artifacts/test-durations.json), else as collected; the unit tests, which take seconds,
-    last. The tests that run Airflow itself are dealt, longest first, into AIRFLOW_LANES lanes of about
-    equal time. Every xdist worker reads the same file, so all collect the same order and lanes."""
+    writes to .artifacts/test-durations.json), on a fresh clone by tests/durations.json (the times
+    committed with the tests, `scripts/test-suite --save-durations`), else as collected; the unit tests,
+    which take seconds, last. The tests that run Airflow itself are dealt, longest first, into
+    AIRFLOW_LANES lanes of about equal time. Every xdist worker reads the same file, so all collect the
+    same order and lanes."""
     import json
 
-    try:
-        last_run: dict[str, float] = json.loads((REPO / ".artifacts" / "test-durations.json").read_text())
-    except (OSError, ValueError):
-        last_run = {}
+    last_run: dict[str, float] = {}
+    for durations in (REPO / ".artifacts" / "test-durations.json", REPO / "tests" / "durations.json"):
+        try:
+            last_run = json.loads(durations.read_text())
+            break
+        except (OSError, ValueError):
+            continue
 
     def order(item: pytest.Item) -> tuple[bool, float]:
         return "/unit/" in f"/{item.nodeid}", -float(last_run.get(last_run_key(item), 0.0))

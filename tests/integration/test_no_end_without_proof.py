@@ -81,6 +81,7 @@ def test_a_tensorboard_that_cannot_be_scheduled_beside_a_running_gang_does_not_e
 
 
 @pytest.mark.disruptive
+@pytest.mark.control_plane
 @pytest.mark.parametrize("deferrable", [True], ids=["deferred"])
 def test_a_job_resource_unserved_for_20_seconds_is_waited_through(
         cluster, operator_kubeconfig, run_task, deferrable):

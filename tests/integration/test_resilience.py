@@ -101,6 +101,7 @@ def test_a_token_refused_for_longer_than_one_reading_of_the_credentials_ends_no_
 
 
 @pytest.mark.disruptive
+@pytest.mark.control_plane
 @pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferred"])
 def test_apiserver_restart_while_waiting(cluster, operator_kubeconfig, run_task, deferrable):
     name = f"restart{int(deferrable)}"
@@ -163,6 +164,7 @@ def test_kill_loop_leaves_exactly_one_job_and_no_orphans(cluster, operator_kubec
 
 
 @pytest.mark.disruptive
+@pytest.mark.control_plane
 def test_two_hundred_deferred_triggers_share_one_watch_through_an_apiserver_restart(cluster, operator_kubeconfig):
     """A triggerer's VolcanoJobTriggers of one connection and namespace share one watch of the Jobs:
     200 of them wait on 200 Jobs, one is cancelled (it leaves the watch to the others), the
