@@ -42,13 +42,13 @@ def airflow_lane(item: pytest.Item) -> str:
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which turns the group marks into node ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Longest first, so that concurrent workers (scripts/test-suite) do not end on one long test while
-    the others idle: the integration tests by their time in the last whole run (which scripts/test-suite
-    writes to .artifacts/test-durations.json), on a fresh clone by tests/durations.json (the times
-    committed with the tests, `scripts/test-suite --save-durations`), else as collected; the unit tests,
-    which take seconds, last. The tests that run Airflow itself are dealt, longest first, into
-    AIRFLOW_LANES lanes of about equal time. Every xdist worker reads the same file, so all collect the
-    same order and lanes."""
+    """Longest first (the disruptive tests shortest first, see below), so that concurrent workers
+    (scripts/test-suite) do not end on one long test while the others idle: the integration tests by
+    their time in the last whole run (which scripts/test-suite writes to .artifacts/test-durations.json),
+    on a fresh clone by tests/durations.json (the times committed with the tests, `scripts/test-suite
+    --save-durations`), else as collected; the unit tests, which take seconds, last. The tests that run
+    Airflow itself are dealt, longest first, into AIRFLOW_LANES lanes of about equal time. Every xdist
+    worker reads the same file, so all collect the same order and lanes."""
     import json
 
     last_run: dict[str, float] = {}
@@ -60,7 +60,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             continue
 
     def order(item: pytest.Item) -> tuple[bool, float]:
-        return "/unit/" in f"/{item.nodeid}", -float(last_run.get(last_run_key(item), 0.0))
+        seconds = float(last_run.get(last_run_key(item), 0.0))
+        # The disruptive tests run one at a time, so their order leaves their total alone; shortest first
+        # puts the chaos soak, the heaviest on the CPU, after the control plane's tests on the simulated
+        # cluster (scripts/test-suite) have ended, instead of beside them.
+        if item.get_closest_marker("disruptive") and not item.get_closest_marker("control_plane"):
+            return "/unit/" in f"/{item.nodeid}", seconds
+        return "/unit/" in f"/{item.nodeid}", -seconds
 
     items.sort(key=order)  # stable: ties keep their collected order
     lanes = [0.0] * AIRFLOW_LANES
