@@ -72,8 +72,10 @@ venv: $(VENV)/.installed $(VENV_LOWEST)/.installed $(foreach venv,$(VENVS_RELEAS
 cluster-up:
 	scripts/volcano-cluster up
 
+# Both clusters: make test's second, simulated-only one too (scripts/test-suite stops it unless killed).
 cluster-down:
 	scripts/volcano-cluster down
+	VOLCANO_CLUSTER_SIMULATED=1 scripts/volcano-cluster down
 
 # The shell the pods run. shellcheck, and busybox and strace for the unit tests that run that shell
 # under busybox sh and inject signals (tests/unit/test_forward_signals.py), and chromium for the docs'
