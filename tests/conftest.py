@@ -64,9 +64,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         # The disruptive tests run one at a time, so their order leaves their total alone; shortest first
         # puts the chaos soak, the heaviest on the CPU, after the control plane's tests on the simulated
         # cluster (scripts/test-suite) have ended, instead of beside them.
-        if item.get_closest_marker("disruptive") and not item.get_closest_marker("control_plane"):
-            return "/unit/" in f"/{item.nodeid}", seconds
-        return "/unit/" in f"/{item.nodeid}", -seconds
+        shortest_first = bool(item.get_closest_marker("disruptive")) and not item.get_closest_marker("control_plane")
+        return "/unit/" in f"/{item.nodeid}", seconds if shortest_first else -seconds
 
     items.sort(key=order)  # stable: ties keep their collected order
     lanes = [0.0] * AIRFLOW_LANES

@@ -17,9 +17,13 @@ print(json.dumps({"state": str(c.STATE), "ports": c.PORTS, "components": [x.name
 """
 
 
+def environment(**env: str) -> dict[str, str]:
+    """This process's environment without any VOLCANO_CLUSTER_ setting of its own, plus `env`."""
+    return {**{k: v for k, v in os.environ.items() if not k.startswith("VOLCANO_CLUSTER_")}, **env}
+
+
 def cluster_settings(**env: str) -> dict:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("VOLCANO_CLUSTER_")}
-    out = subprocess.run([sys.executable, "-c", READ], env={**clean, **env}, cwd=REPO / "scripts",
+    out = subprocess.run([sys.executable, "-c", READ], env=environment(**env), cwd=REPO / "scripts",
                          capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 
@@ -36,7 +40,6 @@ def test_the_simulated_cluster_shares_no_port_nor_state_with_the_first_and_has_n
 
 
 def test_the_simulated_cluster_refuses_to_place_pods_on_a_real_node():
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("VOLCANO_CLUSTER_")}
     result = subprocess.run([str(REPO / "scripts" / "volcano-cluster"), "real-node"], capture_output=True,
-                            text=True, env={**clean, "VOLCANO_CLUSTER_SIMULATED": "1"})
+                            text=True, env=environment(VOLCANO_CLUSTER_SIMULATED="1"))
     assert result.returncode == 1 and "has no real node" in result.stderr, result
