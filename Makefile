@@ -32,11 +32,13 @@ AIRFLOW_3.3_RELEASED := 2026-09-18T00:00:00Z
 # (Airflow 3.1.7, cncf-kubernetes 10.12.0, kubernetes 32.0.0, kubernetes-asyncio 32.0.0, aiohttp 3.9.0,
 # urllib3 2.1.0, ...; everything else as it was that day): the triggerer tests run the same scenario on
 # it, so the floors are tested, and so is Airflow before 3.3 (no trigger on_kill, no task state store).
+# This venv and the two below also hold the `unit` group (pytest): scripts/test-suite runs the unit tests
+# in each.
 # constraints-lowest.txt is `make lowest-constraints`'s output.
 VENV_LOWEST := .venv-lowest
 $(VENV_LOWEST)/.installed: pyproject.toml constraints-lowest.txt | $(BIN)/uv
 	$(BIN)/uv venv -q --allow-existing --python $(BIN)/python $(VENV_LOWEST)
-	$(UV_INSTALL) --python $(VENV_LOWEST)/bin/python -c constraints-lowest.txt -e .
+	$(UV_INSTALL) --python $(VENV_LOWEST)/bin/python -c constraints-lowest.txt -e . --group unit
 	touch $@
 
 # One more for each newer minor's latest release (3.2.2, 3.3.2), resolved as a user installing it on its
@@ -50,7 +52,7 @@ AIRFLOW_3.3_RELEASE := 3.3.2
 VENVS_RELEASE_DAY := $(foreach minor,$(AIRFLOW_RELEASE_DAY),.venv-airflow-$(minor))
 .venv-airflow-%/.installed: pyproject.toml constraints-airflow-%.txt | $(BIN)/uv
 	$(BIN)/uv venv -q --allow-existing --python $(BIN)/python .venv-airflow-$*
-	$(UV_INSTALL) --python .venv-airflow-$*/bin/python -c constraints-airflow-$*.txt -e .
+	$(UV_INSTALL) --python .venv-airflow-$*/bin/python -c constraints-airflow-$*.txt -e . --group unit
 	touch $@
 
 airflow-%-constraints: | $(BIN)/uv

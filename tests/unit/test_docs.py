@@ -36,7 +36,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
 GITHUB = "https://github.com/airflow-volcano/airflow-volcano/blob/main/"
 sys.path.insert(0, str(DOCS / "_ext"))
-import argument_tables  # noqa: E402  (docs/_ext: the Sphinx extension that writes the tables)
+import argument_rows  # noqa: E402  (docs/_ext: the rows of the Sphinx extension's argument tables)
 
 # Each class with an argument table, and the page it is on.
 TABLES = {
@@ -108,13 +108,13 @@ def shown_text(markup: str) -> str:
 @pytest.mark.parametrize("path", TABLES, ids=lambda path: path.rsplit(".", 1)[1])
 def test_every_argument_appears_in_its_operators_table_with_its_text(built, path):
     """Each argument's whole description (its declaration's doc text, through the `:param` lines) is in its row."""
-    cls = argument_tables.import_object(path)
+    cls = argument_rows.import_object(path)
     text = page(built, TABLES[path])
-    rows = argument_tables.arguments(cls)
+    rows = argument_rows.arguments(cls)
     assert len(rows) >= (5 if cls.__name__ == "VolcanoJobSensor" else 50)
     for argument in rows:
         assert argument.doc, f"{argument.name}: no :param text"
-        anchor = f'id="{argument_tables.anchor(cls, argument.name)}"'
+        anchor = f'id="{argument_rows.anchor(cls, argument.name)}"'
         assert anchor in text, f"{cls.__name__}.{argument.name} has no row on {TABLES[path]}"
         row = shown_text(text[text.index(anchor):text.index("</tr>", text.index(anchor))])
         assert " ".join(argument.doc.replace("`", "").split()) in row, (
@@ -128,8 +128,8 @@ def test_every_argument_appears_in_its_operators_table_with_its_text(built, path
 def test_no_page_lists_the_arguments_by_hand():
     """An argument's description is written once, in its declaration, and read in its table: a page's bullet list
     of arguments (`- `name` (default: ...): ...`) would say it a second time, and drift."""
-    names = {argument.name for path in TABLES for argument in argument_tables.arguments(
-        argument_tables.import_object(path))}
+    names = {argument.name for path in TABLES for argument in argument_rows.arguments(
+        argument_rows.import_object(path))}
     listed = [f"{source.relative_to(REPO)}: {line.strip()[:80]}" for source in sorted(DOCS.rglob("*.md"))
               if "_build" not in source.parts for line in source.read_text().splitlines()
               if (bullet := re.match(r"\s*[-*] `(\w+)`", line)) and bullet.group(1) in names]

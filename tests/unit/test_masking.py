@@ -126,6 +126,7 @@ def test_the_result_the_panel_and_the_error_a_resumed_worker_reports_are_masked_
     assert str(raised.value).endswith("failed: KeyError: ***")
 
 
+@pytest.mark.openlineage
 def test_the_operator_marks_the_job_it_builds_and_masks_its_lineage_facets(monkeypatch, tmp_path):
     from .test_lineage import serialized, training
 

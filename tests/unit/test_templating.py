@@ -20,14 +20,14 @@ from airflow_volcano.operators.pytorch import VolcanoPyTorchJobOperator
 from airflow_volcano.sensors.job import VolcanoJobSensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "docs" / "_ext"))
-import argument_tables  # noqa: E402  (docs/_ext: the Sphinx extension that writes the tables)
+import argument_rows  # noqa: E402  (docs/_ext: the rows the Sphinx extension makes its tables of)
 
 OPERATORS = [VolcanoJobOperator, VolcanoPyTorchJobOperator, VolcanoDeepSpeedJobOperator]
 
 
 def documented(cls: type) -> dict[str, bool]:
     """The arguments of a class's generated docs table: name -> marked T."""
-    return {argument.name: argument.templated for argument in argument_tables.arguments(cls)}
+    return {argument.name: argument.templated for argument in argument_rows.arguments(cls)}
 
 
 def marks() -> dict[str, bool]:
