@@ -101,11 +101,11 @@ lint: venv shellcheck
 unit: venv shellcheck
 	$(BIN)/python -m pytest -q tests/unit
 
-# Everything: lint, unit tests, the integration tests against the local Volcano cluster (built and
-# started on first use; see scripts/volcano-cluster), most of them concurrently and the disruptive ones
-# alone (scripts/test-suite, which prints the 20 slowest tests), then the compatibility subset on the
-# oldest Volcano and Kubernetes.
-test: venv lint docs cluster-up
+# Everything: the integration tests against the local Volcano cluster (built and started on first use;
+# see scripts/volcano-cluster), most of them concurrently and the disruptive ones alone, with the lint and
+# the unit tests beside those (scripts/test-suite, which prints the 20 slowest tests; the unit tests build
+# the docs site as `make docs` does), then the compatibility subset on the oldest Volcano and Kubernetes.
+test: venv shellcheck cluster-up
 	scripts/test-suite
 	scripts/test-compat --oldest
 
