@@ -548,7 +548,9 @@ def sign_in(browser, server: ApiServer, user: str):
     page.get_by_label("Username").fill(user)
     page.get_by_label("Password").fill(passwords[user])
     page.get_by_role("button", name="Sign in").click()
-    page.wait_for_load_state("networkidle")
+    # The form's answer redirects to the home page, which may load late on a busy machine: a page opened
+    # before that is interrupted by it, or opened without the session (CI, 2026-11-28, both lanes at once).
+    page.wait_for_url(f"{server.url}/", wait_until="networkidle", timeout=120_000)
     return page
 
 
