@@ -22,9 +22,13 @@ from urllib3.exceptions import HTTPError as Urllib3HTTPError
 from airflow_volcano.exceptions import ApiserverUnreachable, VolcanoApiError, names_an_object
 
 RETRIABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+# What an apiserver that is not serving (restarting, or not ready) answers, or a load balancer or proxy in
+# front of it: as good as a lost connection.
+UNAVAILABLE_STATUS = frozenset({500, 502, 503, 504})
 # A restarting apiserver serves requests before its RBAC cache is warm and answers 401/403 for a
-# moment: right after losing the connection, those are retried too (never otherwise, so a missing
-# permission still fails at once).
+# moment: right after losing the connection (or an UNAVAILABLE_STATUS answer), those are retried too
+# (never otherwise, so a missing permission still fails at once). Found by the chaos soak: behind a
+# proxy, an apiserver restart answered 503, 500, then 403 for a list the identity may do.
 AUTH_WARMUP_SECONDS = 30.0
 # Credentials the apiserver accepted before and now refuses (401) have expired or are being
 # rotated (a projected token file, an exec plugin's short-lived token), or the apiserver cannot check
@@ -182,7 +186,8 @@ class Attempts:
 
 class ConnectionLossAware:
     """Which errors are worth retrying, for both hooks: the transient ones, and 401/403 in the
-    seconds after a connection was lost (a restarted apiserver warming its RBAC cache).
+    seconds after a connection was lost or the apiserver answered it was unavailable (a restarted
+    apiserver warming its RBAC cache).
 
     The loss is remembered for the whole process: in a triggerer, the shared watch is often the
     only one to see the apiserver go away, and every trigger's next call may meet the cold cache."""
@@ -210,7 +215,7 @@ class ConnectionLossAware:
 
     def retriable(self, error: BaseException) -> bool:
         if is_transient(error):
-            if not api_error(error):
+            if not api_error(error) or status_of(error) in UNAVAILABLE_STATUS:
                 self.note_connection_lost()
             return True
         return (status_of(error) in (401, 403)

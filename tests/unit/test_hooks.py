@@ -30,7 +30,7 @@ def test_retry_after_is_honoured_up_to_a_cap(header, backoff, expected):
     assert retry_delay(Throttled(), backoff) == expected
 
 
-def test_both_hooks_follow_one_attempts_policy():
+def test_both_hooks_follow_one_attempts_policy(monkeypatch):
     """Attempts: what either hook does after a failed API call (absent, read credentials again, wait, raise)."""
     import logging
 
@@ -51,6 +51,9 @@ def test_both_hooks_follow_one_attempts_policy():
         return failure
 
     for kind in (ApiException, AsyncApiException):
+        # Each client's round in a process where the apiserver never was unavailable (the last round's 503
+        # would have a 401 retried for a while: test_a_403_is_retried_only_just_after_...).
+        monkeypatch.setattr(ConnectionLossAware, "_connection_lost_at", float("-inf"))
         attempts = Attempts(Hook(), "get Job ml/a", if_absent=None)
         assert attempts.after(error(kind, 404, names="a")) is ABSENT, "the apiserver says the Job does not exist"
         with pytest.raises(VolcanoApiError, match="does not serve this resource") as unserved:
@@ -68,6 +71,39 @@ def test_both_hooks_follow_one_attempts_policy():
             throttled.after(error(kind, 503))  # retries spent
         with pytest.raises(VolcanoApiError, match="HTTP 404"):
             Attempts(Hook(), "delete Job ml/a", if_absent=REQUIRED).after(error(kind, 404, names="a"))
+
+
+@pytest.mark.parametrize("before", [None, 429, 503, 500, "lost"])
+def test_a_403_is_retried_only_just_after_the_apiserver_was_unavailable(monkeypatch, before):
+    """A restarting apiserver answers 403 while its RBAC cache fills. Behind a load balancer (the chaos soak's
+    proxy) the restart is answered 503, then the apiserver's own 500, then 403: such a 403 is retried for
+    AUTH_WARMUP_SECONDS. After throttling (429) or nothing, a 403 is a missing permission, said at once."""
+    import logging
+
+    from kubernetes.client.rest import ApiException
+
+    from airflow_volcano.hooks import retry
+    from airflow_volcano.hooks.retry import AUTH_WARMUP_SECONDS, Attempts, ConnectionLossAware
+
+    class Hook(ConnectionLossAware):
+        retries = 6
+        log = logging.getLogger("test")
+        conn_id = "c"
+
+    now = [1000.0]
+    monkeypatch.setattr(retry.time, "monotonic", lambda: now[0])
+    attempts = Attempts(Hook(), "list Jobs in ml")
+    if before is not None:
+        attempts.after(ConnectionRefusedError() if before == "lost" else ApiException(status=before, reason="x"))
+    forbidden = ApiException(status=403, reason="Forbidden")
+    if before in (None, 429):
+        with pytest.raises(VolcanoApiError, match="HTTP 403 Forbidden"):
+            attempts.after(forbidden)
+        return
+    assert attempts.after(forbidden).delay > 0, "retried: the apiserver was not serving a moment ago"
+    now[0] += AUTH_WARMUP_SECONDS + 1
+    with pytest.raises(VolcanoApiError, match="HTTP 403 Forbidden"):
+        Attempts(Hook(), "list Jobs in ml").after(forbidden)
 
 
 def test_credentials_accepted_before_and_refused_now_are_read_again_with_back_off_for_a_bounded_time(monkeypatch):

@@ -15,7 +15,7 @@ import pytest
 
 from airflow_volcano.exceptions import ApiserverUnreachable, KubernetesConnectionError, VolcanoApiError
 from airflow_volcano.hooks import calls
-from airflow_volcano.hooks.retry import ConnectionLossAware, short, unreachable_cause
+from airflow_volcano.hooks.retry import short, unreachable_cause
 from airflow_volcano.hooks.volcano import AsyncVolcanoHook, VolcanoHook
 
 from ..log_lines import Lines
@@ -42,9 +42,6 @@ def unreachable_connection(tmp_path: Path, closed_port: int, monkeypatch) -> str
     monkeypatch.setenv("AIRFLOW_CONN_TRAINING_CLUSTER", json.dumps(
         {"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig)}}))
     monkeypatch.setattr("time.sleep", lambda seconds: None)  # the back-off's waits, not its attempts
-    # A lost connection is remembered process-wide (401/403 retried for a while after it): forgotten after
-    # this test, so that the other tests of this process see an apiserver that never went away.
-    monkeypatch.setattr(ConnectionLossAware, "_connection_lost_at", ConnectionLossAware._connection_lost_at)
     return f"https://127.0.0.1:{closed_port}"
 
 
