@@ -18,6 +18,22 @@ from airflow_volcano.hooks import calls
 from airflow_volcano.hooks.retry import short
 
 
+def retry_policy_hook(conn_id: str, retries: int) -> Any:
+    """What Attempts asks of a hook (its retries, log, connection and ConnectionLossAware's memory), without a
+    cluster."""
+    import logging
+
+    from airflow_volcano.hooks.retry import ConnectionLossAware
+
+    class Hook(ConnectionLossAware):
+        log = logging.getLogger("test")
+        retries = 0
+
+    hook = Hook()
+    hook.conn_id, hook.retries = conn_id, retries
+    return hook
+
+
 @pytest.mark.parametrize(("header", "backoff", "expected"), [
     ("3600", 0.5, 30.0), ("2", 0.5, 2.0), ("0", 1.5, 1.5), (None, 0.7, 0.7), ("soon", 0.4, 0.4), ("-5", 0.4, 0.4),
 ])
@@ -32,17 +48,11 @@ def test_retry_after_is_honoured_up_to_a_cap(header, backoff, expected):
 
 def test_both_hooks_follow_one_attempts_policy(monkeypatch):
     """Attempts: what either hook does after a failed API call (absent, read credentials again, wait, raise)."""
-    import logging
 
     from kubernetes.client.rest import ApiException
     from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 
     from airflow_volcano.hooks.retry import ABSENT, REQUIRED, Attempts, ConnectionLossAware, Retry
-
-    class Hook(ConnectionLossAware):
-        retries = 2
-        log = logging.getLogger("test")
-        conn_id = "never-accepted"
 
     def error(kind: type, status: int, retry_after: str | None = None, names: str | None = None) -> Exception:
         failure = kind(status=status, reason="x")
@@ -54,23 +64,24 @@ def test_both_hooks_follow_one_attempts_policy(monkeypatch):
         # Each client's round in a process where the apiserver never was unavailable (the last round's 503
         # would have a 401 retried for a while: test_a_403_is_retried_only_just_after_...).
         monkeypatch.setattr(ConnectionLossAware, "_connection_lost_at", float("-inf"))
-        attempts = Attempts(Hook(), "get Job ml/a", if_absent=None)
+        attempts = Attempts(retry_policy_hook("never-accepted", 2), "get Job ml/a", if_absent=None)
         assert attempts.after(error(kind, 404, names="a")) is ABSENT, "the apiserver says the Job does not exist"
         with pytest.raises(VolcanoApiError, match="does not serve this resource") as unserved:
-            Attempts(Hook(), "get Job ml/a", if_absent=None).after(error(kind, 404))
+            Attempts(retry_policy_hook("never-accepted", 2), "get Job ml/a", if_absent=None).after(error(kind, 404))
         assert unserved.value.not_served, "a 404 naming no object: the resource is not served (a CRD upgrading)"
         assert "the apiserver of Airflow connection 'never-accepted' does not serve this resource now" in \
             str(unserved.value), "which connection's cluster lacks it"
         assert attempts.after(error(kind, 401)) == Retry(0.0, reload=True)
         with pytest.raises(VolcanoApiError, match="get Job ml/a failed: HTTP 401 x: said the apiserver"):
             attempts.after(error(kind, 401))  # credentials never accepted: read again once only
-        throttled = Attempts(Hook(), "list Jobs")
+        throttled = Attempts(retry_policy_hook("never-accepted", 2), "list Jobs")
         assert throttled.after(error(kind, 429, retry_after="3600")) == Retry(30.0), "Retry-After, capped"
         assert 0 <= throttled.after(error(kind, 503)).delay <= 1.0
         with pytest.raises(VolcanoApiError, match="HTTP 503"):
             throttled.after(error(kind, 503))  # retries spent
         with pytest.raises(VolcanoApiError, match="HTTP 404"):
-            Attempts(Hook(), "delete Job ml/a", if_absent=REQUIRED).after(error(kind, 404, names="a"))
+            Attempts(retry_policy_hook("never-accepted", 2), "delete Job ml/a",
+                     if_absent=REQUIRED).after(error(kind, 404, names="a"))
 
 
 @pytest.mark.parametrize("before", [None, 429, 503, 500, "lost"])
@@ -78,21 +89,15 @@ def test_a_403_is_retried_only_just_after_the_apiserver_was_unavailable(monkeypa
     """A restarting apiserver answers 403 while its RBAC cache fills. Behind a load balancer (the chaos soak's
     proxy) the restart is answered 503, then the apiserver's own 500, then 403: such a 403 is retried for
     AUTH_WARMUP_SECONDS. After throttling (429) or nothing, a 403 is a missing permission, said at once."""
-    import logging
 
     from kubernetes.client.rest import ApiException
 
     from airflow_volcano.hooks import retry
-    from airflow_volcano.hooks.retry import AUTH_WARMUP_SECONDS, Attempts, ConnectionLossAware
-
-    class Hook(ConnectionLossAware):
-        retries = 6
-        log = logging.getLogger("test")
-        conn_id = "c"
+    from airflow_volcano.hooks.retry import AUTH_WARMUP_SECONDS, Attempts
 
     now = [1000.0]
     monkeypatch.setattr(retry.time, "monotonic", lambda: now[0])
-    attempts = Attempts(Hook(), "list Jobs in ml")
+    attempts = Attempts(retry_policy_hook("c", 6), "list Jobs in ml")
     if before is not None:
         attempts.after(ConnectionRefusedError() if before == "lost" else ApiException(status=before, reason="x"))
     forbidden = ApiException(status=403, reason="Forbidden")
@@ -103,27 +108,21 @@ def test_a_403_is_retried_only_just_after_the_apiserver_was_unavailable(monkeypa
     assert attempts.after(forbidden).delay > 0, "retried: the apiserver was not serving a moment ago"
     now[0] += AUTH_WARMUP_SECONDS + 1
     with pytest.raises(VolcanoApiError, match="HTTP 403 Forbidden"):
-        Attempts(Hook(), "list Jobs in ml").after(forbidden)
+        Attempts(retry_policy_hook("c", 6), "list Jobs in ml").after(forbidden)
 
 
 def test_credentials_accepted_before_and_refused_now_are_read_again_with_back_off_for_a_bounded_time(monkeypatch):
     """An expired token (or an apiserver that cannot check tokens for a while) must not end a wait:
     the credentials are read again before every retry, for AUTH_REFUSED_SECONDS, then the 401 is said."""
-    import logging
 
     from kubernetes.client.rest import ApiException
 
     from airflow_volcano.hooks import retry
-    from airflow_volcano.hooks.retry import AUTH_REFUSED_SECONDS, Attempts, ConnectionLossAware
-
-    class Hook(ConnectionLossAware):
-        retries = 2
-        log = logging.getLogger("test")
-        conn_id = "accepted-before"
+    from airflow_volcano.hooks.retry import AUTH_REFUSED_SECONDS, Attempts
 
     now = [1000.0]
     monkeypatch.setattr(retry.time, "monotonic", lambda: now[0])
-    hook = Hook()
+    hook = retry_policy_hook("accepted-before", 2)
     hook.note_credentials_accepted()
     attempts = Attempts(hook, "get Job ml/a")
     refused = ApiException(status=401, reason="Unauthorized")
