@@ -58,6 +58,9 @@ def main() -> None:
             with open("/dev/termination-log", "w") as message:
                 json.dump({"world_size": world, "first_loss": round(first, 4), "final_loss": round(last, 4)}, message)
     dist.barrier()
+    # Before the interpreter ends: a process group left to it lets gloo's worker thread free a tensor while
+    # Python finalizes, which aborts (SIGABRT, exit 134, in ProcessGroupGloo::runLoop; seen under mpirun).
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
