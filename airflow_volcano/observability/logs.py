@@ -161,18 +161,20 @@ class LogFollower(threading.Thread):
     may have a `close()`); it raises LookupError while the pod does not exist or has not started yet
     (nothing to see), anything else when the log cannot be read. `output` (if given) is told what this
     follower sees, as `source`: each new line, and whether the log can be read, at `clock` (the
-    waiter's own).
+    waiter's own). `finished` (if given) is asked each time a stream ends or cannot be opened: True
+    ends the follower (its container has exited, so the stream that ended held its last line).
     """
 
     def __init__(self, open_stream: Callable[[float | None], Any], cursor: LogCursor, emit: LineEmit,
                  retry_interval: float = 2.0, *, output: OutputSight | None = None, source: str = "",
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, finished: Callable[[], bool] | None = None) -> None:
         super().__init__(name="volcano-log-follower", daemon=True)
         self.open_stream = open_stream
         self.cursor = cursor
         self.emit = emit
         self.retry_interval = retry_interval
         self.output, self.source, self.clock = output, source, clock
+        self.finished = finished
         self._stop_event = threading.Event()
         self._lock = threading.Lock()
         self._stream: Any = None
@@ -203,6 +205,8 @@ class LogFollower(threading.Thread):
                 with self._lock:
                     _close(self._stream)
                     self._stream = None
+            if self.finished is not None and not self._stop_event.is_set() and self.finished():
+                return
             if self._stop_event.wait(self.retry_interval):
                 return
 

@@ -13,7 +13,7 @@ import structlog
 
 from airflow_volcano.constants import STARTED_POD_PHASES
 from airflow_volcano.exceptions import VolcanoApiError
-from airflow_volcano.observability.logs import LineEmit, LogCursor, emit_new_lines, iter_lines
+from airflow_volcano.observability.logs import LineEmit, LogCursor, LogFollower, emit_new_lines, iter_lines
 
 if TYPE_CHECKING:
     from airflow_volcano.hooks.volcano import VolcanoHook
@@ -113,19 +113,31 @@ def _exited(pod: dict | None, container: str | None) -> bool:
 def follow_until_exit(hook: VolcanoHook, namespace: str, copy: PodLogCopy, *, poll: float = 1.0) -> None:
     """After the Job was deleted: keep copying the pod's log until its container has exited (a script's
     SIGTERM handler saving a checkpoint says so in its last lines), at most its grace period and
-    EXIT_MARGIN_SECONDS more, so those lines come before the task's failure."""
+    EXIT_MARGIN_SECONDS more, so those lines come before the task's failure.
+
+    The log is followed, as while waiting: a followed stream ends only after the container's last line.
+    Reading it now and then instead lost that line (found on the real node: the kubelet removes a deleted
+    pod moments after its container exits, between two reads, and its log with it)."""
     try:
         pod = hook.get_pod(copy.pod, namespace)
-    except Exception:  # noqa: BLE001 - cannot tell: the last read below shows what it can
-        pod = None
+    except Exception:  # noqa: BLE001 - cannot tell
+        pod = {"status": {"phase": "Running"}}  # taken as running: followed until the deadline at most
+    if _exited(pod, copy.container):
+        read_remaining_log(hook, namespace, copy)
+        return
     grace = ((pod or {}).get("spec") or {}).get("terminationGracePeriodSeconds")
     deadline = time.monotonic() + float(DEFAULT_GRACE_SECONDS if grace is None else grace) + EXIT_MARGIN_SECONDS
-    while True:
-        read_remaining_log(hook, namespace, copy)
-        if _exited(pod, copy.container) or time.monotonic() >= deadline:
-            return
-        time.sleep(poll)
+
+    def exited() -> bool:
         try:
-            pod = hook.get_pod(copy.pod, namespace)
-        except Exception:  # noqa: BLE001 - read the log once more and stop
-            pod = None
+            return _exited(hook.get_pod(copy.pod, namespace), copy.container)
+        except Exception:  # noqa: BLE001 - cannot tell: follow on (until the deadline)
+            return False
+
+    follower = LogFollower(pod_log_stream(hook, namespace, copy), copy.cursor, copy.emit, retry_interval=poll,
+                           finished=exited)
+    follower.start()
+    follower.join(max(0.0, deadline - time.monotonic()))
+    if follower.is_alive():  # past its grace period (its node out of reach, say): what can be read now
+        follower.stop()
+        read_remaining_log(hook, namespace, copy)

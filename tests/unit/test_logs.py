@@ -132,3 +132,64 @@ def test_a_line_a_progress_bar_redrew_is_shown_as_its_latest_state():
     assert shown == ["epoch 1: 100%|##########", "plain line"]
     assert latest_state("windows line\r") == "windows line", "a CR before the newline is no redraw"
     assert latest_state("\r\r") == ""
+
+
+class DeletedPod:
+    """A master pod after its Job was deleted, as the kubelet treats it: its SIGTERM handler prints its
+    last line `last_line_at` seconds from now, its container exits then, and the pod (its log with it) is
+    removed `removed_after` later, well within the one second a reader polling every second waits."""
+
+    LINE = "SIGTERM: saved checkpoint epoch 7"
+
+    def __init__(self, last_line_at: float = 0.3, removed_after: float = 0.2) -> None:
+        import time
+
+        self.start, self.last_line_at, self.removed_after = time.monotonic(), last_line_at, removed_after
+
+    def _now(self) -> float:
+        import time
+
+        return time.monotonic() - self.start
+
+    def _gone(self) -> bool:
+        return self._now() >= self.last_line_at + self.removed_after
+
+    def _written(self) -> bytes:
+        return f"{stamp(7)} {self.LINE}\n".encode() if self._now() >= self.last_line_at else b""
+
+    def get_pod(self, name: str, namespace: str) -> dict | None:
+        if self._gone():
+            return None
+        state = {"terminated": {"exitCode": 143}} if self._now() >= self.last_line_at else {"running": {}}
+        return {"spec": {"terminationGracePeriodSeconds": 5},
+                "status": {"phase": "Running", "containerStatuses": [{"name": "master", "state": state}]}}
+
+    def _absent(self) -> Exception:
+        from airflow_volcano.exceptions import VolcanoApiError
+
+        return VolcanoApiError("read log of pod ml/train-master-0", 404, "Not Found")
+
+    def pod_log_chunks(self, name: str, namespace: str, **kwargs: object) -> object:
+        if self._gone():
+            raise self._absent()
+        yield self._written()
+
+    def stream_pod_log(self, name: str, namespace: str, **kwargs: object) -> object:
+        """A followed log: each line as it is written; it ends when the container exits."""
+        import time
+
+        if self._gone():
+            raise self._absent()
+        time.sleep(max(0.0, self.last_line_at - self._now()))
+        return iter([self._written()])
+
+
+def test_a_deleted_pods_last_line_reaches_the_task_log_though_the_pod_goes_right_after():
+    """After job_timeout deletes the Job, the line a SIGTERM handler prints as it exits is copied, though
+    the kubelet removes the pod (and its log) a moment later: the log is followed, not read now and then
+    (a read every second lost it on the real node)."""
+    from airflow_volcano.observability.pod_logs import PodLogCopy, follow_until_exit
+
+    shown: list[str] = []
+    follow_until_exit(DeletedPod(), "ml", PodLogCopy("train-master-0", "master", lambda line, at: shown.append(line)))
+    assert shown == [DeletedPod.LINE]
