@@ -27,6 +27,17 @@ AIRFLOW_RUNS = "airflow-releases"
 AIRFLOW_LANES = 2
 
 
+# A file that exists while the tests marked node_outage stop the real node's kubelet (scripts/test-suite
+# runs them first, beside the concurrent tests): a test that uses the real node waits until it is gone
+# (tests/integration/conftest.py), and in such a run those tests come after the ones that do not.
+REAL_NODE_GATE = "REAL_NODE_GATE"
+
+
+def uses_real_node(item: pytest.Item) -> bool:
+    """Whether a test puts pods on the real node or reads its containers (its fixtures say so)."""
+    return not {"real_node", "containerd"}.isdisjoint(getattr(item, "fixturenames", ()))
+
+
 def last_run_key(item: pytest.Item) -> str:
     """An item's key in the durations files (scripts/test-suite writes junit's names without the `@group`
     suffix pytest-xdist adds to a grouped test's id)."""
@@ -46,9 +57,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     (scripts/test-suite) do not end on one long test while the others idle: the integration tests by
     their time in the last whole run (which scripts/test-suite writes to .artifacts/test-durations.json),
     on a fresh clone by tests/durations.json (the times committed with the tests, `scripts/test-suite
-    --save-durations`), else as collected; the unit tests, which take seconds, last. The tests that run
-    Airflow itself are dealt, longest first, into AIRFLOW_LANES lanes of about equal time. Every xdist
-    worker reads the same file, so all collect the same order and lanes."""
+    --save-durations`), else as collected; the unit tests, which take seconds, last. In a run beside the
+    real node's outage (REAL_NODE_GATE set) the tests that use the real node come after those that do not.
+    The tests that run Airflow itself are dealt, longest first, into AIRFLOW_LANES lanes of about equal
+    time. Every xdist worker reads the same file and environment, so all collect the same order and lanes."""
     import json
 
     last_run: dict[str, float] = {}
@@ -59,13 +71,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         except (OSError, ValueError):
             continue
 
-    def order(item: pytest.Item) -> tuple[bool, float]:
+    real_node_later = bool(os.environ.get(REAL_NODE_GATE))
+
+    def order(item: pytest.Item) -> tuple[bool, bool, float]:
         seconds = float(last_run.get(last_run_key(item), 0.0))
         # The disruptive tests run one at a time, so their order leaves their total alone; shortest first
         # puts the chaos soak, the heaviest on the CPU, after the control plane's tests on the simulated
         # cluster (scripts/test-suite) have ended, instead of beside them.
         shortest_first = bool(item.get_closest_marker("disruptive")) and not item.get_closest_marker("control_plane")
-        return "/unit/" in f"/{item.nodeid}", seconds if shortest_first else -seconds
+        return ("/unit/" in f"/{item.nodeid}", real_node_later and uses_real_node(item),
+                seconds if shortest_first else -seconds)
 
     items.sort(key=order)  # stable: ties keep their collected order
     lanes = [0.0] * AIRFLOW_LANES

@@ -14,6 +14,7 @@ import datetime
 import fcntl
 import hashlib
 import json
+import os
 import secrets
 import subprocess
 import time
@@ -28,7 +29,11 @@ import yaml
 from kubernetes import client, config, utils
 from kubernetes.client.rest import ApiException
 
+from ..conftest import REAL_NODE_GATE, uses_real_node
+
 REPO = Path(__file__).resolve().parents[2]
+# How long a test waits for the tests marked node_outage to give the real node back (they take about 4 min).
+REAL_NODE_GATE_TIMEOUT = 900
 VOLCANO = ("batch.volcano.sh", "v1alpha1")
 ADMISSION_POLICY = REPO / "deploy" / "admission-policy.yaml"
 QUEUE_READER = REPO / "deploy" / "queue-reader.yaml"
@@ -61,6 +66,21 @@ def volcano_release(kubeconfig: Path) -> tuple[int, int]:
     versions = json.loads((kubeconfig.parent / "versions.json").read_text())
     major, minor = versions["volcano"].lstrip("v").split(".")[:2]
     return int(major), int(minor)
+
+
+@pytest.fixture(autouse=True)
+def real_node_free(request: pytest.FixtureRequest) -> None:
+    """A test that uses the real node starts once no test marked node_outage has its kubelet stopped: in
+    scripts/test-suite those run beside the concurrent tests, while the file REAL_NODE_GATE names exists.
+    (Autouse: before the test's own fixtures put anything on the node.)"""
+    gate = os.environ.get(REAL_NODE_GATE)
+    if not gate or not uses_real_node(request.node):
+        return
+    waited = time.monotonic()
+    while Path(gate).exists():
+        if time.monotonic() - waited > REAL_NODE_GATE_TIMEOUT:
+            pytest.fail(f"the real node was still out ({gate} exists) after {REAL_NODE_GATE_TIMEOUT}s", pytrace=False)
+        time.sleep(1)
 
 
 @pytest.fixture(scope="session")
