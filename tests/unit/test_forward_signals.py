@@ -171,17 +171,22 @@ def test_the_exec_helper_keeps_the_environment_and_sh_s_exit_codes(tmp_path, she
 
 
 # The command starts a second process (a rank, say) and both wait for SIGINT.
+# Each process says it is ready from inside its `try` (a SIGINT before it would end it with a traceback,
+# not as the test expects): the rank marks that it sleeps, the main process says ready once it has.
 TWO_WAIT_FOR_SIGINT = """\
 import os, subprocess, sys, time
 if sys.argv[1] == "rank":
     try:
+        open(sys.argv[2] + ".sleeping", "w").close()
         time.sleep(30)
     except KeyboardInterrupt:
         open(sys.argv[2], "w").write("rank interrupted")
     sys.exit(0)
 rank = subprocess.Popen([sys.executable, __file__, "rank", sys.argv[2]])
-open(sys.argv[3], "w").write("ready")
 try:
+    while not os.path.exists(sys.argv[2] + ".sleeping"):
+        time.sleep(0.01)
+    open(sys.argv[3], "w").write("ready")
     time.sleep(30)
 except KeyboardInterrupt:
     rank.wait()
@@ -197,8 +202,7 @@ def test_as_pid_1_a_sigint_reaches_every_process_of_the_container_as_sigint(tmp_
         ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", *shell, "-c", read("forward-signals.sh"),
          "airflow-volcano-run", PYTHON, script(tmp_path, "two.py", TWO_WAIT_FOR_SIGINT), "main", str(rank), str(ready)],
         env=forwarder_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    wait_for_file(ready, process)
-    time.sleep(0.3)  # (the rank is sleeping too)
+    wait_for_file(ready, process)  # (and the rank is sleeping)
     deadline = time.monotonic() + ENOUGH
     while not (children := Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()):
         assert time.monotonic() < deadline
