@@ -292,6 +292,7 @@ def logged_at(log: str, text: str) -> datetime.datetime:
     return datetime.datetime.fromisoformat(line.split()[0].replace("Z", "+00:00"))
 
 
+@pytest.mark.disruptive
 @pytest.mark.node_outage
 def test_a_lost_node_is_named_and_its_pods_restart_once_it_is_back(
         cluster, operator_kubeconfig, run_task, real_node, containerd, tmp_path):
@@ -345,6 +346,7 @@ def test_a_lost_node_is_named_and_its_pods_restart_once_it_is_back(
     wait_until_gone(cluster, containerd, "lost")  # no container left behind
 
 
+@pytest.mark.disruptive
 @pytest.mark.node_outage
 def test_a_lost_node_with_the_retry_budget_spent_fails_the_task_naming_the_node(
         cluster, operator_kubeconfig, run_task, real_node, containerd, tmp_path):
