@@ -1,8 +1,13 @@
-"""Log cursor: resuming a dropped stream shows every line exactly once."""
+"""Log cursor: resuming a dropped stream shows every line exactly once; a deleted pod's last line is
+copied though the pod goes right after."""
 
 from __future__ import annotations
 
+import time
+
+from airflow_volcano.exceptions import VolcanoApiError
 from airflow_volcano.observability.logs import LogCursor, emit_new_lines
+from airflow_volcano.observability.pod_logs import PodLogCopy, follow_until_exit
 from airflow_volcano.timestamps import parse_timestamp_ns
 
 
@@ -142,13 +147,9 @@ class DeletedPod:
     LINE = "SIGTERM: saved checkpoint epoch 7"
 
     def __init__(self, last_line_at: float = 0.3, removed_after: float = 0.2) -> None:
-        import time
-
         self.start, self.last_line_at, self.removed_after = time.monotonic(), last_line_at, removed_after
 
     def _now(self) -> float:
-        import time
-
         return time.monotonic() - self.start
 
     def _gone(self) -> bool:
@@ -165,8 +166,6 @@ class DeletedPod:
                 "status": {"phase": "Running", "containerStatuses": [{"name": "master", "state": state}]}}
 
     def _absent(self) -> Exception:
-        from airflow_volcano.exceptions import VolcanoApiError
-
         return VolcanoApiError("read log of pod ml/train-master-0", 404, "Not Found")
 
     def pod_log_chunks(self, name: str, namespace: str, **kwargs: object) -> object:
@@ -176,8 +175,6 @@ class DeletedPod:
 
     def stream_pod_log(self, name: str, namespace: str, **kwargs: object) -> object:
         """A followed log: each line as it is written; it ends when the container exits."""
-        import time
-
         if self._gone():
             raise self._absent()
         time.sleep(max(0.0, self.last_line_at - self._now()))
@@ -188,8 +185,6 @@ def test_a_deleted_pods_last_line_reaches_the_task_log_though_the_pod_goes_right
     """After job_timeout deletes the Job, the line a SIGTERM handler prints as it exits is copied, though
     the kubelet removes the pod (and its log) a moment later: the log is followed, not read now and then
     (a read every second lost it on the real node)."""
-    from airflow_volcano.observability.pod_logs import PodLogCopy, follow_until_exit
-
     shown: list[str] = []
     follow_until_exit(DeletedPod(), "ml", PodLogCopy("train-master-0", "master", lambda line, at: shown.append(line)))
     assert shown == [DeletedPod.LINE]
