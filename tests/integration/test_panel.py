@@ -318,17 +318,11 @@ def browse(server: ApiServer, release: str) -> list[str]:
     """Each Job's panel in Chromium, as the admin sees it after signing in through the UI's form."""
     from playwright.sync_api import sync_playwright
 
-    passwords = json.loads((server.home / "simple_auth_manager_passwords.json.generated").read_text())
     texts = []
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
         try:
-            page = browser.new_page(viewport={"width": 1500, "height": 1300})
-            page.goto(f"{server.url}/")
-            page.get_by_label("Username").fill("admin")
-            page.get_by_label("Password").fill(passwords["admin"])
-            page.get_by_role("button", name="Sign in").click()
-            page.wait_for_load_state("networkidle")
+            page = sign_in(browser, server, "admin")
             waiting = open_panel(page, server, "panel_waiting", run_id_of(server, "panel_waiting"), "waits",
                                  "Why it waits", "position 1 of 1", shot=f"panel-{release}-waiting.png")
             assert "needs 2 nvidia.com/gpu" in waiting and "Pending" in waiting, waiting
