@@ -29,6 +29,7 @@ import yaml
 from kubernetes import client, config, utils
 from kubernetes.client.rest import ApiException
 
+from ..compose_stack import wait_until
 from ..conftest import REAL_NODE_GATE, uses_real_node
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,13 +75,9 @@ def real_node_free(request: pytest.FixtureRequest) -> None:
     scripts/test-suite those run beside the concurrent tests, while the file REAL_NODE_GATE names exists.
     (Autouse: before the test's own fixtures put anything on the node.)"""
     gate = os.environ.get(REAL_NODE_GATE)
-    if not gate or not uses_real_node(request.node):
-        return
-    waited = time.monotonic()
-    while Path(gate).exists():
-        if time.monotonic() - waited > REAL_NODE_GATE_TIMEOUT:
-            pytest.fail(f"the real node was still out ({gate} exists) after {REAL_NODE_GATE_TIMEOUT}s", pytrace=False)
-        time.sleep(1)
+    if gate and uses_real_node(request.node):
+        wait_until(f"the node_outage tests to give the real node back ({gate} gone)", lambda: not Path(gate).exists(),
+                   timeout=REAL_NODE_GATE_TIMEOUT, interval=1)
 
 
 @pytest.fixture(scope="session")
