@@ -225,8 +225,10 @@ def test_two_hundred_deferred_triggers_share_one_watch_through_an_apiserver_rest
     for name, payload in fired:
         assert payload["verdict"] == "finished" and payload["phase"] == "Completed", (name, payload)
         assert payload["job"]["name"] == name
-    # One stream for all (reopened after the restart and at its 5-minute timeout), not one per trigger.
-    assert seen["watch_requests"] <= 5 and seen["left"] == 0, seen
+    # One stream for all, not one per trigger (that would be 199 or more). It is reopened after the
+    # restart and at its 5-minute timeout, and each try the restarting apiserver refuses or drops counts
+    # too: how many depends on how long it takes to serve again (5 and 6 seen).
+    assert seen["watch_requests"] < 20 and seen["left"] == 0, seen
 
 
 def test_an_expired_token_on_the_shared_watch_fails_no_deferred_task(cluster, kubeconfig, tmp_path, monkeypatch,
