@@ -649,12 +649,28 @@ def vc_controller_argv() -> list[str]:
     ]
 
 
+SCHEDULER_CONF = Path(__file__).resolve().parent.parent / "cluster" / "scheduler" / "volcano-scheduler.conf"
+
+
+def preempt_action(volcano: str) -> str:
+    """The preempting action of a Volcano release: gang-aware from v1.15 on."""
+    major, minor = (int(part) for part in volcano.lstrip("v").split(".")[:2])
+    return "gangpreempt" if (major, minor) >= (1, 15) else "preempt"
+
+
+def scheduler_conf() -> Path:
+    """cluster/scheduler/volcano-scheduler.conf with the release's preempting action, in the state directory."""
+    path = STATE / "volcano-scheduler.conf"
+    path.write_text(SCHEDULER_CONF.read_text().replace("PREEMPT_ACTION", preempt_action(VERSIONS.volcano)))
+    return path
+
+
 def vc_scheduler_argv() -> list[str]:
     return [
         str(binary("vc-scheduler")), f"--kubeconfig={admin_kubeconfig()}", "--leader-elect=false",
         f"--listen-address={HOST}:{PORTS['scheduler-metrics']}",
         f"--healthz-address={HOST}:{PORTS['scheduler-healthz']}",
-        "--schedule-period=200ms",
+        "--schedule-period=200ms", f"--scheduler-conf={scheduler_conf()}",
     ]
 
 
