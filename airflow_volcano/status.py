@@ -16,6 +16,8 @@ from typing import Any, overload
 
 from airflow_volcano.constants import (
     FAILED_PHASES,
+    MAX_RETRY_ANNOTATION,
+    PREEMPTIONS_ANNOTATION,
     STARTED_POD_PHASES,
     SUCCEEDED_PHASES,
     TASK_LABEL,
@@ -26,6 +28,8 @@ from airflow_volcano.manifest import retryable_exit_codes
 from airflow_volcano.observability.logs import hidden
 from airflow_volcano.timestamps import clock_text, parse_time, parse_timestamp_ns
 
+# The annotations a wait reads: the retry budget and the preemptions counted so far.
+WAITED_ANNOTATIONS = (MAX_RETRY_ANNOTATION, PREEMPTIONS_ANNOTATION)
 IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
 # An image that cannot exist or cannot be read with the pod's credentials: the kubelet's retries cannot
 # help. Any other pull error (429, 5xx, a dropped connection, a registry that cannot be reached) may
@@ -56,7 +60,10 @@ class JobState:
     outcome: Outcome
     retry_count: int
     resource_version: str
-    max_retry: int | None = None
+    max_retry: int | None = None  # Volcano's budget, every restart counted (the Job's maxRetry)
+    # The budget of restarts other than preemptions: the user's max_retry where the provider gave maxRetry
+    # room for preemptions (MAX_RETRY_ANNOTATION), else maxRetry.
+    retry_budget: int | None = None
     # The exit codes the Job's policies restart, when any other failure ends it (else None).
     retryable_exit_codes: tuple[int, ...] | None = None
 
@@ -84,9 +91,20 @@ def job_state(job: Mapping[str, Any]) -> JobState:
         outcome=outcome,
         retry_count=int(status.get("retryCount") or 0),
         resource_version=metadata.get("resourceVersion", ""),
-        max_retry=(job.get("spec") or {}).get("maxRetry"),
+        max_retry=spec_max_retry if isinstance(spec_max_retry := (job.get("spec") or {}).get("maxRetry"), int)
+        else None,
+        retry_budget=retry_budget(job),
         retryable_exit_codes=None if (codes := retryable_exit_codes(job)) is None else tuple(codes),
     )
+
+
+def retry_budget(job: Mapping[str, Any]) -> int | None:
+    """JobState.retry_budget."""
+    kept = ((job.get("metadata") or {}).get("annotations") or {}).get(MAX_RETRY_ANNOTATION)
+    if isinstance(kept, str) and kept.isdigit():
+        return int(kept)
+    value = (job.get("spec") or {}).get("maxRetry")
+    return value if isinstance(value, int) else None
 
 
 @overload
@@ -107,9 +125,11 @@ def waited_view(job: Mapping[str, Any] | None) -> dict[str, Any] | None:
     status = {key: value for key, value in (job.get("status") or {}).items() if key != "conditions"}
     tasks = [{key: task[key] for key in ("name", "replicas", "minAvailable") if key in task}
              for task in spec.get("tasks") or [] if isinstance(task, Mapping)]
+    kept = {key: value for key, value in (metadata.get("annotations") or {}).items() if key in WAITED_ANNOTATIONS}
     return {
         "metadata": {key: metadata[key] for key in ("name", "namespace", "uid", "resourceVersion",
-                                                    "creationTimestamp") if key in metadata},
+                                                    "creationTimestamp") if key in metadata}
+        | ({"annotations": kept} if kept else {}),
         "spec": {key: spec[key] for key in ("maxRetry", "policies", "queue", "minAvailable") if key in spec}
         | {"tasks": tasks},
         "status": status,
@@ -523,7 +543,10 @@ def failure_message(
     if state.retry_count:
         lines[0] += f" after {state.retry_count} restart(s)"
         if state.phase == JobPhase.FAILED and state.max_retry and state.retry_count >= state.max_retry:
-            lines[0] += f": the retry budget is exhausted (max_retry {state.max_retry})"
+            lines[0] += f": the retry budget is exhausted (max_retry {state.retry_budget}"
+            if state.retry_budget != state.max_retry:
+                lines[0] += f"; maxRetry {state.max_retry} with the preemptions' room"
+            lines[0] += ")"
     if problems and headline is None:
         lines[0] += f": {_first_failure_clause(problems[0], len(problems) - 1, codes)}"
     if lost_nodes:
@@ -591,9 +614,9 @@ def describe_progress(job: Mapping[str, Any]) -> str:
     line = f"Volcano Job {state.namespace}/{state.name} is {state.phase}"
     if state.phase in (JobPhase.PENDING, JobPhase.RUNNING):
         line += f": {running}/{total} pods running"
-    max_retry = (job.get("spec") or {}).get("maxRetry")
     if state.phase == JobPhase.RESTARTING or state.retry_count:
-        line += f" ({state.retry_count} restart(s) so far" + (f", maxRetry {max_retry})" if max_retry else ")")
+        budget = f", max_retry {state.retry_budget}" if state.retry_budget else ""
+        line += f" ({state.retry_count} restart(s) so far{budget})"
     return line
 
 

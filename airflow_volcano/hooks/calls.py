@@ -102,6 +102,9 @@ Program = Generator[Step, Any, T]
 
 # -- Jobs -----------------------------------------------------------------------------------------
 
+MERGE_PATCH = "application/merge-patch+json"
+
+
 def _job_args(namespace: str, *rest: Any) -> tuple[Any, ...]:
     return (JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL, *rest)
 
@@ -230,16 +233,21 @@ def label_job(name: str, namespace: str, labels: dict[str, str]) -> Call[bool]:
     return _patch_job_metadata("label", name, namespace, "labels", labels)
 
 
-def annotate_job(name: str, namespace: str, annotations: Mapping[str, str | None]) -> Call[bool]:
-    """Set (or, with None, remove) annotations of a Job."""
-    return _patch_job_metadata("annotate", name, namespace, "annotations", annotations)
+def annotate_job(name: str, namespace: str, annotations: Mapping[str, str | None], *,
+                 uid: str | None = None) -> Call[bool]:
+    """Set (or, with None, remove) annotations of a Job (of that uid only, if given: 409 for another)."""
+    return _patch_job_metadata("annotate", name, namespace, "annotations", annotations, uid=uid)
 
 
 def _patch_job_metadata(verb: str, name: str, namespace: str, field: str,
-                        values: Mapping[str, str | None]) -> Call[bool]:
-    """A merge patch of one map of the Job's metadata; False if the Job is gone."""
+                        values: Mapping[str, str | None], *, uid: str | None = None) -> Call[bool]:
+    """A merge patch of one map of the Job's metadata; False if the Job is gone. A uid in the patch is a
+    precondition: the apiserver refuses it (409) for a Job of the same name with another uid."""
+    metadata: dict[str, Any] = {field: dict(values)} | ({"uid": uid} if uid else {})
+    # Said, not left to the client: kubernetes_asyncio sends a dict body as a JSON patch (a list of operations).
     return Call(f"{verb} Job {namespace}/{name}", "custom", "patch_namespaced_custom_object",
-                _job_args(namespace, name, {"metadata": {field: dict(values)}}), shape=done, absent=False)
+                _job_args(namespace, name, {"metadata": metadata}), {"_content_type": MERGE_PATCH}, shape=done,
+                absent=False)
 
 
 def _create_job(namespace: str, body: dict) -> Call[dict]:

@@ -58,6 +58,7 @@ from airflow_volcano.waiting.wait_engine import (
     ProbeOutput,
     ReadClock,
     ReadQueue,
+    RecordPreemptions,
     Reread,
     RestartJob,
     WaitEngine,
@@ -138,7 +139,7 @@ class _AsyncSteps(wait_steps.DriverSteps[Awaitable[Action]]):
         cached = await self.queue_view.podgroup(engine.job) if action.scheduling and engine.job else None
         async with self.reads:
             pods = await self.job_pods.current()
-            podgroup, events = await self.hook.drive(wait_steps.scheduling_view(engine.job, pods, action.scheduling,
+            podgroup, events = await self.hook.drive(wait_steps.scheduling_view(engine.job, pods, action,
                                                                                 cached))
         return engine.pods_seen(pods, podgroup, events, time.monotonic())
 
@@ -170,6 +171,10 @@ class _AsyncSteps(wait_steps.DriverSteps[Awaitable[Action]]):
     async def restart_job(self, action: RestartJob) -> Action:
         refused = await self.hook.drive(wait_steps.restart_gang(self.ref.namespace, action.pods))
         return self.engine.restart_requested(time.monotonic(), refused)
+
+    async def record_preemptions(self, action: RecordPreemptions) -> Action:
+        refused = await self.hook.drive(wait_steps.record_preemptions(self.ref, action.annotations))
+        return self.engine.preemptions_recorded(refused, time.monotonic())
 
 
 def _leaving(pod: dict) -> bool:

@@ -393,8 +393,9 @@ def queue_view(queue: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def podgroup_view(podgroup: Mapping[str, Any]) -> dict[str, Any]:
-    """The part of a PodGroup a waiting report reads, and the scheduler's words (its Unschedulable
-    condition: `status.unschedulable_message`)."""
+    """The part of a PodGroup a waiting report reads, the scheduler's words (its Unschedulable
+    condition: `status.unschedulable_message`) and when its gang was last placed (its Scheduled
+    condition: who took a preempted Job's room, `preemption.name_preemptor`)."""
     metadata, spec, status = podgroup.get("metadata") or {}, podgroup.get("spec") or {}, podgroup.get("status") or {}
     return {"metadata": {**{key: metadata[key] for key in ("name", "namespace", "uid", "creationTimestamp",
                                                            "resourceVersion") if key in metadata},
@@ -403,6 +404,11 @@ def podgroup_view(podgroup: Mapping[str, Any]) -> dict[str, Any]:
             "spec": {key: spec[key] for key in ("queue", "priorityClassName", "minResources") if key in spec},
             "status": {"phase": status.get("phase"),
                        **{key: status[key] for key in ("succeeded", "failed") if key in status},
-                       "conditions": [{key: condition[key] for key in ("type", "status", "reason", "message")
+                       "conditions": [{key: condition[key] for key in VIEWED_CONDITIONS[condition["type"]]
                                        if key in condition} for condition in status.get("conditions") or []
-                                      if condition.get("type") == "Unschedulable"]}}
+                                      if condition.get("type") in VIEWED_CONDITIONS]}}
+
+
+# Of a PodGroup's conditions, what podgroup_view keeps.
+VIEWED_CONDITIONS = {"Unschedulable": ("type", "status", "reason", "message"),
+                     "Scheduled": ("type", "status", "lastTransitionTime")}

@@ -55,6 +55,7 @@ from airflow_volcano.constants import (
     DEFAULT_POLL_INTERVAL,
     DEFAULT_STARTUP_TIMEOUT,
     MAX_STALL_RESTARTS,
+    PREEMPTIONS_ANNOTATION,
     JobPhase,
     StallAction,
 )
@@ -81,6 +82,7 @@ from airflow_volcano.status import (
 )
 from airflow_volcano.timestamps import parse_time
 from airflow_volcano.waiting.events import Verdict, WaitOutcome
+from airflow_volcano.waiting.preemption import Preemption, evictions, name_preemptor, preemptions_of, record, recorded
 from airflow_volcano.waiting.queueing import INQUEUE, QueueSnapshot, WaitingReport, queue_of, waiting_report
 from airflow_volcano.waiting.stalls import describe_silence, kept_lines
 
@@ -101,6 +103,15 @@ QUEUE_REFRESH_SECONDS = 15.0
 # The scheduler's view (the PodGroup and the events about it and its pods: reads of the Job's own) is
 # read again at most this often while the Job waits; always at startup_timeout, whose failure quotes it.
 SCHEDULER_VIEW_SECONDS = 60.0
+# A restart's cause is looked for in this many reads of the events, the first as soon as it is seen.
+CAUSE_READS = 2
+CAUSE_RETRY_SECONDS = 5.0  # the second read: the scheduler's events are recorded asynchronously
+# The evictions behind a restart are recorded this long before the waiter sees the Job restart, at most.
+CAUSE_LOOKBACK_SECONDS = 60.0
+# The Job that preempted is looked for in the queue this often, for this long: it is placed once the
+# evicted pods are gone (their grace period), moments after the restart is seen.
+NAMING_REREAD_SECONDS = 5.0
+NAMING_SECONDS = 60.0
 # Volcano's job controller creates a Job's pods as soon as the scheduler admits its PodGroup (Inqueue).
 # Admitted and still without a pod this long (by the waiter's clock, from its first such sight), the
 # controller missed that change, as it can when it loses the apiserver at that moment (found by the chaos
@@ -130,12 +141,15 @@ class WaitLimits:
     # Seconds a Running Job may give no output (log line, heartbeat) and no change (None: never a stall).
     stall_timeout: float | None = None
     stall_action: str = StallAction.FAIL
+    # How many preemptions the Job may take outside max_retry (None: preemptions are said, never bounded nor
+    # recorded on the Job: a sensor, which does not own it; a full_job_spec, whose maxRetry counts them).
+    max_preemptions: int | None = None
 
     @classmethod
     def checked(cls, *, startup_timeout: Any, job_timeout: Any, poll_interval: Any,
                 node_lost_timeout: Any = None, stall_timeout: Any = None,
                 stall_action: Any = StallAction.FAIL,
-                image_pull_timeout: Any = DEFAULT_IMAGE_PULL_TIMEOUT) -> WaitLimits:
+                image_pull_timeout: Any = DEFAULT_IMAGE_PULL_TIMEOUT, max_preemptions: int | None = None) -> WaitLimits:
         """From the operator's arguments (each seconds or a timedelta); a bad value raises
         JobSpecError naming its parameter."""
         choice("stall_action", stall_action, set(StallAction))
@@ -145,7 +159,7 @@ class WaitLimits:
                    poll_interval=seconds("poll_interval", poll_interval),
                    node_lost_timeout=optional_seconds("node_lost_timeout", node_lost_timeout),
                    stall_timeout=stall_seconds("stall_timeout", stall_timeout),
-                   stall_action=str(StallAction(stall_action)))
+                   stall_action=str(StallAction(stall_action)), max_preemptions=max_preemptions)
 
     def to_dict(self) -> dict[str, float | str | None]:
         return dataclasses.asdict(self)
@@ -226,6 +240,9 @@ class ReadClock:
 @dataclass(frozen=True)
 class CheckPods:
     scheduling: bool  # also read the PodGroup and the events that explain scheduling
+    # ...and those of the gang's first pods by name (`restart_subjects`): a restart's cause (an eviction
+    # to preempt) is recorded on pods that may be gone, and their successors have their names.
+    restart: bool = False
 
 
 @dataclass(frozen=True)
@@ -286,9 +303,17 @@ class RestartJob:
     pods: tuple[PodRef, ...]
 
 
+@dataclass(frozen=True)
+class RecordPreemptions:
+    """Keep the preemptions counted on the Job (its annotation), for a waiter that takes over."""
+
+    annotations: dict[str, str]
+
+
 # What the engine asks of a driver: a step to do at the cluster (each a method of wait_steps.DriverSteps, found
 # through wait_steps.STEPS), or Done.
-Step = ReadClock | CheckPods | ReadQueue | Watch | Reread | DeletePods | ProbeOutput | CollectStacks | RestartJob
+Step = (ReadClock | CheckPods | ReadQueue | Watch | Reread | DeletePods | ProbeOutput | CollectStacks | RestartJob
+        | RecordPreemptions)
 Action = Done | Step
 
 
@@ -407,6 +432,16 @@ class WaitEngine:
         self._outside_said: str | None = None  # what was last said of pods outside the running gang
         self._gated_said: str | None = None  # what was last said of pods held by scheduling gates
         self._unseen_said: str | None = None  # why the Job cannot be seen, as last said
+        self.preemptions: list[Preemption] = []  # this wait's, oldest first
+        self._restarts_seen: int | None = None  # the Job's restart count when last looked at
+        self._restart_at: float | None = None  # when this wait saw the restart whose cause is looked for
+        self._cause_reads = 0  # event reads left to find a restart's cause in
+        self._cause_due = float("-inf")  # when the next of them is due
+        self._evidence_until = float("-inf")  # the last eviction counted (epoch seconds, apiserver's clock)
+        self._naming: Preemption | None = None  # a preemption whose preemptor the queue's reads may name
+        self._naming_until = float("-inf")  # when it is said without one
+        self._unrecorded = False  # preemptions counted and not yet kept on the Job
+        self._restart_asked = False  # this wait restarted the gang (a stall): the next restart is that one
 
     # -- observations ---------------------------------------------------------------------------
 
@@ -434,7 +469,8 @@ class WaitEngine:
             return Reread(after=0.0)
         self._observe(job, now)
         step = self._step(job, now)
-        if step.done is not None or (step.check_pods and self.starting) or self._past_deadline(now):
+        if (step.done is not None or (step.check_pods and self.starting) or self._past_deadline(now)
+                or self._cause_reads):
             self._watch = None
             return self._decide(now)
         return None
@@ -487,6 +523,9 @@ class WaitEngine:
             pods = [pod for pod in pods if owned_by(pod, self.ref.uid)]
         self._last_pod_check = now
         self._report_gated(pods)
+        if self._cause_reads and self._scheduling and self._preempted(events, queue_of(self.job, podgroup), now):
+            self._scheduling, self._podgroup, self._scheduler_read = False, podgroup, now
+            return ReadQueue(queue=queue_of(self.job, podgroup))
         if self._scheduling:
             line = self._progress.scheduler_reason(self.job, unschedulable_message(podgroup, events))
             if line is not None:
@@ -507,6 +546,13 @@ class WaitEngine:
     def queue_seen(self, queue: QueueSnapshot, now: float) -> Action:
         """The answer to ReadQueue: say why the Job waits; one that can never fit its queue ends now."""
         self._queue_read = now
+        if self._naming is not None:
+            named = name_preemptor(self._naming, self._podgroup, queue)
+            if named.preemptor or now >= self._naming_until:
+                # Said once named, or once the preemptor would have been placed: one line with everything.
+                self.preemptions[-1], self._naming = named, None
+                self._unrecorded = self.limits.max_preemptions is not None  # a Job this task owns
+                self.report(named.describe(f"{self.ref.namespace}/{self.ref.name}", len(self.preemptions)))
         never = self._queue_report(self._podgroup, queue, now)
         if never is not None:
             return self._finish(self._outcome(Verdict.CANNOT_START, message=never), now)
@@ -575,9 +621,56 @@ class WaitEngine:
             return self._finish(self._outcome(Verdict.STALLED, message=(
                 f"stalled: no output for {silent}; stall_action='restart' could not restart it ({refused})")), now)
         self._end_stall(now)
+        self._restart_asked = True  # its cause is known: no preemption to look for
         if self._alive is not None:
             self._alive = _Progress(now, self.output.view(now).blind_total)
         return self._decide(now)
+
+    def preemptions_recorded(self, refused: str | None, now: float) -> Action:
+        """The answer to RecordPreemptions: kept on the Job, or why not (said; this wait counts on)."""
+        if refused is not None:
+            self.report(f"Could not keep the preemptions counted on Volcano Job {self.ref.namespace}/{self.ref.name} "
+                        f"({refused}): a waiter that takes over counts them as other restarts")
+        return self._decide(now)
+
+    def _retries_spent(self) -> str | None:
+        """Why the Job must end: one preemption past max_preemptions, or restarts other than preemptions that
+        spent max_retry (Volcano's maxRetry has room for the preemptions: the waiter holds the rest to the
+        user's budget). Decided only once the last restart's cause is known."""
+        assert self.job is not None
+        bound = self.limits.max_preemptions
+        state = job_state(self.job)
+        if bound is None or self._cause_reads or self._naming is not None or state.finished:
+            return None
+        job, preempted = f"Volcano Job {self.ref.namespace}/{self.ref.name}", len(self.preemptions)
+        if preempted > bound:
+            last = self.preemptions[-1]
+            by = f" (the last by {last.preemptor})" if last.preemptor else ""
+            return f"{job} was preempted {preempted} times{by}: more than max_preemptions ({bound})"
+        others = state.retry_count - preempted
+        if state.retry_budget is not None and others >= state.retry_budget:
+            return (f"{job} was restarted {others} time(s) for other causes than preemption: the retry budget is "
+                    f"exhausted (max_retry {state.retry_budget}; its {preempted} preemption(s) are not counted)")
+        return None
+
+    def _preempted(self, events: list[dict], queue: str, now: float) -> bool:
+        """Whether the restart being explained was a preemption: evictions to preempt recorded since
+        shortly before this wait saw it restart, and after any counted before. After CAUSE_READS reads
+        without one, the restart had another cause (a failed pod, a lost node, a stall)."""
+        self._cause_reads -= 1
+        self._cause_due = now + CAUSE_RETRY_SECONDS
+        since = self._evidence_until
+        if self._restart_at is not None:
+            since = max(since, self._restart_at - CAUSE_LOOKBACK_SECONDS)
+        found = evictions(events, since=since)
+        if not found:
+            return False
+        self._cause_reads = 0
+        self._evidence_until = max(eviction.at for eviction in found)
+        new = [dataclasses.replace(preemption, queue=queue) for preemption in preemptions_of(found)]
+        self.preemptions += new
+        self._naming, self._naming_until = new[-1], now + NAMING_SECONDS
+        return True
 
     def _queue_report(self, podgroup: dict | None, queue: QueueSnapshot, now: float) -> str | None:
         """Say why the Job waits, when it changed (or every WAITING_REPEAT_SECONDS); returns why it can
@@ -607,6 +700,9 @@ class WaitEngine:
 
     def _finish(self, outcome: WaitOutcome, now: float) -> Done:
         """The wait's end: the outcome, with what this wait saw (lost nodes, stalls, the run's timeline)."""
+        if self._naming is not None:  # a preemption not said yet (its preemptor not found so far): said now
+            self.report(self._naming.describe(f"{self.ref.namespace}/{self.ref.name}", len(self.preemptions)))
+            self._naming = None
         if outcome.ends_the_job:
             self.timeline.ended_at = self._epoch(now)  # the Job is deleted now: its run ends here
         self._end_stall(now)
@@ -651,6 +747,21 @@ class WaitEngine:
         else:
             self._pending_since = None
             self.waiting = None
+        if self._restarts_seen is None:
+            # The preemptions earlier waiters counted; restarts since are looked into as this wait's own.
+            kept = ((job.get("metadata") or {}).get("annotations") or {}).get(PREEMPTIONS_ANNOTATION)
+            self.preemptions = recorded(kept)
+            self._evidence_until = max((preemption.at for preemption in self.preemptions), default=float("-inf"))
+            if state.retry_count > len(self.preemptions):
+                created = parse_time((job.get("metadata") or {}).get("creationTimestamp"))
+                self._cause_reads, self._cause_due, self._restart_at = CAUSE_READS, now, None
+                self._evidence_until = max(self._evidence_until, created or float("-inf"))
+        elif state.retry_count > self._restarts_seen and self._restart_asked:
+            self._restart_asked = False
+        elif state.retry_count > self._restarts_seen:
+            # A restart this wait saw happen: its cause is looked for in the events (a preemption?).
+            self._cause_reads, self._restart_at, self._cause_due = CAUSE_READS, self._epoch(now), now
+        self._restarts_seen = state.retry_count
         if state.phase == JobPhase.RUNNING:
             self._ran, self._restart_since = True, None
         elif (state.phase in RESTART_PHASES and self._restart_since is None
@@ -873,6 +984,11 @@ class WaitEngine:
         step = self._step(self.job, now)
         if step.done is not None:
             return self._finish(step.done, now)
+        if (spent := self._retries_spent()) is not None:
+            return self._finish(self._outcome(Verdict.RETRIES_SPENT, message=spent), now)
+        if self._unrecorded:
+            self._unrecorded = False
+            return RecordPreemptions(annotations={PREEMPTIONS_ANNOTATION: record(self.preemptions)})
         if self._past_deadline(now):
             return self._finish(self._outcome(Verdict.DEADLINE, message="the task's execution_timeout passed"), now)
         if self._probe_due(now):
@@ -884,6 +1000,13 @@ class WaitEngine:
             # Silent as far as the waiter saw: before acting, a fresh read of every followed log (a
             # stream may hang without failing, a copy may lag) must confirm it.
             return ProbeOutput(pods=tuple((log.pod, log.container) for log in self.followed))
+        if self._naming is not None and now - self._queue_read >= NAMING_REREAD_SECONDS:
+            return ReadQueue(queue=queue_of(self.job, self._podgroup))
+        if self._cause_reads and now >= self._cause_due:
+            # A restart just seen: its cause (an eviction to preempt) is in the events of the Job's
+            # pods and PodGroup, read now (the scheduler records them before deleting the pods).
+            self._scheduling = True
+            return CheckPods(scheduling=True, restart=True)
         if step.check_pods:
             # The scheduler's view (PodGroup, events: two reads) once the Job has been Pending a while:
             # one that starts within a check interval needs no explaining.
@@ -897,6 +1020,10 @@ class WaitEngine:
             seconds = min(seconds, max(1.0, self.deadline - server))
         if self._server_offset is None:
             seconds = min(seconds, BLIND_RECHECK_SECONDS)  # the apiserver's clock unknown: ask again soon
+        if self._cause_reads:
+            seconds = min(seconds, max(1.0, self._cause_due - now))
+        if self._naming is not None:
+            seconds = min(seconds, max(1.0, self._queue_read + NAMING_REREAD_SECONDS - now))
         if stall_left is not None:
             seconds = min(seconds, max(1.0, stall_left))
         elif self._alive is not None and self.limits.stall_timeout is not None:
@@ -972,6 +1099,17 @@ def scheduling_subjects(podgroup: dict | None, pods: list[dict]) -> set[str]:
     if podgroup is not None:
         names.add(podgroup["metadata"]["name"])
     return names
+
+
+def restart_subjects(job: dict | None) -> set[str]:
+    """The names of the first pods of each of the Job's tasks (`<job>-<task>-<index>`, Volcano's naming), at
+    most SCHEDULING_EVENT_PODS: whose events say why the gang was restarted."""
+    if job is None:
+        return set()
+    name = (job.get("metadata") or {}).get("name") or ""
+    names = [f"{name}-{task.get('name')}-{index}" for task in (job.get("spec") or {}).get("tasks") or []
+             for index in range(min(int(task.get("replicas") or 0), SCHEDULING_EVENT_PODS))]
+    return set(names[:SCHEDULING_EVENT_PODS])
 
 
 def startup_problem(

@@ -36,10 +36,12 @@ from airflow_volcano.waiting.wait_engine import (
     ProbeOutput,
     ReadClock,
     ReadQueue,
+    RecordPreemptions,
     Reread,
     RestartJob,
     Step,
     Watch,
+    restart_subjects,
     scheduling_subjects,
 )
 
@@ -49,15 +51,16 @@ STACKS_READ_SLACK_SECONDS = 10.0
 PROBE_MAX_BYTES = 64 * 1024
 
 
-def scheduling_view(job: dict | None, pods: list[dict], scheduling: bool,
+def scheduling_view(job: dict | None, pods: list[dict], action: CheckPods,
                     podgroup: dict | None = None) -> Program[tuple[dict | None, list[dict]]]:
     """For CheckPods: the PodGroup (read here unless given: a triggerer has it from its shared cache)
-    and the events that explain scheduling, when it asked for them."""
-    if not scheduling or job is None:
+    and the events that explain scheduling (and a restart), when it asked for them."""
+    if not action.scheduling or job is None:
         return None, []
     if podgroup is None:
         podgroup = yield from calls.get_podgroup(job)
-    events = yield from calls.list_events(job["metadata"]["namespace"], scheduling_subjects(podgroup, pods))
+    subjects = scheduling_subjects(podgroup, pods) | (restart_subjects(job) if action.restart else set())
+    events = yield from calls.list_events(job["metadata"]["namespace"], subjects)
     return podgroup, events
 
 
@@ -84,6 +87,15 @@ def restart_gang(namespace: str, pods: Iterable[PodRef]) -> Program[str | None]:
         except Exception as error:  # noqa: BLE001 - the engine fails the stall with the reason
             refused.append(str(error))
     return refused[0] if refused and not deleted else None
+
+
+def record_preemptions(ref: JobRef, annotations: dict[str, str]) -> Program[str | None]:
+    """For RecordPreemptions: annotate the Job (this uid only). Returns why not, if it could not be."""
+    try:
+        kept = yield calls.annotate_job(ref.name, ref.namespace, annotations, uid=ref.uid or None)
+    except Exception as error:  # noqa: BLE001 - e.g. no permission to patch Jobs: the engine says so
+        return str(error)
+    return None if kept else "the Job is gone"
 
 
 def newest_line_stamp(data: bytes) -> int | None:
@@ -202,6 +214,10 @@ class DriverSteps(ABC, Generic[_Next]):
     def restart_job(self, action: RestartJob) -> _Next:
         """`restart_gang`; `restart_requested`."""
 
+    @abstractmethod
+    def record_preemptions(self, action: RecordPreemptions) -> _Next:
+        """`record_preemptions`; `preemptions_recorded`."""
+
 
 # Each action's step: the one table both drivers dispatch from.
 STEPS: dict[type[Step], Callable[..., Any]] = {
@@ -214,6 +230,7 @@ STEPS: dict[type[Step], Callable[..., Any]] = {
     ProbeOutput: DriverSteps.probe_output,
     CollectStacks: DriverSteps.collect_stacks,
     RestartJob: DriverSteps.restart_job,
+    RecordPreemptions: DriverSteps.record_preemptions,
 }
 # An action without a step, or a step no action asks for, fails here, at import.
 if set(STEPS) != set(get_args(Step)) or {method.__name__ for method in STEPS.values()} != \

@@ -32,6 +32,7 @@ from airflow_volcano.waiting.wait_engine import (
     ProbeOutput,
     ReadClock,
     ReadQueue,
+    RecordPreemptions,
     Reread,
     RestartJob,
     WaitEngine,
@@ -158,7 +159,7 @@ class _BlockingSteps(wait_steps.DriverSteps[Action]):
 
     def check_pods(self, action: CheckPods) -> Action:
         pods = self.hook.list_job_pods(self.ref.name, self.ref.namespace)
-        podgroup, events = self.hook.drive(wait_steps.scheduling_view(self.engine.job, pods, action.scheduling))
+        podgroup, events = self.hook.drive(wait_steps.scheduling_view(self.engine.job, pods, action))
         return self.engine.pods_seen(pods, podgroup, events, self.clock())
 
     def read_queue(self, action: ReadQueue) -> Action:
@@ -201,6 +202,10 @@ class _BlockingSteps(wait_steps.DriverSteps[Action]):
     def restart_job(self, action: RestartJob) -> Action:
         refused = self.hook.drive(wait_steps.restart_gang(self.ref.namespace, action.pods))
         return self.engine.restart_requested(self.clock(), refused)
+
+    def record_preemptions(self, action: RecordPreemptions) -> Action:
+        refused = self.hook.drive(wait_steps.record_preemptions(self.ref, action.annotations))
+        return self.engine.preemptions_recorded(refused, self.clock())
 
 
 def _drive(hook: VolcanoHook, ref: JobRef, limits: WaitLimits, clock: Callable[[], float], report: Emit,

@@ -29,6 +29,7 @@ from airflow_volcano.constants import (
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
     ORPHANED_AT_ANNOTATION,
+    PREEMPTIONS_ANNOTATION,
     REQUEST_HASH_ANNOTATION,
     TRY_NUMBER_LABEL,
 )
@@ -394,7 +395,8 @@ def test_every_pod_of_the_providers_own_jobs_passes_pod_security_baseline(cluste
 # -- what it may change of its own Jobs -------------------------------------------------------------------
 
 
-def test_on_its_own_volcano_job_only_its_labels_and_the_orphan_mark_may_change(cluster, operator_kubeconfig):
+def test_on_its_own_volcano_job_only_its_labels_the_orphan_mark_and_the_preemptions_may_change(
+        cluster, operator_kubeconfig):
     namespace, hook, jobs = cluster.namespace, VolcanoHook(), jobs_client(operator_kubeconfig)
     body = pytorch_job("ours", master_sim={"outcome": "run-forever"}, worker_sim={"outcome": "run-forever"})
     body["metadata"]["labels"] = {**OURS, TRY_NUMBER_LABEL: "1"}
@@ -411,13 +413,24 @@ def test_on_its_own_volcano_job_only_its_labels_and_the_orphan_mark_may_change(c
     assert cluster.job("ours")["metadata"]["annotations"][ORPHANED_AT_ANNOTATION] == "1795000000"
     assert hook.annotate_job("ours", namespace, {ORPHANED_AT_ANNOTATION: None}) is True
     assert hook.label_job("ours", namespace, {CHECKED_LABEL: "true"}) is True
+    # A waiter keeps the preemptions it counted on that Job, by its uid: never on another of its name.
+    kept = {PREEMPTIONS_ANNOTATION: '[{"at": 1795000000.0, "action": "gangpreempt", "pods": []}]'}
+    assert hook.run(calls.annotate_job("ours", namespace, kept, uid=created["metadata"]["uid"])) is True
+    assert cluster.job("ours")["metadata"]["annotations"][PREEMPTIONS_ANNOTATION] == kept[PREEMPTIONS_ANNOTATION]
+    with pytest.raises(VolcanoApiError) as another:
+        hook.run(calls.annotate_job("ours", namespace, {PREEMPTIONS_ANNOTATION: "[]"}, uid=str(uuid.uuid4())))
+    assert another.value.status in (409, 422), another.value
+    assert cluster.job("ours")["metadata"]["annotations"][PREEMPTIONS_ANNOTATION] == kept[PREEMPTIONS_ANNOTATION]
+    assert hook.run(calls.annotate_job("ours", namespace, {PREEMPTIONS_ANNOTATION: None},
+                                       uid=created["metadata"]["uid"])) is True
 
     own_keys = ("may change only the labels airflow-volcano.io/checked and airflow-volcano.io/try-number and the "
-                "annotation airflow-volcano.io/orphaned-at of its own Volcano Jobs, and add the label "
+                "annotations airflow-volcano.io/orphaned-at and airflow-volcano.io/preemptions of its own Volcano "
+                "Jobs, and add the label "
                 f"airflow-volcano.io/deployment to one without it: this update of Volcano Job {namespace}/ours "
                 "changes its ")
     other_labels = "labels other than airflow-volcano.io/checked and airflow-volcano.io/try-number"
-    other_annotations = "annotations other than airflow-volcano.io/orphaned-at"
+    other_annotations = "annotations other than airflow-volcano.io/orphaned-at and airflow-volcano.io/preemptions"
     # Through the hook's own calls, with keys it never writes.
     with pytest.raises(VolcanoApiError) as relabel:
         hook.label_job("ours", namespace, {"airflow-volcano.io/task-id": "another-task"})

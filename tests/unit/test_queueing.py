@@ -159,8 +159,9 @@ def test_the_slim_view_keeps_what_the_report_reads():
     assert waiting_report(view, snapshot(view)) == waiting_report(full, snapshot(full))
     assert unschedulable_message(view) == unschedulable_message(full) == "queue resource quota insufficient", (
         "the scheduler's words, for a triggerer that reads the PodGroup from its cache")
-    assert view["status"]["conditions"] == [{"type": "Unschedulable", "status": "True",
-                                             "message": "queue resource quota insufficient"}]
+    assert view["status"]["conditions"] == [
+        {"type": "Unschedulable", "status": "True", "message": "queue resource quota insufficient"},
+        {"type": "Scheduled", "status": "False"}], "and when its gang was placed (who preempted: its time alone)"
     assert "labels" not in view["metadata"]
 
 

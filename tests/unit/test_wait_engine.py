@@ -485,9 +485,12 @@ def test_a_gang_restarted_long_after_startup_timeout_gets_the_bound_again_from_t
     as "did not start". Now the restart's pods get startup_timeout from when the wait saw the restart."""
     wait, reported = engine(WaitLimits(startup_timeout=30, poll_interval=5), ref=OWNED)
     assert isinstance(wait.job_read(started("Running", running=3), now=1060), Watch)
-    assert wait.job_changed(started("Restarting", retries=1, pending=3), now=1070) == CheckPods(scheduling=False)
+    assert wait.job_changed(started("Restarting", retries=1, pending=3), now=1070) == CheckPods(
+        scheduling=True, restart=True), "its pods, and the events that say why it restarted (a preemption?)"
     fresh = [owned(pod(f"train-{task}-0", task, "Pending")) for task in ("master", "worker")]
     assert isinstance(wait.pods_seen(fresh, None, [], now=1070), Watch), "70 s after creation, 0 s after the restart"
+    assert wait.watch_ended(now=1075) == CheckPods(scheduling=True, restart=True), "its cause read again: not found"
+    assert isinstance(wait.pods_seen(fresh, None, [], now=1075), Watch)
     assert isinstance(wait.pods_seen(fresh, None, [], now=1099), Watch)
     done = wait.pods_seen(fresh, None, [], now=1101)
     assert isinstance(done, Done) and done.outcome.verdict is Verdict.CANNOT_START

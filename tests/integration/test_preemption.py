@@ -1,0 +1,149 @@
+"""Preemption (issue 45): a training preempted by a higher-priority Job is told so, by whom, and waits
+to run again. Real: the apiserver, Volcano's scheduler with the local cluster's configuration
+(cluster/scheduler/volcano-scheduler.conf: `gangpreempt` from v1.15, `preempt` before), its controller
+restarting the gang. Simulated: the pods (kwok), on a node of the test's own, tainted so that nothing
+else lands there and the preemptor can take the room only from the training.
+
+Each test has its own queue (Volcano's preempt and gangpreempt take victims only in the preemptor's queue)
+and PriorityClasses; they are negative, the training's lowest, as a further guard."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from airflow_volcano.constants import PREEMPTIONS_ANNOTATION
+from airflow_volcano.waiting.preemption import recorded
+
+from .jobs import SIM, pytorch_job
+from .test_operator import seed_operator
+from .test_queues import objects  # noqa: F401 - a fixture
+
+GANG_CPU = "2"  # each of the two pods of either gang; the node has room for one gang
+TAINT = "airflow-volcano.io/preemption-test"
+
+
+@dataclass
+class Room:
+    """A node for one gang, a queue and two PriorityClasses of the test's own: Volcano preempts only within
+    a queue, so no other test's Job (nor another preemption test's) can preempt or be preempted here."""
+
+    node: str
+    queue: str
+    low: str
+    high: str
+
+    def pods_here(self, spec: dict) -> dict:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": self.node}
+        spec["tolerations"] = [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}]
+        return spec
+
+
+@pytest.fixture
+def room(cluster, objects) -> Iterator[Room]:  # noqa: F811 - the fixture imported above
+    found = Room(node=f"room-{cluster.namespace}", queue=objects.queue("preempt", {"cpu": "100"}),
+                 low=objects.priority_class("low", -20), high=objects.priority_class("high", -10))
+    resources = {"cpu": "4", "memory": "16Gi", "pods": "20"}
+    cluster.core.create_node({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": found.node, "annotations": {"kwok.x-k8s.io/node": "fake"},
+                     "labels": {"kubernetes.io/hostname": found.node, "type": "kwok"}},
+        "spec": {"taints": [{"key": TAINT, "value": "yes", "effect": "NoSchedule"}]},
+        "status": {"allocatable": resources, "capacity": resources}})
+    try:
+        yield found
+    finally:
+        cluster.core.delete_node(found.node)
+
+
+def preemptor(room: Room, name: str, run_for: str) -> dict:
+    """Another team's higher-priority Job, submitted from outside Airflow."""
+    body = pytorch_job(name, master_sim={"run-for": run_for}, worker_sim={"run-for": run_for})
+    body["spec"]["priorityClassName"], body["spec"]["queue"] = room.high, room.queue
+    for task in body["spec"]["tasks"]:
+        room.pods_here(task["template"]["spec"])
+        task["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": GANG_CPU}}
+    return body
+
+
+def training(room: Room, namespace: str, name: str, **arguments):
+    """The training, in the room: a gang of two pods, the lower priority."""
+    return seed_operator(namespace, name, worker_replicas=1, priority_class_name=room.low, volcano_queue=room.queue,
+                         container_resources={"cpu": GANG_CPU, "memory": "1Gi"},
+                         node_selector={"kubernetes.io/hostname": room.node},
+                         tolerations=[{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}], **arguments)
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferred"])
+def test_a_preempted_training_names_its_preemptor_and_runs_again_once_it_is_gone(
+        cluster, operator_kubeconfig, run_task, room, deferrable):
+    """The training runs on the room's node; a higher-priority Job of the same queue comes: Volcano evicts
+    the training's gang and places the preemptor. The task log says when, by which Job and priority, in
+    which queue; the training waits, runs again once the preemptor has ended, and succeeds."""
+    name, other = "low", "high"
+    submitted: list[str] = []
+
+    def preempt() -> None:
+        cluster.wait_phase(name, {"Running"}, timeout=180)
+        cluster.create_job(preemptor(room, other, "20s"))
+        submitted.append(other)
+
+    thread = threading.Thread(target=preempt, daemon=True)
+    thread.start()
+    try:
+        run = run_task(lambda: training(room, cluster.namespace, name, deferrable=deferrable, max_retry=1,
+                                        annotations={SIM + "run-for": "30s"}, on_finish_action="keep_job"))
+    finally:
+        thread.join(timeout=200)
+
+    assert submitted == [other]
+    assert run.state == "success", run.log
+    said = [line for line in run.log.splitlines() if "was preempted at" in line]
+    assert len(said) == 1, run.log
+    assert (f"Volcano Job {cluster.namespace}/{name} was preempted at ") in said[0], said
+    assert f" by {cluster.namespace}/{other} (PriorityClass {room.high}, priority -10" in said[0], said
+    assert f" in queue `{room.queue}`: Volcano's scheduler (gangpreempt) evicted " in said[0], said
+    assert f"evicted {name}-master-0, {name}-worker-0." in said[0] and "Preemptions so far: 1" in said[0], said
+    high = cluster.job(other)
+    assert high is not None and high["status"]["state"]["phase"] == "Completed", "the preemptor ran and ended"
+    low = cluster.job(name)
+    assert low is not None and low["status"]["state"]["phase"] == "Completed"
+    # max_retry=1 allows no restart: Volcano counted the preemption's (retryCount 1), the waiter did not.
+    assert low["status"].get("retryCount") == 1, low["status"]
+    (kept,) = recorded(low["metadata"]["annotations"].get(PREEMPTIONS_ANNOTATION))
+    assert kept.preemptor == f"{cluster.namespace}/{other}", "kept on the Job for a waiter that takes over"
+
+
+def test_one_preemption_past_max_preemptions_ends_the_training_naming_the_bound(
+        cluster, operator_kubeconfig, run_task, room):
+    """max_preemptions=1: the first preemption is waited out, the second ends the Job (deleted) and fails the
+    task, naming the bound. Deferred: the triggerer counts, and keeps the count on the Job."""
+    name = "twice"
+    submitted: list[str] = []
+
+    def preempt() -> None:
+        for index in range(2):
+            cluster.wait_for(f"{name} to run before preemption {index + 1}", lambda index=index: (
+                (status := (cluster.job(name) or {}).get("status") or {}).get("state", {}).get("phase") == "Running"
+                and int(status.get("retryCount") or 0) == index), timeout=180)
+            cluster.create_job(preemptor(room, f"urgent-{index}", "5s"))
+            submitted.append(f"urgent-{index}")
+
+    thread = threading.Thread(target=preempt, daemon=True)
+    thread.start()
+    try:
+        run = run_task(lambda: training(room, cluster.namespace, name, deferrable=True, max_preemptions=1,
+                                        annotations={SIM + "run-for": "150s"}))
+    finally:
+        thread.join(timeout=400)
+
+    assert submitted == ["urgent-0", "urgent-1"], run.log
+    assert run.state == "failed", run.log
+    said = [line for line in run.log.splitlines() if "was preempted at" in line]
+    assert len(said) == 2 and "Preemptions so far: 2" in said[1], run.log
+    assert (f"Volcano Job {cluster.namespace}/{name} was preempted 2 times (the last by "
+            f"{cluster.namespace}/urgent-1): more than max_preemptions (1); the Job was deleted") in run.log, run.log
+    cluster.wait_for("the Job deleted", lambda: cluster.job(name) is None, timeout=60)

@@ -1,0 +1,257 @@
+"""Preemption (issue 45): the evidence (the scheduler's Evict events), the preemptor (the queue's PodGroups),
+and the wait: said once, not counted in max_retry, bounded by max_preemptions, kept on the Job. Pure."""
+
+from __future__ import annotations
+
+import datetime
+import json
+
+import pytest
+
+from airflow_volcano.constants import MAX_RETRY_ANNOTATION, PREEMPTIONS_ANNOTATION
+from airflow_volcano.exceptions import JobSpecError
+from airflow_volcano.manifest import JobRequest, build_manifests
+from airflow_volcano.timestamps import parse_time
+from airflow_volcano.waiting.events import Verdict
+from airflow_volcano.waiting.preemption import (
+    Eviction,
+    Preemption,
+    evictions,
+    name_preemptor,
+    preemptions_of,
+    record,
+    recorded,
+)
+from airflow_volcano.waiting.queueing import Priorities, QueueSnapshot
+from airflow_volcano.waiting.wait_engine import (
+    CheckPods,
+    Done,
+    ReadQueue,
+    RecordPreemptions,
+    WaitLimits,
+    Watch,
+)
+
+from .test_wait_engine import OWNED, engine, started
+
+T0 = "2026-11-28T10:00:00Z"
+AT = parse_time(T0)
+assert AT is not None
+
+
+def stamp(offset: float) -> str:
+    return datetime.datetime.fromtimestamp(AT + offset, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def evict(pod: str, action: str = "gangpreempt", offset: float = 0.0, kind: str = "Pod") -> dict:
+    message = f"Pod is evicted, because of {action}" if kind == "Pod" else action
+    return {"reason": "Evict", "message": message, "lastTimestamp": stamp(offset),
+            "involvedObject": {"kind": kind, "name": pod, "uid": f"{pod}-uid-{offset}"}}
+
+
+def podgroup(job: str, *, queue: str = "default", priority_class: str = "", scheduled: float | None = None,
+             namespace: str = "ml", phase: str = "Running") -> dict:
+    conditions = [] if scheduled is None else [
+        {"type": "Scheduled", "status": "True", "lastTransitionTime": stamp(scheduled)}]
+    return {"metadata": {"name": f"{job}-pg", "namespace": namespace, "uid": f"{job}-pg-uid", "resourceVersion": "1",
+                         "ownerReferences": [{"kind": "Job", "name": job}], "creationTimestamp": stamp(-600)},
+            "spec": {"queue": queue, "priorityClassName": priority_class},
+            "status": {"phase": phase, "conditions": conditions}}
+
+
+PRIORITIES = Priorities({"low": 10, "high": 1000, "mid": 100})
+
+
+def test_only_the_schedulers_evictions_to_preempt_or_reclaim_count():
+    events = [evict("train-master-0"), evict("train-worker-0", "preempt", 1), evict("train-worker-1", "reclaim", 2),
+              evict("train-pg", "gangpreempt", 2, kind="PodGroup"),
+              evict("train-worker-2", "shuffle", 3),  # rescheduling, not a preemption
+              {**evict("train-master-0"), "reason": "Killing"},
+              evict("train-master-0", "gangpreempt", -120)]  # before `since`
+    found = evictions(events, since=AT - 60)
+    assert [(item.pod, item.action) for item in found] == [
+        ("train-master-0", "gangpreempt"), ("train-worker-0", "preempt"), ("train-worker-1", "reclaim"),
+        (None, "gangpreempt")]
+
+
+def test_evictions_close_together_are_one_preemption_and_a_gap_starts_another():
+    found = [Eviction(AT, "gangpreempt", "a-0"), Eviction(AT + 1, "gangpreempt", "a-1"),
+             Eviction(AT + 2, "gangpreempt", None), Eviction(AT + 300, "preempt", "a-1")]
+    first, second = preemptions_of(found)
+    assert (first.at, first.action, first.pods) == (AT, "gangpreempt", ("a-0", "a-1"))
+    assert (second.at, second.action, second.pods) == (AT + 300, "preempt", ("a-1",))
+
+
+def test_the_preemptor_is_the_higher_priority_gang_of_the_queue_placed_from_the_eviction_on():
+    own = podgroup("train", priority_class="low", phase="Pending")
+    snapshot = QueueSnapshot("default", {"metadata": {"name": "default"}}, podgroups=(
+        own,
+        podgroup("before", priority_class="high", scheduled=-100),  # placed long before: not it
+        podgroup("lower", priority_class="", scheduled=1),  # priority 0 < 10: cannot preempt it
+        podgroup("elsewhere", queue="other", priority_class="high", scheduled=1),  # another queue: preempt stays in it
+        podgroup("taker", priority_class="mid", scheduled=2, namespace="team-b"),
+        podgroup("later", priority_class="high", scheduled=30)), priorities=PRIORITIES)
+    named = name_preemptor(Preemption(at=AT, action="gangpreempt", pods=("train-master-0",)), own, snapshot)
+    assert (named.preemptor, named.preemptor_priority, named.queue) == (
+        "team-b/taker", "PriorityClass mid, priority 100", "default")
+
+
+def test_a_preemptor_that_cannot_be_seen_is_said_so_with_the_reason():
+    own = podgroup("train", priority_class="low")
+    unseen = name_preemptor(Preemption(at=AT, action="gangpreempt", pods=()), own,
+                            QueueSnapshot("default", {}, podgroups=(own,), priorities=PRIORITIES, scope="ml"))
+    assert unseen.preemptor is None and unseen.unknown_why == "none placed since then is visible in namespace ml"
+    refused = name_preemptor(Preemption(at=AT, action="gangpreempt", pods=()), own,
+                             QueueSnapshot("default", unreadable="403 Forbidden"))
+    assert refused.unknown_why == "its queue could not be read: 403 Forbidden"
+    assert "by a higher-priority Job (its queue could not be read: 403 Forbidden)" in refused.describe("ml/train", 1)
+
+
+def test_the_record_on_the_job_reads_back_and_a_damaged_one_is_empty():
+    kept = [Preemption(at=AT, action="gangpreempt", pods=("a-0",), queue="default", preemptor="ml/b",
+                       preemptor_priority="priority 5")]
+    assert recorded(record(kept)) == kept
+    assert recorded("not json") == [] and recorded(None) == [] and recorded('{"a": 1}') == []
+
+
+# -- the wait ----------------------------------------------------------------------------------------------
+
+def budgeted(phase: str, *, retries: int = 0, max_retry: int = 1, kept: list[Preemption] | None = None,
+             **status: int) -> dict:
+    """A Job the operator built: maxRetry with the preemptions' room, the user's max_retry kept."""
+    body = started(phase, retries=retries, **status)
+    body["spec"]["maxRetry"] = max_retry + 3 + 1
+    body["metadata"]["annotations"] = {MAX_RETRY_ANNOTATION: str(max_retry)}
+    if kept:
+        body["metadata"]["annotations"][PREEMPTIONS_ANNOTATION] = record(kept)
+    return body
+
+
+def now_of(offset: float) -> float:
+    return AT + offset  # the engine's `now` on the apiserver's clock (server_offset 0)
+
+
+def preempted_once(wait, reported, retries: int = 1):
+    """Running, then restarted by a gang preemption at AT + 1000 * retries; the preemptor found in the queue."""
+    base = 1000.0 * retries
+    assert wait.job_changed(budgeted("Restarting", retries=retries, pending=3), now=now_of(base + 2)) == \
+        CheckPods(scheduling=True, restart=True), "a restart: its cause is read at once"
+    events = [evict("train-master-0", offset=base), evict("train-worker-0", offset=base + 0.5)]
+    assert wait.pods_seen([], podgroup("train", priority_class="low", phase="Pending"), events,
+                          now=now_of(base + 2)) == ReadQueue(queue="default")
+    snapshot = QueueSnapshot("default", {"metadata": {"name": "default"}}, priorities=PRIORITIES, podgroups=(
+        podgroup("train", priority_class="low", phase="Pending"),
+        podgroup("urgent", priority_class="high", scheduled=base + 1)))
+    return wait.queue_seen(snapshot, now=now_of(base + 3))
+
+
+def test_a_preempted_gang_is_said_once_with_its_preemptor_kept_on_the_job_and_costs_no_retry():
+    wait, reported = engine(WaitLimits(poll_interval=5, max_preemptions=3), ref=OWNED)
+    assert isinstance(wait.job_read(budgeted("Running", running=3), now=now_of(0)), Watch)
+    action = preempted_once(wait, reported)
+    said = [line for line in reported if "preempted" in line]
+    assert said == [
+        "Volcano Job ml/train was preempted at 10:16:40 UTC by ml/urgent (PriorityClass high, priority 1000) in queue "
+        "`default`: Volcano's scheduler (gangpreempt) evicted train-master-0, train-worker-0. It waits for room again "
+        "and restarts from the start of its script (a script that saves checkpoints resumes from its last one). "
+        "Preemptions so far: 1"], reported
+    assert isinstance(action, RecordPreemptions)
+    (kept,) = recorded(action.annotations[PREEMPTIONS_ANNOTATION])
+    assert kept.preemptor == "ml/urgent" and kept.at == AT + 1000
+    # max_retry=1 allows no restart of its own; the preemption's restart is not one.
+    assert not isinstance(wait.preemptions_recorded(None, now=now_of(1004)), Done)
+    assert not isinstance(wait.job_changed(budgeted("Running", retries=1, running=3), now=now_of(1100)), Done)
+    done = wait.job_changed(budgeted("Completed", retries=1, succeeded=3), now=now_of(1200))
+    assert isinstance(done, Done) and done.outcome.succeeded
+
+
+def test_a_preemption_past_max_preemptions_ends_the_job_naming_the_bound():
+    wait, reported = engine(WaitLimits(poll_interval=5, max_preemptions=1), ref=OWNED)
+    wait.job_read(budgeted("Running", running=3), now=now_of(0))
+    assert isinstance(preempted_once(wait, reported, retries=1), RecordPreemptions)
+    wait.preemptions_recorded(None, now=now_of(1004))
+    wait.job_changed(budgeted("Running", retries=1, running=3), now=now_of(1500))
+    done = preempted_once(wait, reported, retries=2)
+    assert isinstance(done, Done) and done.outcome.verdict is Verdict.RETRIES_SPENT and done.outcome.ends_the_job
+    assert done.outcome.message == ("Volcano Job ml/train was preempted 2 times (the last by ml/urgent): more than "
+                                    "max_preemptions (1)")
+
+
+def test_a_restart_without_eviction_counts_in_max_retry_once_its_cause_is_known():
+    wait, _ = engine(WaitLimits(poll_interval=5, max_preemptions=3), ref=OWNED)
+    wait.job_read(budgeted("Running", running=3, max_retry=2), now=now_of(0))
+    assert wait.job_changed(budgeted("Restarting", retries=1, max_retry=2, pending=3), now=now_of(10)) == \
+        CheckPods(scheduling=True, restart=True)
+    assert isinstance(wait.pods_seen([], None, [], now=now_of(10)), Watch), "no eviction yet: read again"
+    assert wait.watch_ended(now=now_of(15)) == CheckPods(scheduling=True, restart=True)
+    assert not isinstance(wait.pods_seen([], None, [], now=now_of(15)), Done), "1 restart of 2 - 1 allowed"
+    wait.job_changed(budgeted("Running", retries=1, max_retry=2, running=3), now=now_of(100))
+    wait.job_changed(budgeted("Restarting", retries=2, max_retry=2, pending=3), now=now_of(200))
+    wait.pods_seen([], None, [], now=now_of(200))
+    wait.watch_ended(now=now_of(205))
+    done = wait.pods_seen([], None, [], now=now_of(205))
+    assert isinstance(done, Done) and done.outcome.verdict is Verdict.RETRIES_SPENT
+    assert done.outcome.message == ("Volcano Job ml/train was restarted 2 time(s) for other causes than preemption: "
+                                    "the retry budget is exhausted (max_retry 2; its 0 preemption(s) are not counted)")
+
+
+def test_a_waiter_taking_over_counts_on_from_the_preemptions_kept_on_the_job():
+    kept = [Preemption(at=AT + 100, action="gangpreempt", pods=("train-master-0",)),
+            Preemption(at=AT + 500, action="gangpreempt", pods=("train-master-0",))]
+    wait, reported = engine(WaitLimits(poll_interval=5, max_preemptions=2), ref=OWNED)
+    action = wait.job_read(budgeted("Running", retries=2, running=3, kept=kept), now=now_of(900))
+    assert isinstance(action, Watch), "both restarts were preemptions: nothing to look into, nothing spent"
+    assert len(wait.preemptions) == 2 and reported == [reported[0]]
+
+
+def test_restarts_before_a_waiter_took_over_are_looked_into_since_the_last_kept():
+    kept = [Preemption(at=AT + 100, action="gangpreempt", pods=("train-master-0",))]
+    wait, _ = engine(WaitLimits(poll_interval=5, max_preemptions=3), ref=OWNED)
+    body = budgeted("Running", retries=2, running=3, kept=kept)
+    assert wait.job_read(body, now=now_of(900)) == CheckPods(scheduling=True, restart=True)
+    events = [evict("train-master-0", offset=100), evict("train-master-0", offset=700)]  # the first is kept already
+    assert wait.pods_seen([], None, events, now=now_of(900)) == ReadQueue(queue="default")
+    assert [preemption.at for preemption in wait.preemptions] == [AT + 100, AT + 700]
+
+
+def test_a_waiter_that_does_not_own_the_job_says_a_preemption_and_neither_records_nor_ends_anything():
+    wait, reported = engine(WaitLimits(startup_timeout=None), ref=OWNED)  # a sensor's
+    wait.job_read(budgeted("Running", running=3), now=now_of(0))
+    action = preempted_once(wait, reported)
+    assert not isinstance(action, RecordPreemptions | Done)
+    assert any("was preempted at" in line for line in reported)
+
+
+# -- the Job ---------------------------------------------------------------------------------------------
+
+def test_the_job_gets_room_for_the_preemptions_and_keeps_the_users_max_retry():
+    built = build_manifests(JobRequest(image="img:1", max_retry=2, max_preemptions=5), run_labels={},
+                            default_name="j").job
+    assert built["spec"]["maxRetry"] == 2 + 5 + 1
+    assert built["metadata"]["annotations"][MAX_RETRY_ANNOTATION] == "2"
+    default = build_manifests(JobRequest(image="img:1"), run_labels={}, default_name="j").job
+    assert default["spec"]["maxRetry"] == 3 + 3 + 1
+    given = json.loads(json.dumps(default))
+    del given["metadata"]["annotations"]
+    full = build_manifests(JobRequest(full_job_spec=given), run_labels={}, default_name="j").job
+    assert full["spec"]["maxRetry"] == 7, "a full_job_spec is used as is"
+
+
+@pytest.mark.parametrize("value", [-1, "three", 1.5, True])
+def test_a_bad_max_preemptions_is_refused_naming_it(value):
+    with pytest.raises(JobSpecError, match="max_preemptions"):
+        build_manifests(JobRequest(image="img:1", max_preemptions=value), run_labels={}, default_name="j")
+
+
+def test_the_only_higher_priority_gang_running_is_named_when_no_placement_is_recorded_in_time():
+    own = podgroup("train", priority_class="low", phase="Pending")
+    running = podgroup("urgent", priority_class="high", phase="Running")  # no Scheduled condition (yet)
+    snapshot = QueueSnapshot("default", {}, podgroups=(own, running), priorities=PRIORITIES)
+    named = name_preemptor(Preemption(at=AT, action="gangpreempt", pods=()), own, snapshot)
+    assert named.preemptor == "ml/urgent"
+    assert named.preemptor_priority == "PriorityClass high, priority 1000, the only higher-priority Job running in " \
+                                       "the queue"
+    two = QueueSnapshot("default", {}, podgroups=(own, running, podgroup("other", priority_class="mid")),
+                        priorities=PRIORITIES)
+    assert name_preemptor(Preemption(at=AT, action="gangpreempt", pods=()), own, two).preemptor is None, (
+        "two it could be: neither is named")
