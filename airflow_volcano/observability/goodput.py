@@ -17,6 +17,7 @@ The buckets split the wall time exactly: every second from the Job's creation to
 - starting: placed, not running yet (image pulls, init containers, until the Job is Running);
 - running: Running, but for what the next buckets take;
 - restarting: from a failure (the Job Restarting) or a lost node to Running again;
+- preempted: from a preemption (the scheduler evicted the gang for a higher-priority Job) to Running again;
 - stalled: from the last output to the stall's end (a restart, or the task's failure);
 - redone: the share of running time spent on steps done again after resuming from an earlier step
   (only when the script reports progress: `progress.Progress.redone` of its executed steps).
@@ -37,7 +38,10 @@ from airflow_volcano.timestamps import parse_time
 from airflow_volcano.waiting.progress import Progress, duration_text
 from airflow_volcano.waiting.queueing import pod_requests
 
-BUCKETS = ("queued", "starting", "running", "restarting", "stalled", "redone")
+BUCKETS = ("queued", "starting", "running", "restarting", "preempted", "stalled", "redone")
+# A restart is a preemption's when the eviction was recorded at most this long before the Job left Running
+# (the controller restarts the gang once the evicted pods are gone: their grace period).
+PREEMPTED_BEFORE_RESTART_SECONDS = 120.0
 JOB_VERSION_ANNOTATION = "volcano.sh/job-version"  # which restart of the Job a pod belongs to
 # Resources counted as accelerators (a GPU and its kin), by name or by the suffix of an extended name.
 ACCELERATOR_SUFFIXES = ("/gpu", "/tpu", "/npu", "/neuron", "/neuroncore", "/gaudi", "/mlu", "/dcu")
@@ -55,6 +59,7 @@ class RunTimeline:
         restart), when the last of them was scheduled onto a node (epoch seconds).
     :param stalls: (from the last output, to the stall's end) of each stall.
     :param lost: (since a node stopped answering, to when its pods were deleted) of each lost node.
+    :param preempted: when each preemption's eviction was recorded (epoch seconds, the scheduler's events).
     :param ended_at: when the wait ended the run itself (job_timeout, a stall, pods that cannot start).
     """
 
@@ -62,6 +67,7 @@ class RunTimeline:
     phases: list[tuple[str, float]] = field(default_factory=list)
     stalls: list[Span] = field(default_factory=list)
     lost: list[Span] = field(default_factory=list)
+    preempted: list[float] = field(default_factory=list)
     ended_at: float | None = None
 
     def pod_seen(self, pod: Mapping[str, Any]) -> None:
@@ -91,7 +97,7 @@ class RunTimeline:
                    phases=[(str(phase), float(at)) for phase, at in data.get("phases") or []],
                    stalls=[(float(start), float(end)) for start, end in data.get("stalls") or []],
                    lost=[(float(start), float(end)) for start, end in data.get("lost") or []],
-                   ended_at=data.get("ended_at"))
+                   preempted=[float(at) for at in data.get("preempted") or []], ended_at=data.get("ended_at"))
 
 
 @dataclass(frozen=True)
@@ -101,6 +107,7 @@ class Goodput:
     seconds: Mapping[str, float]
     wall: float
     accelerators: Mapping[str, float]  # resource -> how many the Job's pods ask for, all pods together
+    preemptions: int = 0
 
     @property
     def held(self) -> float:
@@ -120,7 +127,7 @@ class Goodput:
         """What the task's return value (XCom) holds: `<bucket>_seconds`, `wall_seconds`, the accelerators."""
         values: dict[str, Any] = {f"{bucket}_seconds": round(self.seconds[bucket], 3) for bucket in BUCKETS}
         values.update(wall_seconds=round(self.wall, 3), accelerators=dict(self.accelerators),
-                      accelerator_hours=round(self.accelerator_hours, 6),
+                      preemptions=self.preemptions, accelerator_hours=round(self.accelerator_hours, 6),
                       useful_accelerator_hours=round(self.accelerator_hours * (self.useful_share or 0), 6),
                       goodput=None if self.useful_share is None else round(self.useful_share, 4))
         return values
@@ -132,7 +139,8 @@ class Goodput:
             if self.seconds[bucket] <= 0:
                 continue
             share = 100 * self.seconds[bucket] / self.wall if self.wall > 0 else 0.0
-            lines.append(f"  {bucket:<10} {duration_text(self.seconds[bucket]):>8} {share:5.1f}%")
+            times = f" ({self.preemptions} preemption(s))" if bucket == "preempted" and self.preemptions else ""
+            lines.append(f"  {bucket:<10} {duration_text(self.seconds[bucket]):>8} {share:5.1f}%{times}")
         held = f"held {duration_text(self.held)}"
         if self.accelerators:
             what = ", ".join(f"{count:g} {name}" for name, count in sorted(self.accelerators.items()))
@@ -196,15 +204,21 @@ def goodput(job: Mapping[str, Any], timeline: RunTimeline, progress: Progress | 
     seconds["queued"] = placed - created
     seconds["starting"] = started_by - placed
     running: list[Span] = []
+    restarts: list[Span] = []
     if first_running is not None:
         for index, (phase, at) in enumerate(changes):
             stop = changes[index + 1][1] if index + 1 < len(changes) else end
             if stop <= at or at < first_running:
                 continue
             if phase in (JobPhase.RESTARTING, JobPhase.PENDING):
-                seconds["restarting"] += stop - at
+                restarts.append((at, stop))
             else:  # Running, and the Job's way out (Completing, Terminating, Aborting)
                 running.append((at, stop))
+    # Each restart (Restarting then Pending, until Running again) is a preemption's if one was recorded
+    # shortly before it began, or during it.
+    for start, stop in _merged(restarts):
+        preempted = any(start - PREEMPTED_BEFORE_RESTART_SECONDS <= at <= stop for at in timeline.preempted)
+        seconds["preempted" if preempted else "restarting"] += stop - start
     # A lost node (until its pods were deleted), then a stall, take their time from running.
     for bucket, spans in (("restarting", _merged(timeline.lost)), ("stalled", _merged(timeline.stalls))):
         taken = _overlap(running, spans)
@@ -214,7 +228,7 @@ def goodput(job: Mapping[str, Any], timeline: RunTimeline, progress: Progress | 
     if progress is not None and progress.executed > 0 and progress.redone > 0:
         seconds["redone"] = seconds["running"] * min(1.0, progress.redone / progress.executed)
         seconds["running"] -= seconds["redone"]
-    return Goodput(seconds, end - created, accelerators(job))
+    return Goodput(seconds, end - created, accelerators(job), preemptions=len(timeline.preempted))
 
 
 def _merged(spans: Iterable[Span]) -> list[Span]:

@@ -3,8 +3,9 @@ Datadog's DogStatsD, OpenTelemetry), through Airflow's own `Stats` client, with 
 as tags, so a platform team can chart queue wait and goodput per DAG.
 
 Names (gauges, one value per finished run): `volcano.job.<bucket>_seconds` for each bucket of
-`goodput.BUCKETS` and `volcano.job.wall_seconds`; `volcano.job.accelerator_hours`; `volcano.job.goodput`
-(the useful share of the held time, 0 to 1; not sent for a run that never started).
+`goodput.BUCKETS` and `volcano.job.wall_seconds`; `volcano.job.accelerator_hours`; `volcano.job.preemptions`
+(how many times the run was preempted); `volcano.job.goodput` (the useful share of the held time, 0 to 1;
+not sent for a run that never started).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ def figures(goodput: Goodput) -> dict[str, float]:
     values = {f"{PREFIX}{bucket}_seconds": goodput.seconds[bucket] for bucket in BUCKETS}
     values[f"{PREFIX}wall_seconds"] = goodput.wall
     values[f"{PREFIX}accelerator_hours"] = goodput.accelerator_hours
+    values[f"{PREFIX}preemptions"] = float(goodput.preemptions)
     if goodput.useful_share is not None:
         values[f"{PREFIX}goodput"] = goodput.useful_share
     return values

@@ -669,6 +669,7 @@ class WaitEngine:
         self._evidence_until = max(eviction.at for eviction in found)
         new = [dataclasses.replace(preemption, queue=queue) for preemption in preemptions_of(found)]
         self.preemptions += new
+        self.timeline.preempted += [preemption.at for preemption in new]
         self._naming, self._naming_until = new[-1], now + NAMING_SECONDS
         return True
 
@@ -751,6 +752,8 @@ class WaitEngine:
             # The preemptions earlier waiters counted; restarts since are looked into as this wait's own.
             kept = ((job.get("metadata") or {}).get("annotations") or {}).get(PREEMPTIONS_ANNOTATION)
             self.preemptions = recorded(kept)
+            self.timeline.preempted += [preemption.at for preemption in self.preemptions
+                                        if preemption.at not in self.timeline.preempted]
             self._evidence_until = max((preemption.at for preemption in self.preemptions), default=float("-inf"))
             if state.retry_count > len(self.preemptions):
                 created = parse_time((job.get("metadata") or {}).get("creationTimestamp"))

@@ -241,8 +241,8 @@ def test_progress_with_eta_and_where_the_time_went_across_a_restart_that_resumes
     progress = result["progress"]
     assert (progress["done"], progress["total"], progress["resumes"], progress["redone"]) == (40, 40, 1, 10), progress
     spent = result["goodput"]
-    buckets = sum(spent[f"{bucket}_seconds"] for bucket in ("queued", "starting", "running", "restarting", "stalled",
-                                                            "redone"))
+    buckets = sum(spent[f"{bucket}_seconds"] for bucket in ("queued", "starting", "running", "restarting",
+                                                            "preempted", "stalled", "redone"))
     assert abs(buckets - spent["wall_seconds"]) <= 0.02 * spent["wall_seconds"], spent
     # The restart as the task log told it (the wait saw Restarting, then Running again): the Job's own
     # conditions cannot say it on Volcano v1.15, which keeps only the latest condition of each phase.

@@ -9,6 +9,8 @@ and PriorityClasses; they are negative, the training's lowest, as a further guar
 
 from __future__ import annotations
 
+import datetime
+import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -115,6 +117,17 @@ def test_a_preempted_training_names_its_preemptor_and_runs_again_once_it_is_gone
     assert low["status"].get("retryCount") == 1, low["status"]
     (kept,) = recorded(low["metadata"]["annotations"].get(PREEMPTIONS_ANNOTATION))
     assert kept.preemptor == f"{cluster.namespace}/{other}", "kept on the Job for a waiter that takes over"
+    # Goodput: from the preemption to running again is preempted time, as the task log told it (the wait
+    # saw Restarting, then Running again; the controller's times are a second apart at most from those).
+    spent = run.xcom["return_value"]["goodput"]
+    logged = [(datetime.datetime.fromisoformat(at), phase) for at, phase in re.findall(
+        rf"^(\S+) \[info +\] Volcano Job {cluster.namespace}/{name} is (Restarting|Running)\b", run.log, re.M)]
+    restarted = next(at for at, phase in logged if phase == "Restarting")
+    running_again = next(at for at, phase in logged if phase == "Running" and at > restarted)
+    preempted = (running_again - restarted).total_seconds()
+    assert preempted > 15 and abs(spent["preempted_seconds"] - preempted) <= 3, (spent, preempted)
+    assert spent["restarting_seconds"] == 0 and spent["preemptions"] == 1, spent
+    assert re.search(r"  preempted +\d+s +\d+\.\d% \(1 preemption\(s\)\)", run.log), run.log
 
 
 def test_one_preemption_past_max_preemptions_ends_the_training_naming_the_bound(

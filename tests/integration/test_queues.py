@@ -300,8 +300,8 @@ def test_the_runs_figures_reach_statsd_named_per_bucket_and_tagged_with_the_dag_
                 received[name] = float(value.split("|")[0])
     tags = ",dag_id=metered_training,task_id=train"
     names = {f"airflow.volcano.job.{figure}{tags}" for figure in (
-        "queued_seconds", "starting_seconds", "running_seconds", "restarting_seconds", "stalled_seconds",
-        "redone_seconds", "wall_seconds", "accelerator_hours", "goodput")}
+        "queued_seconds", "starting_seconds", "running_seconds", "restarting_seconds", "preempted_seconds",
+        "stalled_seconds", "redone_seconds", "wall_seconds", "accelerator_hours", "preemptions", "goodput")}
     assert set(received) == names, received
     spent = run.xcom["return_value"]["goodput"]
     assert received[f"airflow.volcano.job.wall_seconds{tags}"] == pytest.approx(spent["wall_seconds"], abs=0.01)

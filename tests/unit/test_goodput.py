@@ -33,8 +33,8 @@ def test_a_clean_run_is_queued_starting_and_running():
               ("Completed", 642))
     spent = goodput(run, RunTimeline(placed={"0": T0 + 30}))
     assert spent is not None and spent.wall == 642
-    assert dict(spent.seconds) == {"queued": 30, "starting": 10, "running": 602, "restarting": 0, "stalled": 0,
-                                   "redone": 0}
+    assert dict(spent.seconds) == {"queued": 30, "starting": 10, "running": 602, "restarting": 0, "preempted": 0,
+                                   "stalled": 0, "redone": 0}
     assert spent.accelerators == {"nvidia.com/gpu": 2.0}
     assert spent.accelerator_hours == pytest.approx(2 * 612 / 3600)
     assert spent.useful_share == pytest.approx(602 / 612)
@@ -125,4 +125,22 @@ def test_phase_changes_merge_volcanos_repeated_conditions_and_accelerators_count
     run = job(("Pending", 0), ("Pending", 0), ("Running", 5), ("Running", 6))
     assert phase_changes(run) == [("Pending", T0), ("Running", T0 + 5)]
     assert accelerators(job(("Pending", 0), gpus=4, replicas=3)) == {"nvidia.com/gpu": 12.0}
-    assert BUCKETS == ("queued", "starting", "running", "restarting", "stalled", "redone")
+    assert BUCKETS == ("queued", "starting", "running", "restarting", "preempted", "stalled", "redone")
+
+
+def test_a_restart_after_a_preemption_is_preempted_time_and_another_restart_stays_restarting():
+    run = job(("Pending", 0), ("Running", 20), ("Restarting", 200), ("Pending", 202), ("Running", 500),
+              ("Restarting", 600), ("Pending", 601), ("Running", 640), ("Completed", 900))
+    # Evicted at 199 s (recorded a second before the controller restarted the gang); the restart at 600 s
+    # was a failure.
+    timeline = RunTimeline(placed={"0": T0 + 15}, preempted=[T0 + 199])
+    spent = goodput(run, timeline)
+    assert spent is not None
+    assert spent.seconds["preempted"] == 500 - 200 and spent.seconds["restarting"] == 640 - 600
+    assert sum(spent.seconds.values()) == spent.wall == 900
+    assert spent.preemptions == 1 and spent.result()["preemptions"] == 1
+    assert spent.result()["preempted_seconds"] == 300
+    assert "  preempted     5m00s  33.3% (1 preemption(s))" in spent.table("ml/train")
+    assert RunTimeline.from_dict(timeline.to_dict()) == timeline
+    old = goodput(run, RunTimeline(placed={"0": T0 + 15}, preempted=[T0 + 10]))
+    assert old is not None and old.seconds["preempted"] == 0, "a preemption long before a restart is not its cause"
