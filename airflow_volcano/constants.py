@@ -40,9 +40,6 @@ REQUEST_HASH_ANNOTATION = f"{LABEL_PREFIX}request-hash"
 # The task instance a Job belongs to, exactly (JSON; labels hold sanitized forms), and its on_kill_action:
 # what the orphan sweep (orphans.py) asks Airflow about.
 TASK_INSTANCE_ANNOTATION = f"{LABEL_PREFIX}task-instance"
-# The retry budget the user asked for (max_retry), when the Job's maxRetry also holds max_preemptions: the
-# waiter holds restarts other than preemptions to it.
-MAX_RETRY_ANNOTATION = f"{LABEL_PREFIX}max-retry"
 # The preemptions the waiters counted (JSON, preemption.Preemption's to_dict): a waiter that takes over
 # (a reattach, another triggerer) counts on from them.
 PREEMPTIONS_ANNOTATION = f"{LABEL_PREFIX}preemptions"

@@ -16,7 +16,6 @@ from typing import Any, overload
 
 from airflow_volcano.constants import (
     FAILED_PHASES,
-    MAX_RETRY_ANNOTATION,
     PREEMPTIONS_ANNOTATION,
     STARTED_POD_PHASES,
     SUCCEEDED_PHASES,
@@ -28,8 +27,8 @@ from airflow_volcano.manifest import retryable_exit_codes
 from airflow_volcano.observability.logs import hidden
 from airflow_volcano.timestamps import clock_text, parse_time, parse_timestamp_ns
 
-# The annotations a wait reads: the retry budget and the preemptions counted so far.
-WAITED_ANNOTATIONS = (MAX_RETRY_ANNOTATION, PREEMPTIONS_ANNOTATION)
+# The annotations a wait reads: the preemptions counted so far (a waiter that takes over counts on).
+WAITED_ANNOTATIONS = (PREEMPTIONS_ANNOTATION,)
 IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
 # An image that cannot exist or cannot be read with the pod's credentials: the kubelet's retries cannot
 # help. Any other pull error (429, 5xx, a dropped connection, a registry that cannot be reached) may
@@ -60,10 +59,7 @@ class JobState:
     outcome: Outcome
     retry_count: int
     resource_version: str
-    max_retry: int | None = None  # Volcano's budget, every restart counted (the Job's maxRetry)
-    # The budget of restarts other than preemptions: the user's max_retry where the provider gave maxRetry
-    # room for preemptions (MAX_RETRY_ANNOTATION), else maxRetry.
-    retry_budget: int | None = None
+    max_retry: int | None = None
     # The exit codes the Job's policies restart, when any other failure ends it (else None).
     retryable_exit_codes: tuple[int, ...] | None = None
 
@@ -91,20 +87,9 @@ def job_state(job: Mapping[str, Any]) -> JobState:
         outcome=outcome,
         retry_count=int(status.get("retryCount") or 0),
         resource_version=metadata.get("resourceVersion", ""),
-        max_retry=spec_max_retry if isinstance(spec_max_retry := (job.get("spec") or {}).get("maxRetry"), int)
-        else None,
-        retry_budget=retry_budget(job),
+        max_retry=(job.get("spec") or {}).get("maxRetry"),
         retryable_exit_codes=None if (codes := retryable_exit_codes(job)) is None else tuple(codes),
     )
-
-
-def retry_budget(job: Mapping[str, Any]) -> int | None:
-    """JobState.retry_budget."""
-    kept = ((job.get("metadata") or {}).get("annotations") or {}).get(MAX_RETRY_ANNOTATION)
-    if isinstance(kept, str) and kept.isdigit():
-        return int(kept)
-    value = (job.get("spec") or {}).get("maxRetry")
-    return value if isinstance(value, int) else None
 
 
 @overload
@@ -543,10 +528,7 @@ def failure_message(
     if state.retry_count:
         lines[0] += f" after {state.retry_count} restart(s)"
         if state.phase == JobPhase.FAILED and state.max_retry and state.retry_count >= state.max_retry:
-            lines[0] += f": the retry budget is exhausted (max_retry {state.retry_budget}"
-            if state.retry_budget != state.max_retry:
-                lines[0] += f"; maxRetry {state.max_retry} with the preemptions' room"
-            lines[0] += ")"
+            lines[0] += f": the retry budget is exhausted (max_retry {state.max_retry})"
     if problems and headline is None:
         lines[0] += f": {_first_failure_clause(problems[0], len(problems) - 1, codes)}"
     if lost_nodes:
@@ -614,9 +596,9 @@ def describe_progress(job: Mapping[str, Any]) -> str:
     line = f"Volcano Job {state.namespace}/{state.name} is {state.phase}"
     if state.phase in (JobPhase.PENDING, JobPhase.RUNNING):
         line += f": {running}/{total} pods running"
+    max_retry = (job.get("spec") or {}).get("maxRetry")
     if state.phase == JobPhase.RESTARTING or state.retry_count:
-        budget = f", max_retry {state.retry_budget}" if state.retry_budget else ""
-        line += f" ({state.retry_count} restart(s) so far{budget})"
+        line += f" ({state.retry_count} restart(s) so far" + (f", maxRetry {max_retry})" if max_retry else ")")
     return line
 
 

@@ -14,18 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_volcano import hostfile_launch
-from airflow_volcano.constants import (
-    DEBUG_ANNOTATION,
-    DEFAULT_SHM_SIZE,
-    JOB_API_VERSION,
-    MAX_RETRY_ANNOTATION,
-    SCRIPT_MOUNT_PATH,
-)
+from airflow_volcano.constants import DEBUG_ANNOTATION, DEFAULT_SHM_SIZE, JOB_API_VERSION, SCRIPT_MOUNT_PATH
 from airflow_volcano.exceptions import JobSpecError
 from airflow_volcano.kubelet import container_string
 from airflow_volcano.manifest.checks import (
     check_template_keys,
-    integer,
     merge_resources,
     requests_within_limits,
     resource_requirements,
@@ -66,7 +59,6 @@ from airflow_volcano.manifest.request import (
 # The built-in skeleton's defaults (Volcano's own, and those of Volcano's PyTorch example Job).
 DEFAULT_PORT = 23456  # the pytorch plugin's MASTER_PORT
 DEFAULT_QUEUE, DEFAULT_SCHEDULER, DEFAULT_MAX_RETRY = "default", "volcano", 3
-DEFAULT_MAX_PREEMPTIONS = 3
 
 SCRIPT_VOLUME = "training-script"
 DEFAULT_RESTART_POLICY = "Never"
@@ -135,8 +127,6 @@ def build_manifests(req: JobRequest, *, run_labels: dict[str, str], default_name
     if req.full_job_spec is None:
         apply_pod_runtime(job, pod_tasks(job, req), req, checkpoint_subdir=checkpoint_subdir)
     validate_job(job, origin=origin, parameters={lands.key: name for name, lands in landings("job")})
-    if req.full_job_spec is None:
-        _make_room_for_preemptions(job, req)  # after the checks: they name the user's maxRetry, not this one
     main = main_task(job, req)
     names = [task.get("name") for task in job["spec"]["tasks"]]
     if main not in names:
@@ -232,24 +222,6 @@ def _default_job(req: JobRequest) -> dict:
             "tasks": tasks,
         },
     }
-
-
-def preemption_bound(full_job_spec: bool, max_preemptions: Any) -> int | None:
-    """The preemptions a Job may take without spending max_retry (checked: JobSpecError names the bad value);
-    None, not bounded, for a full_job_spec (used as is: every restart counts in its maxRetry)."""
-    if full_job_spec:
-        return None
-    return DEFAULT_MAX_PREEMPTIONS if max_preemptions is None else integer("max_preemptions", max_preemptions, 0)
-
-
-def _make_room_for_preemptions(job: dict, req: JobRequest) -> None:
-    """Volcano counts every restart in maxRetry, a preemption's too: the Job gets room for max_preemptions
-    more (and one: the waiter, not Volcano, ends the Job at the preemption past the bound, saying so), and
-    the user's max_retry is kept on it for the waiter to hold the other restarts to."""
-    spec = job.setdefault("spec", {})
-    asked = int(spec.get("maxRetry") or DEFAULT_MAX_RETRY)  # Volcano's webhook turns 0 or none into 3
-    spec["maxRetry"] = asked + (preemption_bound(False, req.max_preemptions) or 0) + 1
-    job.setdefault("metadata", {}).setdefault("annotations", {})[MAX_RETRY_ANNOTATION] = str(asked)
 
 
 def _set(target: dict, key: str, value: Any) -> None:

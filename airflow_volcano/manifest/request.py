@@ -318,14 +318,6 @@ class JobRequest:
         _integer(1, None, " (Volcano's webhook turns 0 into 3)"), lands=Lands("job", "maxRetry"),
         doc="Volcano's retry budget (default 3, at least 1: Volcano's webhook turns 0 into 3). Volcano counts "
             "the restart that finds the budget spent, so `max_retry=N` allows N - 1 restarts.")
-    max_preemptions: int | None = argument(
-        _integer(0),
-        doc="how many times the Job may be preempted (default 3). A restart because Volcano's scheduler evicted its "
-            "pods for a higher-priority Job (`preempt`, `gangpreempt`; `reclaim`, `gangreclaim`) is not counted in "
-            "`max_retry`: the task log says when, by which Job and priority, in which queue, and the Job waits for "
-            "room again. One preemption more ends the Job and fails the task, naming this bound. The Job's "
-            "`maxRetry` is `max_retry` + `max_preemptions` + 1, and the waiter holds every other restart to "
-            "`max_retry`. Not with `full_job_spec` (used as is: every restart counts in its `maxRetry`).")
     ttl_seconds_after_finished: int | None = argument(
         _integer(0), lands=Lands("job", "ttlSecondsAfterFinished"),
         doc="Volcano garbage-collects the Job this many seconds after it ends.")

@@ -196,8 +196,14 @@ def goodput(job: Mapping[str, Any], timeline: RunTimeline, progress: Progress | 
     seconds = dict.fromkeys(BUCKETS, 0.0)
     changes = [(phase, min(max(at, created), end)) for phase, at in phase_changes(job, timeline)]
     first_running = next((at for phase, at in changes if phase == JobPhase.RUNNING), None)
-    # Before it first ran: queued until its first pods were placed, then starting.
+    # Before it first ran: queued until its first pods were placed, then starting. A preemption before the
+    # first Running the wait knows of (it ran and was preempted before the wait began: Volcano v1.15 keeps
+    # only the latest Running condition) is preempted time from its eviction on.
     started_by = first_running if first_running is not None else end
+    unseen = [at for at in timeline.preempted if created <= at < started_by]
+    if unseen:
+        seconds["preempted"] += started_by - min(unseen)
+        started_by = min(unseen)
     placed = min(timeline.placed.values(), default=None)
     if placed is None or not created <= placed <= started_by:
         placed = started_by

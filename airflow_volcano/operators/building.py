@@ -25,7 +25,6 @@ from airflow_volcano.manifest import (
     seconds,
     task_pods,
 )
-from airflow_volcano.manifest.build import preemption_bound
 from airflow_volcano.manifest.names import pod_name
 from airflow_volcano.manifest.policies import restarts_on_eviction
 from airflow_volcano.observability.masking import MASKED_ANNOTATION, mark_masked_places, register_secrets
@@ -124,12 +123,7 @@ def wait_limits(operator: VolcanoJobOperator) -> WaitLimits:
     return WaitLimits.checked(startup_timeout=operator.startup_timeout, job_timeout=operator.job_timeout,
                               image_pull_timeout=operator.image_pull_timeout,
                               poll_interval=operator.poll_interval, node_lost_timeout=operator.node_lost_timeout,
-                              stall_timeout=operator.stall_timeout, stall_action=operator.stall_action,
-                              max_preemptions=preemption_bound(getattr(operator, "full_job_spec", None) is not None,
-                                                               getattr(operator, "max_preemptions", None)))
-
-
-
+                              stall_timeout=operator.stall_timeout, stall_action=operator.stall_action, owns_job=True)
 
 
 def log_task_pods(job: dict, main: str, log_tasks: Any) -> list[tuple[str, str | None]]:

@@ -97,12 +97,6 @@ class VolcanoJobOperator(BaseOperator):
         replicas), at most the replica total.
     :param max_retry: Volcano's retry budget (default 3, at least 1: Volcano's webhook turns 0 into 3). Volcano
         counts the restart that finds the budget spent, so `max_retry=N` allows N - 1 restarts.
-    :param max_preemptions: how many times the Job may be preempted (default 3). A restart because Volcano's
-        scheduler evicted its pods for a higher-priority Job (`preempt`, `gangpreempt`; `reclaim`, `gangreclaim`) is
-        not counted in `max_retry`: the task log says when, by which Job and priority, in which queue, and the Job
-        waits for room again. One preemption more ends the Job and fails the task, naming this bound. The Job's
-        `maxRetry` is `max_retry` + `max_preemptions` + 1, and the waiter holds every other restart to `max_retry`.
-        Not with `full_job_spec` (used as is: every restart counts in its `maxRetry`).
     :param ttl_seconds_after_finished: Volcano garbage-collects the Job this many seconds after it ends.
     :param policies: the Job's Volcano lifecycle policies, replacing those `retryable_exit_codes` builds (it cannot
         be combined with `retryable_exit_codes` or `restart_scope`). Unknown events and actions are refused before
@@ -307,7 +301,6 @@ class VolcanoJobOperator(BaseOperator):
         scheduler_name: str | None = None,
         min_available: int | str | None = None,
         max_retry: int | None = None,
-        max_preemptions: int | None = None,
         ttl_seconds_after_finished: int | None = None,
         policies: list[dict] | None = None,
         retryable_exit_codes: list[int] | None = None,

@@ -10,7 +10,8 @@ not a preemption. The Job's controller then restarts the gang (its `PodEvicted` 
 
 Who preempted. The scheduler does not say. The Job that took the room is found, when the waiter can see
 it, among the PodGroups of the same queue: one of higher priority whose gang was scheduled from the
-eviction on. When none is visible (in a namespace the waiter cannot read, say) the report says so.
+eviction on (its `Scheduled` condition), else the only one of higher priority running there (said so).
+When none is visible (in a namespace the waiter cannot read, say) the report says so.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ class Preemption:
     pods: tuple[str, ...]
     queue: str = ""
     preemptor: str | None = None  # namespace/name of the Job that took the room, if known
-    preemptor_priority: str | None = None  # "PriorityClass high (1000)" or "priority 0"
+    preemptor_priority: str | None = None  # "PriorityClass high, priority 1000" or "priority 0"
     unknown_why: str = ""  # why the preemptor is not named
 
     def to_dict(self) -> dict[str, Any]:

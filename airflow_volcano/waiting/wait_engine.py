@@ -141,15 +141,15 @@ class WaitLimits:
     # Seconds a Running Job may give no output (log line, heartbeat) and no change (None: never a stall).
     stall_timeout: float | None = None
     stall_action: str = StallAction.FAIL
-    # How many preemptions the Job may take outside max_retry (None: preemptions are said, never bounded nor
-    # recorded on the Job: a sensor, which does not own it; a full_job_spec, whose maxRetry counts them).
-    max_preemptions: int | None = None
+    # Whether the waiter owns the Job (the operator's): it keeps the preemptions it counted on it. A sensor,
+    # which does not, only says them.
+    owns_job: bool = False
 
     @classmethod
     def checked(cls, *, startup_timeout: Any, job_timeout: Any, poll_interval: Any,
                 node_lost_timeout: Any = None, stall_timeout: Any = None,
                 stall_action: Any = StallAction.FAIL,
-                image_pull_timeout: Any = DEFAULT_IMAGE_PULL_TIMEOUT, max_preemptions: int | None = None) -> WaitLimits:
+                image_pull_timeout: Any = DEFAULT_IMAGE_PULL_TIMEOUT, owns_job: bool = False) -> WaitLimits:
         """From the operator's arguments (each seconds or a timedelta); a bad value raises
         JobSpecError naming its parameter."""
         choice("stall_action", stall_action, set(StallAction))
@@ -159,7 +159,7 @@ class WaitLimits:
                    poll_interval=seconds("poll_interval", poll_interval),
                    node_lost_timeout=optional_seconds("node_lost_timeout", node_lost_timeout),
                    stall_timeout=stall_seconds("stall_timeout", stall_timeout),
-                   stall_action=str(StallAction(stall_action)), max_preemptions=max_preemptions)
+                   stall_action=str(StallAction(stall_action)), owns_job=owns_job)
 
     def to_dict(self) -> dict[str, float | str | None]:
         return dataclasses.asdict(self)
@@ -551,7 +551,7 @@ class WaitEngine:
             if named.preemptor or now >= self._naming_until:
                 # Said once named, or once the preemptor would have been placed: one line with everything.
                 self.preemptions[-1], self._naming = named, None
-                self._unrecorded = self.limits.max_preemptions is not None  # a Job this task owns
+                self._unrecorded = self.limits.owns_job
                 self.report(named.describe(f"{self.ref.namespace}/{self.ref.name}", len(self.preemptions)))
         never = self._queue_report(self._podgroup, queue, now)
         if never is not None:
@@ -632,26 +632,6 @@ class WaitEngine:
             self.report(f"Could not keep the preemptions counted on Volcano Job {self.ref.namespace}/{self.ref.name} "
                         f"({refused}): a waiter that takes over counts them as other restarts")
         return self._decide(now)
-
-    def _retries_spent(self) -> str | None:
-        """Why the Job must end: one preemption past max_preemptions, or restarts other than preemptions that
-        spent max_retry (Volcano's maxRetry has room for the preemptions: the waiter holds the rest to the
-        user's budget). Decided only once the last restart's cause is known."""
-        assert self.job is not None
-        bound = self.limits.max_preemptions
-        state = job_state(self.job)
-        if bound is None or self._cause_reads or self._naming is not None or state.finished:
-            return None
-        job, preempted = f"Volcano Job {self.ref.namespace}/{self.ref.name}", len(self.preemptions)
-        if preempted > bound:
-            last = self.preemptions[-1]
-            by = f" (the last by {last.preemptor})" if last.preemptor else ""
-            return f"{job} was preempted {preempted} times{by}: more than max_preemptions ({bound})"
-        others = state.retry_count - preempted
-        if state.retry_budget is not None and others >= state.retry_budget:
-            return (f"{job} was restarted {others} time(s) for other causes than preemption: the retry budget is "
-                    f"exhausted (max_retry {state.retry_budget}; its {preempted} preemption(s) are not counted)")
-        return None
 
     def _preempted(self, events: list[dict], queue: str, now: float) -> bool:
         """Whether the restart being explained was a preemption: evictions to preempt recorded since
@@ -987,8 +967,6 @@ class WaitEngine:
         step = self._step(self.job, now)
         if step.done is not None:
             return self._finish(step.done, now)
-        if (spent := self._retries_spent()) is not None:
-            return self._finish(self._outcome(Verdict.RETRIES_SPENT, message=spent), now)
         if self._unrecorded:
             self._unrecorded = False
             return RecordPreemptions(annotations={PREEMPTIONS_ANNOTATION: record(self.preemptions)})

@@ -142,5 +142,15 @@ def test_a_restart_after_a_preemption_is_preempted_time_and_another_restart_stay
     assert spent.result()["preempted_seconds"] == 300
     assert "  preempted     5m00s  33.3% (1 preemption(s))" in spent.table("ml/train")
     assert RunTimeline.from_dict(timeline.to_dict()) == timeline
-    old = goodput(run, RunTimeline(placed={"0": T0 + 15}, preempted=[T0 + 10]))
+    old = goodput(run, RunTimeline(placed={"0": T0 + 15}, preempted=[T0 + 50]))
     assert old is not None and old.seconds["preempted"] == 0, "a preemption long before a restart is not its cause"
+
+
+def test_a_preemption_before_the_first_run_the_wait_saw_counts_from_its_eviction():
+    """The gang ran and was preempted before the wait began (a deferred task's trigger starting): Volcano
+    v1.15 keeps only the latest Running, so the first run is unknown; from the eviction on it is preempted."""
+    run = job(("Pending", 0), ("Running", 60), ("Completed", 90))
+    spent = goodput(run, RunTimeline(placed={"1": T0 + 58}, preempted=[T0 + 5]))
+    assert spent is not None
+    assert spent.seconds["preempted"] == 55 and spent.seconds["queued"] == 5 and spent.seconds["running"] == 30
+    assert sum(spent.seconds.values()) == spent.wall == 90

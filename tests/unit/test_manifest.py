@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from airflow_volcano.constants import MANAGED_BY_LABEL, MAX_RETRY_ANNOTATION, SCRIPT_MOUNT_PATH
+from airflow_volcano.constants import MANAGED_BY_LABEL, SCRIPT_MOUNT_PATH
 from airflow_volcano.exceptions import JobSpecError
 from airflow_volcano.hostfile_launch import ARGV_SHIM, LAUNCH_SCRIPT, SESSION_SCRIPT, SSHD_SCRIPT, HostfileLaunch
 from airflow_volcano.manifest import (
@@ -74,14 +74,8 @@ RUNTIME_ENV = {"VOLCANO_RESTART_COUNT", "AIRFLOW_TRY_NUMBER", "CHECKPOINT_DIR", 
 def without_pod_runtime(job: dict) -> dict:
     """A copy of the Job without what every training pod gets around its command (pod_runtime: the
     signal-forwarding shell and the log tail in a failed container's status, /dev/shm, the restart
-    counters, the exit hold), and with the user's maxRetry (without the preemptions' room: test_preemption),
-    which have tests of their own."""
+    counters, the exit hold), which has tests of its own."""
     job = copy.deepcopy(job)
-    annotations = job["metadata"].get("annotations") or {}
-    if (kept := annotations.pop(MAX_RETRY_ANNOTATION, None)) is not None:
-        job["spec"]["maxRetry"] = int(kept)
-        if not annotations:
-            del job["metadata"]["annotations"]
     for each in job["spec"]["tasks"]:
         pod = each["template"]["spec"]
         for item in pod.get("containers") or []:
@@ -171,9 +165,7 @@ def test_seed_yaml_as_template_submits_unchanged_apart_from_labels_and_namespace
         assert job["metadata"].pop("namespace", None) == namespace
         for task_spec in job["spec"]["tasks"]:
             assert task_spec["template"].pop("metadata") == {"labels": LABELS}
-        expected = seed()
-        expected["spec"]["maxRetry"] = 3  # Volcano's default, written: the Job has room for preemptions on top
-        assert without_pod_runtime(job) == expected
+        assert without_pod_runtime(job) == seed()
 
 
 def test_seed_script_is_the_seed_documents_script():
@@ -189,10 +181,9 @@ def test_explicit_argument_beats_template_which_beats_default():
     template["spec"]["queue"] = "q1"
     kept = build_template(template).job
     assert kept["spec"]["queue"] == "q1"
-    assert "svc" not in kept["spec"]["plugins"], "no defaults injected"
-    assert kept["spec"]["maxRetry"] == 3 + 3 + 1, "Volcano's default budget, with room for 3 preemptions"
+    assert "maxRetry" not in kept["spec"] and "svc" not in kept["spec"]["plugins"], "no defaults injected"
     overridden = build_template(template, volcano_queue="q2", worker_replicas=5, image="new:2", max_retry=2).job
-    assert overridden["spec"]["queue"] == "q2" and without_pod_runtime(overridden)["spec"]["maxRetry"] == 2
+    assert overridden["spec"]["queue"] == "q2" and overridden["spec"]["maxRetry"] == 2
     assert task(overridden, "worker")["replicas"] == 5
     assert container(overridden, "master")["image"] == container(overridden, "worker")["image"] == "new:2"
     assert template["spec"]["queue"] == "q1" and template["spec"]["tasks"][1]["replicas"] == 2, "not mutated"
@@ -312,8 +303,7 @@ def test_labels_annotations_and_optional_pod_fields():
     job = build(labels={"team": "vision"}, annotations={"owner": "me"}, priority_class_name="high",
                 ttl_seconds_after_finished="600", namespace="ml").job
     assert job["metadata"]["labels"] == {"team": "vision", **LABELS}
-    assert job["metadata"]["annotations"] == {"owner": "me", MAX_RETRY_ANNOTATION: "3"}
-    assert job["metadata"]["namespace"] == "ml"
+    assert job["metadata"]["annotations"] == {"owner": "me"} and job["metadata"]["namespace"] == "ml"
     assert job["spec"]["ttlSecondsAfterFinished"] == 600 and job["spec"]["priorityClassName"] == "high"
     template = task(job, "worker")["template"]
     assert template["metadata"] == {"labels": {"team": "vision", **LABELS}, "annotations": {"owner": "me"}}

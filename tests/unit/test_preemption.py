@@ -1,18 +1,12 @@
 """Preemption (issue 45): the evidence (the scheduler's Evict events), the preemptor (the queue's PodGroups),
-and the wait: said once, not counted in max_retry, bounded by max_preemptions, kept on the Job. Pure."""
+and the wait: said once, kept on the Job for a waiter that takes over, never decided on. Pure."""
 
 from __future__ import annotations
 
 import datetime
-import json
 
-import pytest
-
-from airflow_volcano.constants import MAX_RETRY_ANNOTATION, PREEMPTIONS_ANNOTATION
-from airflow_volcano.exceptions import JobSpecError
-from airflow_volcano.manifest import JobRequest, build_manifests
+from airflow_volcano.constants import PREEMPTIONS_ANNOTATION
 from airflow_volcano.timestamps import parse_time
-from airflow_volcano.waiting.events import Verdict
 from airflow_volcano.waiting.preemption import (
     Eviction,
     Preemption,
@@ -116,14 +110,12 @@ def test_the_record_on_the_job_reads_back_and_a_damaged_one_is_empty():
 
 # -- the wait ----------------------------------------------------------------------------------------------
 
-def budgeted(phase: str, *, retries: int = 0, max_retry: int = 1, kept: list[Preemption] | None = None,
-             **status: int) -> dict:
-    """A Job the operator built: maxRetry with the preemptions' room, the user's max_retry kept."""
+def budgeted(phase: str, *, retries: int = 0, kept: list[Preemption] | None = None, **status: int) -> dict:
+    """A Job the operator built (maxRetry 3), with the preemptions a waiter kept on it."""
     body = started(phase, retries=retries, **status)
-    body["spec"]["maxRetry"] = max_retry + 3 + 1
-    body["metadata"]["annotations"] = {MAX_RETRY_ANNOTATION: str(max_retry)}
+    body["spec"]["maxRetry"] = 3
     if kept:
-        body["metadata"]["annotations"][PREEMPTIONS_ANNOTATION] = record(kept)
+        body["metadata"]["annotations"] = {PREEMPTIONS_ANNOTATION: record(kept)}
     return body
 
 
@@ -145,8 +137,8 @@ def preempted_once(wait, reported, retries: int = 1):
     return wait.queue_seen(snapshot, now=now_of(base + 3))
 
 
-def test_a_preempted_gang_is_said_once_with_its_preemptor_kept_on_the_job_and_costs_no_retry():
-    wait, reported = engine(WaitLimits(poll_interval=5, max_preemptions=3), ref=OWNED)
+def test_a_preempted_gang_is_said_once_with_its_preemptor_and_kept_on_the_job():
+    wait, reported = engine(WaitLimits(poll_interval=5, owns_job=True), ref=OWNED)
     assert isinstance(wait.job_read(budgeted("Running", running=3), now=now_of(0)), Watch)
     action = preempted_once(wait, reported)
     said = [line for line in reported if "preempted" in line]
@@ -157,48 +149,39 @@ def test_a_preempted_gang_is_said_once_with_its_preemptor_kept_on_the_job_and_co
         "Preemptions so far: 1"], reported
     assert isinstance(action, RecordPreemptions)
     (kept,) = recorded(action.annotations[PREEMPTIONS_ANNOTATION])
-    assert kept.preemptor == "ml/urgent" and kept.at == AT + 1000
-    # max_retry=1 allows no restart of its own; the preemption's restart is not one.
+    assert kept.preemptor == "ml/urgent" and kept.at == AT + 1000 and kept.queue == "default"
+    assert wait.timeline.preempted == [AT + 1000], "goodput counts its restart as preempted time"
     assert not isinstance(wait.preemptions_recorded(None, now=now_of(1004)), Done)
     assert not isinstance(wait.job_changed(budgeted("Running", retries=1, running=3), now=now_of(1100)), Done)
     done = wait.job_changed(budgeted("Completed", retries=1, succeeded=3), now=now_of(1200))
     assert isinstance(done, Done) and done.outcome.succeeded
 
 
-def test_a_preemption_past_max_preemptions_ends_the_job_naming_the_bound():
-    wait, reported = engine(WaitLimits(poll_interval=5, max_preemptions=1), ref=OWNED)
+def test_a_record_refused_is_said_and_the_wait_goes_on():
+    wait, reported = engine(WaitLimits(poll_interval=5, owns_job=True), ref=OWNED)
     wait.job_read(budgeted("Running", running=3), now=now_of(0))
-    assert isinstance(preempted_once(wait, reported, retries=1), RecordPreemptions)
-    wait.preemptions_recorded(None, now=now_of(1004))
-    wait.job_changed(budgeted("Running", retries=1, running=3), now=now_of(1500))
-    done = preempted_once(wait, reported, retries=2)
-    assert isinstance(done, Done) and done.outcome.verdict is Verdict.RETRIES_SPENT and done.outcome.ends_the_job
-    assert done.outcome.message == ("Volcano Job ml/train was preempted 2 times (the last by ml/urgent): more than "
-                                    "max_preemptions (1)")
+    assert isinstance(preempted_once(wait, reported), RecordPreemptions)
+    action = wait.preemptions_recorded("403 Forbidden", now=now_of(1004))
+    assert not isinstance(action, Done | RecordPreemptions)
+    assert reported[-1] == ("Could not keep the preemptions counted on Volcano Job ml/train (403 Forbidden): a "
+                            "waiter that takes over counts them as other restarts")
 
 
-def test_a_restart_without_eviction_counts_in_max_retry_once_its_cause_is_known():
-    wait, _ = engine(WaitLimits(poll_interval=5, max_preemptions=3), ref=OWNED)
-    wait.job_read(budgeted("Running", running=3, max_retry=2), now=now_of(0))
-    assert wait.job_changed(budgeted("Restarting", retries=1, max_retry=2, pending=3), now=now_of(10)) == \
+def test_a_restart_without_eviction_is_no_preemption_once_its_two_reads_found_none():
+    wait, reported = engine(WaitLimits(poll_interval=5, owns_job=True), ref=OWNED)
+    wait.job_read(budgeted("Running", running=3), now=now_of(0))
+    assert wait.job_changed(budgeted("Restarting", retries=1, pending=3), now=now_of(10)) == \
         CheckPods(scheduling=True, restart=True)
     assert isinstance(wait.pods_seen([], None, [], now=now_of(10)), Watch), "no eviction yet: read again"
     assert wait.watch_ended(now=now_of(15)) == CheckPods(scheduling=True, restart=True)
-    assert not isinstance(wait.pods_seen([], None, [], now=now_of(15)), Done), "1 restart of 2 - 1 allowed"
-    wait.job_changed(budgeted("Running", retries=1, max_retry=2, running=3), now=now_of(100))
-    wait.job_changed(budgeted("Restarting", retries=2, max_retry=2, pending=3), now=now_of(200))
-    wait.pods_seen([], None, [], now=now_of(200))
-    wait.watch_ended(now=now_of(205))
-    done = wait.pods_seen([], None, [], now=now_of(205))
-    assert isinstance(done, Done) and done.outcome.verdict is Verdict.RETRIES_SPENT
-    assert done.outcome.message == ("Volcano Job ml/train was restarted 2 time(s) for other causes than preemption: "
-                                    "the retry budget is exhausted (max_retry 2; its 0 preemption(s) are not counted)")
+    assert not isinstance(wait.pods_seen([], None, [], now=now_of(15)), CheckPods | ReadQueue)
+    assert wait.preemptions == [] and not any("preempted" in line for line in reported)
 
 
 def test_a_waiter_taking_over_counts_on_from_the_preemptions_kept_on_the_job():
     kept = [Preemption(at=AT + 100, action="gangpreempt", pods=("train-master-0",)),
             Preemption(at=AT + 500, action="gangpreempt", pods=("train-master-0",))]
-    wait, reported = engine(WaitLimits(poll_interval=5, max_preemptions=2), ref=OWNED)
+    wait, reported = engine(WaitLimits(poll_interval=5, owns_job=True), ref=OWNED)
     action = wait.job_read(budgeted("Running", retries=2, running=3, kept=kept), now=now_of(900))
     assert isinstance(action, Watch), "both restarts were preemptions: nothing to look into, nothing spent"
     assert len(wait.preemptions) == 2 and reported == [reported[0]]
@@ -206,7 +189,7 @@ def test_a_waiter_taking_over_counts_on_from_the_preemptions_kept_on_the_job():
 
 def test_restarts_before_a_waiter_took_over_are_looked_into_since_the_last_kept():
     kept = [Preemption(at=AT + 100, action="gangpreempt", pods=("train-master-0",))]
-    wait, _ = engine(WaitLimits(poll_interval=5, max_preemptions=3), ref=OWNED)
+    wait, _ = engine(WaitLimits(poll_interval=5, owns_job=True), ref=OWNED)
     body = budgeted("Running", retries=2, running=3, kept=kept)
     assert wait.job_read(body, now=now_of(900)) == CheckPods(scheduling=True, restart=True)
     events = [evict("train-master-0", offset=100), evict("train-master-0", offset=700)]  # the first is kept already
@@ -220,27 +203,6 @@ def test_a_waiter_that_does_not_own_the_job_says_a_preemption_and_neither_record
     action = preempted_once(wait, reported)
     assert not isinstance(action, RecordPreemptions | Done)
     assert any("was preempted at" in line for line in reported)
-
-
-# -- the Job ---------------------------------------------------------------------------------------------
-
-def test_the_job_gets_room_for_the_preemptions_and_keeps_the_users_max_retry():
-    built = build_manifests(JobRequest(image="img:1", max_retry=2, max_preemptions=5), run_labels={},
-                            default_name="j").job
-    assert built["spec"]["maxRetry"] == 2 + 5 + 1
-    assert built["metadata"]["annotations"][MAX_RETRY_ANNOTATION] == "2"
-    default = build_manifests(JobRequest(image="img:1"), run_labels={}, default_name="j").job
-    assert default["spec"]["maxRetry"] == 3 + 3 + 1
-    given = json.loads(json.dumps(default))
-    del given["metadata"]["annotations"]
-    full = build_manifests(JobRequest(full_job_spec=given), run_labels={}, default_name="j").job
-    assert full["spec"]["maxRetry"] == 7, "a full_job_spec is used as is"
-
-
-@pytest.mark.parametrize("value", [-1, "three", 1.5, True])
-def test_a_bad_max_preemptions_is_refused_naming_it(value):
-    with pytest.raises(JobSpecError, match="max_preemptions"):
-        build_manifests(JobRequest(image="img:1", max_preemptions=value), run_labels={}, default_name="j")
 
 
 def test_the_only_higher_priority_gang_running_is_named_when_no_placement_is_recorded_in_time():
