@@ -1,8 +1,9 @@
 """Preemption (issue 45): a training preempted by a higher-priority Job is told so, by whom, and waits
-to run again. Real: the apiserver, Volcano's scheduler with the local cluster's configuration
-(cluster/scheduler/volcano-scheduler.conf: `gangpreempt` from v1.15, `preempt` before), its controller
-restarting the gang. Simulated: the pods (kwok), on a node of the test's own, tainted so that nothing
-else lands there and the preemptor can take the room only from the training.
+to run again. Real: the apiserver, Volcano's scheduler with the simulated-only cluster's configuration
+(cluster/scheduler/volcano-scheduler.conf: `gangpreempt` from v1.15, `preempt` before; marked
+preempting_scheduler, scripts/test-suite runs these on that cluster), its controller restarting the gang.
+Simulated: the pods (kwok), on a node of the test's own, tainted so that nothing else lands there and the
+preemptor can take the room only from the training.
 
 Each test has its own queue (Volcano's preempt and gangpreempt take victims only in the preemptor's queue)
 and PriorityClasses; they are negative, the training's lowest, as a further guard."""
@@ -79,6 +80,7 @@ def training(room: Room, namespace: str, name: str, **arguments):
                          tolerations=[{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}], **arguments)
 
 
+@pytest.mark.preempting_scheduler
 @pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferred"])
 def test_a_preempted_training_names_its_preemptor_and_runs_again_once_it_is_gone(
         cluster, operator_kubeconfig, run_task, room, deferrable):
