@@ -235,14 +235,14 @@ def label_job(name: str, namespace: str, labels: dict[str, str]) -> Call[bool]:
 
 def annotate_job(name: str, namespace: str, annotations: Mapping[str, str | None], *,
                  uid: str | None = None) -> Call[bool]:
-    """Set (or, with None, remove) annotations of a Job (of that uid only, if given: 409 for another)."""
+    """Set (or, with None, remove) annotations of a Job (of that uid only, if given)."""
     return _patch_job_metadata("annotate", name, namespace, "annotations", annotations, uid=uid)
 
 
 def _patch_job_metadata(verb: str, name: str, namespace: str, field: str,
                         values: Mapping[str, str | None], *, uid: str | None = None) -> Call[bool]:
     """A merge patch of one map of the Job's metadata; False if the Job is gone. A uid in the patch is a
-    precondition: the apiserver refuses it (409) for a Job of the same name with another uid."""
+    precondition: the apiserver refuses the patch for a Job of the same name with another uid."""
     metadata: dict[str, Any] = {field: dict(values)} | ({"uid": uid} if uid else {})
     # Said, not left to the client: kubernetes_asyncio sends a dict body as a JSON patch (a list of operations).
     return Call(f"{verb} Job {namespace}/{name}", "custom", "patch_namespaced_custom_object",
