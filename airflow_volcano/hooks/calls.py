@@ -102,9 +102,6 @@ Program = Generator[Step, Any, T]
 
 # -- Jobs -----------------------------------------------------------------------------------------
 
-MERGE_PATCH = "application/merge-patch+json"
-
-
 def _job_args(namespace: str, *rest: Any) -> tuple[Any, ...]:
     return (JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL, *rest)
 
@@ -244,10 +241,8 @@ def _patch_job_metadata(verb: str, name: str, namespace: str, field: str,
     """A merge patch of one map of the Job's metadata; False if the Job is gone. A uid in the patch is a
     precondition: the apiserver refuses the patch for a Job of the same name with another uid."""
     metadata: dict[str, Any] = {field: dict(values)} | ({"uid": uid} if uid else {})
-    # Said, not left to the client: kubernetes_asyncio sends a dict body as a JSON patch (a list of operations).
     return Call(f"{verb} Job {namespace}/{name}", "custom", "patch_namespaced_custom_object",
-                _job_args(namespace, name, {"metadata": metadata}), {"_content_type": MERGE_PATCH}, shape=done,
-                absent=False)
+                _job_args(namespace, name, {"metadata": metadata}), shape=done, absent=False)
 
 
 def _create_job(namespace: str, body: dict) -> Call[dict]:
