@@ -102,8 +102,8 @@ def waited_view(job: None) -> None: ...
 
 def waited_view(job: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The part of a Job that waiting on it reads (`job_state`, `describe_progress`, the PodGroup's
-    owner uid): a triggerer keeps one per deferred task, and a whole Job with its pod templates and
-    conditions is many times larger."""
+    owner uid, the priority a preemptor is weighed against): a triggerer keeps one per deferred task,
+    and a whole Job with its pod templates and conditions is many times larger."""
     if job is None:
         return None
     metadata, spec = job.get("metadata") or {}, job.get("spec") or {}
@@ -115,7 +115,8 @@ def waited_view(job: Mapping[str, Any] | None) -> dict[str, Any] | None:
         "metadata": {key: metadata[key] for key in ("name", "namespace", "uid", "resourceVersion",
                                                     "creationTimestamp") if key in metadata}
         | ({"annotations": kept} if kept else {}),
-        "spec": {key: spec[key] for key in ("maxRetry", "policies", "queue", "minAvailable") if key in spec}
+        "spec": {key: spec[key] for key in ("maxRetry", "policies", "queue", "minAvailable", "priorityClassName")
+                 if key in spec}
         | {"tasks": tasks},
         "status": status,
     }

@@ -140,21 +140,24 @@ def scheduled_at(podgroup: Mapping[str, Any]) -> float | None:
     return max((time for time in times if time is not None), default=None)
 
 
-def name_preemptor(preemption: Preemption, own: Mapping[str, Any] | None, snapshot: QueueSnapshot) -> Preemption:
-    """The preemption with the Job that took the room, found in the queue's PodGroups (see the module's
-    docstring), or why it cannot be named."""
+def name_preemptor(preemption: Preemption, job: Mapping[str, Any], snapshot: QueueSnapshot) -> Preemption:
+    """The preemption of the Volcano Job `job` with the Job that took the room, found in the queue's
+    PodGroups (see the module's docstring), or why it cannot be named. The Job's own priority is its
+    spec's, not its PodGroup's: Volcano replaces the PodGroup when it restarts the gang, so just after a
+    preemption there may be none."""
     queue = snapshot.name
     if snapshot.unreadable:
         return dataclasses.replace(preemption, queue=queue, unknown_why=f"its queue could not be read: "
                                                                          f"{snapshot.unreadable}")
-    own_gang = Gang.of(own) if own else None
-    own_priority = snapshot.priorities.value(own_gang.priority_class if own_gang else None)
+    metadata = job.get("metadata") or {}
+    own_job = (metadata.get("namespace"), metadata.get("name"))
+    own_priority = snapshot.priorities.value((job.get("spec") or {}).get("priorityClassName"))
     reclaim = "reclaim" in preemption.action
     candidates: list[tuple[float, Gang]] = []
     running: list[Gang] = []  # higher-priority gangs of the queue running, placed whenever
     for podgroup in snapshot.podgroups:
         gang = Gang.of(podgroup)
-        if own_gang is not None and gang.uid == own_gang.uid:
+        if (gang.namespace, gang.job) == own_job:
             continue
         if reclaim:
             if gang.queue == queue:
@@ -174,6 +177,9 @@ def name_preemptor(preemption: Preemption, own: Mapping[str, Any] | None, snapsh
         return dataclasses.replace(preemption, queue=queue, preemptor=f"{gang.namespace}/{gang.job}",
                                    preemptor_priority=priority_text(gang.priority_class, snapshot.priorities)
                                    + ", the only higher-priority Job running in the queue")
+    if not candidates and not snapshot.priorities.values:
+        # Every cluster has PriorityClasses (system-node-critical): none read means their list failed.
+        return dataclasses.replace(preemption, queue=queue, unknown_why="the PriorityClasses could not be read")
     if not candidates:
         where = f"namespace {snapshot.scope}" if snapshot.scope else "the cluster"
         return dataclasses.replace(preemption, queue=queue, unknown_why=f"none placed since then is visible in {where}")

@@ -546,13 +546,14 @@ class WaitEngine:
     def queue_seen(self, queue: QueueSnapshot, now: float) -> Action:
         """The answer to ReadQueue: say why the Job waits; one that can never fit its queue ends now."""
         self._queue_read = now
-        if self._naming is not None:
-            named = name_preemptor(self._naming, self._podgroup, queue)
+        if self._naming is not None and self.job is not None:
+            named = name_preemptor(self._naming, self.job, queue)
             if named.preemptor or now >= self._naming_until:
                 # Said once named, or once the preemptor would have been placed: one line with everything.
-                self.preemptions[-1], self._naming = named, None
-                self._unrecorded = self.limits.owns_job
-                self.report(named.describe(f"{self.ref.namespace}/{self.ref.name}", len(self.preemptions)))
+                self._naming = None
+                self._say_preemption(named)
+            else:
+                self._naming = named  # its reason so far: what the line says if the wait ends first
         never = self._queue_report(self._podgroup, queue, now)
         if never is not None:
             return self._finish(self._outcome(Verdict.CANNOT_START, message=never), now)
@@ -653,6 +654,12 @@ class WaitEngine:
         self._naming, self._naming_until = new[-1], now + NAMING_SECONDS
         return True
 
+    def _say_preemption(self, preemption: Preemption) -> None:
+        """The preemption's one line, and kept as said (on the Job too, by the waiter that owns it)."""
+        self.preemptions[-1] = preemption
+        self._unrecorded = self.limits.owns_job
+        self.report(preemption.describe(f"{self.ref.namespace}/{self.ref.name}", len(self.preemptions)))
+
     def _queue_report(self, podgroup: dict | None, queue: QueueSnapshot, now: float) -> str | None:
         """Say why the Job waits, when it changed (or every WAITING_REPEAT_SECONDS); returns why it can
         never start if its gang needs more than its queue's capability."""
@@ -682,8 +689,8 @@ class WaitEngine:
     def _finish(self, outcome: WaitOutcome, now: float) -> Done:
         """The wait's end: the outcome, with what this wait saw (lost nodes, stalls, the run's timeline)."""
         if self._naming is not None:  # a preemption not said yet (its preemptor not found so far): said now
-            self.report(self._naming.describe(f"{self.ref.namespace}/{self.ref.name}", len(self.preemptions)))
-            self._naming = None
+            unnamed, self._naming = self._naming, None
+            self._say_preemption(unnamed)
         if outcome.ends_the_job:
             self.timeline.ended_at = self._epoch(now)  # the Job is deleted now: its run ends here
         self._end_stall(now)

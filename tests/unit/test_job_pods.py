@@ -106,6 +106,7 @@ def test_the_waited_view_keeps_what_waiting_reads_and_drops_the_rest():
                      "creationTimestamp": "2026-11-23T10:00:00Z", "managedFields": [{"manager": "x"}],
                      "annotations": {"big": "x" * 1000}},
         "spec": {"maxRetry": 3, "policies": [{"event": "PodFailed", "action": "RestartJob"}],
+                 "priorityClassName": "nightly", "schedulerName": "volcano",
                  "tasks": [{"name": "master", "replicas": 1, "template": {"spec": {"containers": [{}]}}},
                            {"name": "worker", "replicas": 2, "template": {}}]},
         "status": {"state": {"phase": "Running"}, "running": 3, "retryCount": 1,
@@ -116,6 +117,7 @@ def test_the_waited_view_keeps_what_waiting_reads_and_drops_the_rest():
         "metadata": {"name": "j", "namespace": "ml", "uid": "u1", "resourceVersion": "7",
                      "creationTimestamp": "2026-11-23T10:00:00Z"},
         "spec": {"maxRetry": 3, "policies": [{"event": "PodFailed", "action": "RestartJob"}],
+                 "priorityClassName": "nightly",
                  "tasks": [{"name": "master", "replicas": 1}, {"name": "worker", "replicas": 2}]},
         "status": {"state": {"phase": "Running"}, "running": 3, "retryCount": 1},
     }

@@ -53,7 +53,13 @@ def podgroup(job: str, *, queue: str = "default", priority_class: str = "", sche
             "status": {"phase": phase, "conditions": conditions}}
 
 
+def job_of(name: str, priority_class: str, namespace: str = "ml") -> dict:
+    """The preempted Volcano Job (its priority is its spec's: its PodGroup may be gone mid-restart)."""
+    return {"metadata": {"name": name, "namespace": namespace}, "spec": {"priorityClassName": priority_class}}
+
+
 PRIORITIES = Priorities({"low": 10, "high": 1000, "mid": 100})
+TRAIN = job_of("train", "low")
 
 
 def test_only_the_schedulers_evictions_to_preempt_or_reclaim_count():
@@ -85,20 +91,23 @@ def test_the_preemptor_is_the_higher_priority_gang_of_the_queue_placed_from_the_
         podgroup("elsewhere", queue="other", priority_class="high", scheduled=1),  # another queue: preempt stays in it
         podgroup("taker", priority_class="mid", scheduled=2, namespace="team-b"),
         podgroup("later", priority_class="high", scheduled=30)), priorities=PRIORITIES)
-    named = name_preemptor(Preemption(at=AT, action="gangpreempt", pods=("train-master-0",)), own, snapshot)
+    named = name_preemptor(Preemption(at=AT, action="gangpreempt", pods=("train-master-0",)), TRAIN, snapshot)
     assert (named.preemptor, named.preemptor_priority, named.queue) == (
         "team-b/taker", "PriorityClass mid, priority 100", "default")
 
 
 def test_a_preemptor_that_cannot_be_seen_is_said_so_with_the_reason():
     own = podgroup("train", priority_class="low")
-    unseen = name_preemptor(Preemption(at=AT, action="gangpreempt", pods=()), own,
+    unseen = name_preemptor(Preemption(at=AT, action="gangpreempt", pods=()), TRAIN,
                             QueueSnapshot("default", {}, podgroups=(own,), priorities=PRIORITIES, scope="ml"))
     assert unseen.preemptor is None and unseen.unknown_why == "none placed since then is visible in namespace ml"
-    refused = name_preemptor(Preemption(at=AT, action="gangpreempt", pods=()), own,
+    refused = name_preemptor(Preemption(at=AT, action="gangpreempt", pods=()), TRAIN,
                              QueueSnapshot("default", unreadable="403 Forbidden"))
     assert refused.unknown_why == "its queue could not be read: 403 Forbidden"
     assert "by a higher-priority Job (its queue could not be read: 403 Forbidden)" in refused.describe("ml/train", 1)
+    no_priorities = name_preemptor(Preemption(at=AT, action="gangpreempt", pods=()), TRAIN, QueueSnapshot(
+        "default", {}, podgroups=(own, podgroup("urgent", priority_class="high", scheduled=1))))
+    assert no_priorities.preemptor is None and no_priorities.unknown_why == "the PriorityClasses could not be read"
 
 
 def test_the_record_on_the_job_reads_back_and_a_damaged_one_is_empty():
@@ -209,11 +218,57 @@ def test_the_only_higher_priority_gang_running_is_named_when_no_placement_is_rec
     own = podgroup("train", priority_class="low", phase="Pending")
     running = podgroup("urgent", priority_class="high", phase="Running")  # no Scheduled condition (yet)
     snapshot = QueueSnapshot("default", {}, podgroups=(own, running), priorities=PRIORITIES)
-    named = name_preemptor(Preemption(at=AT, action="gangpreempt", pods=()), own, snapshot)
+    named = name_preemptor(Preemption(at=AT, action="gangpreempt", pods=()), TRAIN, snapshot)
     assert named.preemptor == "ml/urgent"
     assert named.preemptor_priority == "PriorityClass high, priority 1000, the only higher-priority Job running in " \
                                        "the queue"
     two = QueueSnapshot("default", {}, podgroups=(own, running, podgroup("other", priority_class="mid")),
                         priorities=PRIORITIES)
-    assert name_preemptor(Preemption(at=AT, action="gangpreempt", pods=()), own, two).preemptor is None, (
+    assert name_preemptor(Preemption(at=AT, action="gangpreempt", pods=()), TRAIN, two).preemptor is None, (
         "two it could be: neither is named")
+
+
+def test_a_wait_that_ends_before_the_preemptor_is_named_says_why_it_could_not_be():
+    """The queue read again every few seconds while the preemptor is looked for; a training that ends
+    meanwhile says its preemption with the last read's reason, not a bare "a higher-priority Job"."""
+    wait, reported = engine(WaitLimits(poll_interval=5, owns_job=True), ref=OWNED)
+    wait.job_read(budgeted("Running", running=3), now=now_of(0))
+    wait.job_changed(budgeted("Restarting", retries=1, pending=3), now=now_of(1002))
+    own = podgroup("train", priority_class="low", phase="Pending")
+    assert wait.pods_seen([], own, [evict("train-master-0", offset=1000)], now=now_of(1002)) == \
+        ReadQueue(queue="default")
+    waiting = podgroup("queued", priority_class="high", phase="Inqueue")  # higher, not placed: not the one
+    snapshot = QueueSnapshot("default", {"metadata": {"name": "default"}}, podgroups=(own, waiting),
+                             priorities=PRIORITIES, scope="ml")
+    action = wait.queue_seen(snapshot, now=now_of(1003))
+    assert not any("was preempted" in line for line in reported), "not named yet: looked for again"
+    assert isinstance(action, Watch) and action.seconds <= 5
+    assert wait.watch_ended(now=now_of(1003 + action.seconds)) in (ReadQueue(queue="default"),
+                                                                   CheckPods(scheduling=False))
+    done = wait.job_changed(budgeted("Completed", retries=1, succeeded=3), now=now_of(1010))
+    assert isinstance(done, Done)
+    said = [line for line in reported if "was preempted" in line]
+    assert len(said) == 1 and "by a higher-priority Job (none placed since then is visible in namespace ml)" \
+        in said[0], reported
+
+
+def test_the_preemptor_is_named_while_volcano_replaces_the_preempted_jobs_podgroup():
+    """Volcano deletes and recreates a restarted gang's PodGroup: just after a preemption the Job may have
+    none (the cause read finds none, the queue's list lacks it). Its priority is its spec's: the preemptor
+    is still the higher one. (Before: the priority of "no PodGroup" was the default, 0, and a preemptor of
+    negative priority was never named; CI, the local cluster's PriorityClasses -20 and -10.)"""
+    priorities = Priorities({"low": -20, "high": -10})
+    wait, reported = engine(WaitLimits(poll_interval=5, owns_job=True), ref=OWNED)
+    body = budgeted("Running", running=3)
+    body["spec"]["priorityClassName"] = "low"
+    wait.job_read(body, now=now_of(0))
+    restarting = budgeted("Restarting", retries=1, pending=3)
+    restarting["spec"]["priorityClassName"] = "low"
+    assert wait.job_changed(restarting, now=now_of(1002)) == CheckPods(scheduling=True, restart=True)
+    assert wait.pods_seen([], None, [evict("train-master-0", offset=1000)], now=now_of(1002)) == \
+        ReadQueue(queue="default")
+    snapshot = QueueSnapshot("default", {"metadata": {"name": "default"}}, priorities=priorities,
+                             podgroups=(podgroup("urgent-neg", priority_class="high", scheduled=1000),))
+    wait.queue_seen(snapshot, now=now_of(1003))
+    said = [line for line in reported if "was preempted" in line]
+    assert len(said) == 1 and " by ml/urgent-neg (PriorityClass high, priority -10) " in said[0], reported
