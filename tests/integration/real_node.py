@@ -64,7 +64,10 @@ def return_value(dag: object, run: object, task_id: str) -> object:
 
 
 def losses(log: str, pod: str) -> list[float]:
-    return [float(loss) for _epoch, loss in re.findall(rf"\[{pod}\] " + EPOCH_LOSS.pattern, log)]
+    """The epoch losses the pod printed. Anywhere in its lines: when two processes share the pod's
+    stdout (torchrun's ranks), print() writes text and newline apart, so another rank's text (its
+    "-----" at the end of training) may come first on the line of an epoch's loss."""
+    return [float(loss) for line in re.findall(rf"\[{pod}\] (.*)", log) for _epoch, loss in EPOCH_LOSS.findall(line)]
 
 
 SLEEPER = """

@@ -12,14 +12,36 @@ from __future__ import annotations
 import datetime
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from .airflow_db import migrate
 from .test_kill_and_reattach import RUNNER, SIM, WORKER_WAIT, write_dag
 from .test_triggerer import AIRFLOW_API, airflow_env, in_an_airflow_lane, trigger_log  # noqa: F401 - a fixture
+
+
+def hold_outside_a_transaction(pid: int, database: Path, attempts: int = 50) -> None:
+    """Stop the process (SIGSTOP) at a moment it holds no lock on the SQLite database: stopped within
+    a transaction (its heartbeat writes every second), it would hold the lock until woken, and the
+    Clear's own writes would fail "database is locked" (HTTP 500)."""
+    for _ in range(attempts):
+        os.kill(pid, signal.SIGSTOP)
+        probe = sqlite3.connect(database, timeout=0.5, isolation_level=None)
+        try:
+            probe.execute("BEGIN EXCLUSIVE")  # the write lock (Airflow's SQLite is in WAL mode: readers do not block)
+            probe.execute("ROLLBACK")
+            return
+        except sqlite3.OperationalError:
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(0.1)
+        finally:
+            probe.close()
+    raise AssertionError(f"the triggerer held the database at each of {attempts} stops")
 
 
 @pytest.mark.xdist_group("airflow-releases")
@@ -53,7 +75,7 @@ def test_a_cleared_deferred_tasks_kill_leaves_the_job_its_next_try_took_over(
             # database sequence never does), and the triggerer then takes the next try's trigger for the old
             # one it runs under that id: it cancels nothing and this test's subject never happens. Held, it
             # finds both rows when it wakes, as on PostgreSQL.
-            os.kill(triggerer.pid, signal.SIGSTOP)
+            hold_outside_a_transaction(triggerer.pid, home / "airflow.db")
             try:
                 cleared = subprocess.run([python, str(AIRFLOW_API), "clear", dag_id, "train"], env=env,
                                          capture_output=True, text=True, timeout=120)

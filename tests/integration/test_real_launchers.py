@@ -98,7 +98,8 @@ def test_torchrun_trains_seed_000_as_six_ranks_on_three_pods(cluster, operator_k
                     for rank in re.findall(r"\[初始化\] RANK=(\d), WORLD_SIZE=6", line)}
     assert pods_of_rank == {0: "trun-master-0", 1: "trun-master-0", 2: "trun-worker-0", 3: "trun-worker-0",
                             4: "trun-worker-1", 5: "trun-worker-1"}, run.log
-    assert len(losses(run.log, "trun-master-0")) == 5, "rank 0 trained all five epochs with the five others"
+    assert len(losses(run.log, "trun-master-0")) == 5, "rank 0 trained all five epochs with the five others:\n" + \
+        "\n".join(re.findall(r"\[trun-master-0\] .*", run.log))
 
 
 def test_elastic_torchrun_trains_with_the_pods_that_fit(cluster, operator_kubeconfig, run_task, real_node):
