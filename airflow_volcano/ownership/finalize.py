@@ -162,7 +162,8 @@ def record_panel(hook: VolcanoHook, ref: JobRef, outcome: WaitOutcome, push_xcom
                                 logs=failure.logs if failure is not None else None,
                                 progress=outcome.log_cursor.progress, timeline=outcome.timeline,
                                 failure=failure.message if failure is not None else None,
-                                stacks=outcome.stacks, log=shown_log, links=links, redact=redact))
+                                stacks=outcome.stacks, log=shown_log, links=links, redact=redact,
+                                preemptions=outcome.preemptions or None))
 
 
 def summary(ref: JobRef, outcome: WaitOutcome, result: Any, goodput_figures: dict[str, Any] | None = None,

@@ -32,7 +32,15 @@ from airflow_volcano.ownership.deployment import (
     of_deployment,
 )
 from airflow_volcano.ownership.orphans import TaskInstanceId
-from airflow_volcano.panel.view import LOG_TAIL_BYTES, LOG_TAIL_LINES, RECORD_KEY, log_tail, panel, progress_from_log
+from airflow_volcano.panel.view import (
+    LOG_TAIL_BYTES,
+    LOG_TAIL_LINES,
+    RECORD_KEY,
+    log_tail,
+    panel,
+    progress_from_log,
+    without_preemptors,
+)
 
 if TYPE_CHECKING:
     from airflow_volcano.panel.app import Cache
@@ -45,7 +53,8 @@ CONN_FIELD, MANIFEST_FIELD, NAMESPACE_FIELD = "kubernetes_conn_id", "job_manifes
 TRUNCATED_PREFIX = "Truncated. You can change this behaviour in [core]max_templated_field_length. "
 LINK_SCHEMES = ("http", "https")
 NO_LOG_READ = ("You may not read this task's logs, so the panel shows no log lines, no progress, no failure "
-               "report and no stacks (they come from the pods' logs).")
+               "report and no stacks (they come from the pods' logs), and does not name who preempted the Job (the "
+               "task log does).")
 
 
 def link_keys() -> dict[str, str]:
@@ -289,7 +298,8 @@ def recorded_panel(recorded: Mapping[str, Any], may_read_logs: bool) -> dict[str
     a viewer who may not read them."""
     shown = {**recorded, "links": safe_links(recorded.get("links"))}
     if not may_read_logs:
-        shown.update(log=None, progress=None, failure=None, stacks=[], log_denied=NO_LOG_READ)
+        shown.update(log=None, progress=None, failure=None, stacks=[], log_denied=NO_LOG_READ,
+                     preemptions=without_preemptors(shown.get("preemptions") or []))
     return shown
 
 
@@ -358,7 +368,7 @@ async def panel_data(dag_id: str, run_id: str, task_id: str, map_index: int, pod
     shown_panel = panel(job=live["job"], pods=live["pods"], main_task=values.get("main_task"), now=time.time(),
                         waiting=live["waiting"], progress=progress, log=log, links=links, redact=redact)
     if not may_read_logs:
-        shown_panel["log_denied"] = NO_LOG_READ
+        shown_panel.update(log_denied=NO_LOG_READ, preemptions=without_preemptors(shown_panel["preemptions"]))
     return {"task": task, "source": "cluster", **shown_panel}
 
 

@@ -14,11 +14,12 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from airflow_volcano.constants import TASK_LABEL
+from airflow_volcano.constants import PREEMPTIONS_ANNOTATION, TASK_LABEL
 from airflow_volcano.observability.goodput import RunTimeline, goodput, phase_changes
 from airflow_volcano.observability.logs import hidden, iter_lines
 from airflow_volcano.status import PodLogTail, failed_pods, first_failures, job_state, pod_problem
 from airflow_volcano.timestamps import parse_time, parse_timestamp_ns
+from airflow_volcano.waiting.preemption import Preemption, recorded
 from airflow_volcano.waiting.progress import PROGRESS_MARKER, Progress
 from airflow_volcano.waiting.queueing import WaitingReport
 
@@ -44,6 +45,40 @@ def job_summary(job: Mapping[str, Any], volcano_release: str | None = None,
         "restarts": state.retry_count, "max_retry": state.max_retry,
         "timeline": [{"phase": phase, "at": at} for phase, at in phase_changes(job, timeline)],
     }
+
+
+def preemption_rows(job: Mapping[str, Any], said: Sequence[Preemption] | None = None) -> list[dict[str, Any]]:
+    """The Job's preemptions, oldest first, each its record and its text (as the task log said it): those
+    the wait `said`, else those the waiters kept on the Job (its preemptions annotation; a sensor keeps
+    none)."""
+    if said is None:
+        said = recorded(((job.get("metadata") or {}).get("annotations") or {}).get(PREEMPTIONS_ANNOTATION))
+    return [preemption.to_dict() | {"text": preemption.summary()} for preemption in said]
+
+
+def _redact_texts(value: Any, redact: Redact) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, list):
+        return [_redact_texts(item, redact) for item in value]
+    return value
+
+
+# In place of the preemptor's name for a viewer who may not read this task's logs (which name it).
+PREEMPTOR_NOT_SHOWN = "its name is in the task log"
+
+
+def without_preemptors(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The preemption rows without the preemptors' names and priorities (another team's Jobs, perhaps)."""
+    shown = []
+    for row in rows:
+        try:
+            preemption = dataclasses.replace(Preemption.from_dict(row), preemptor=None, preemptor_priority=None,
+                                             unknown_why=PREEMPTOR_NOT_SHOWN)
+        except (KeyError, TypeError, ValueError):
+            continue
+        shown.append(preemption.to_dict() | {"text": preemption.summary()})
+    return shown
 
 
 def pod_rows(pods: Iterable[Mapping[str, Any]], main_task: str | None,
@@ -114,20 +149,26 @@ def panel(
     log: Mapping[str, Any] | None = None,
     links: Mapping[str, str] | None = None,
     redact: Redact = lambda value: value,
+    preemptions: Sequence[Preemption] | None = None,
 ) -> dict[str, Any]:
     """The panel's data. A Job still running has its time so far (to `now`). `logs`: the failed pods' log
-    tails, which tell the pod that failed first from its peers within a second (as the failure report)."""
+    tails, which tell the pod that failed first from its peers within a second (as the failure report).
+    `preemptions`: as the wait said them (None: as kept on the Job)."""
     summary = job_summary(job, volcano_release, now, timeline) if job is not None else None
     spent = None
+    kept = preemption_rows(job, preemptions) if job is not None else []
     if job is not None:
-        running = not job_state(job).finished and now is not None and (timeline is None or timeline.ended_at is None)
-        so_far = dataclasses.replace(timeline or RunTimeline(), ended_at=now) if running else timeline
-        figures = goodput(job, so_far or RunTimeline(), progress)
+        # Read from the cluster (no waiter's timeline): its preemptions are those kept on the Job.
+        timeline = timeline or RunTimeline(preempted=[row["at"] for row in kept])
+        running = not job_state(job).finished and now is not None and timeline.ended_at is None
+        so_far = dataclasses.replace(timeline, ended_at=now) if running else timeline
+        figures = goodput(job, so_far, progress)
         spent = figures.result() if figures is not None else None
     name = f"{summary['namespace']}/{summary['name']}" if summary else None
     return {
         "job": summary,
         "waiting": redact(waiting.describe(name or "")) if waiting is not None and name else None,
+        "preemptions": [{key: _redact_texts(value, redact) for key, value in row.items()} for row in kept],
         "pods": pod_rows(pods, main_task, logs),
         "progress": progress.result() | {"text": progress.describe()} if progress is not None else None,
         "goodput": spent,

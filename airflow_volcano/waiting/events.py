@@ -18,6 +18,7 @@ from airflow_volcano.constants import SUCCEEDED_PHASES
 from airflow_volcano.job_ref import JobRef
 from airflow_volcano.observability.goodput import RunTimeline
 from airflow_volcano.observability.logs import LogCursor
+from airflow_volcano.waiting.preemption import Preemption
 
 
 class Verdict(StrEnum):
@@ -59,6 +60,8 @@ class WaitOutcome:
     :param log_cursors: how far each other followed pod's log (log_tasks') was shown, by pod.
     :param timeline: what the wait saw of the run that the Job does not keep (`goodput.RunTimeline`).
     :param stacks: the last stall's report, as the task log showed it (its first STACKS_KEPT_BYTES).
+    :param preemptions: the Job's preemptions as the wait last said them (earlier waiters' included), for
+        the panel: one said as the wait ended is not kept on the Job.
     """
 
     verdict: Verdict
@@ -72,6 +75,7 @@ class WaitOutcome:
     log_cursors: dict[str, LogCursor] = field(default_factory=dict)
     timeline: RunTimeline = field(default_factory=RunTimeline)
     stacks: tuple[str, ...] = ()
+    preemptions: tuple[Preemption, ...] = ()
 
     @property
     def succeeded(self) -> bool:
@@ -98,7 +102,8 @@ class WaitOutcome:
                 "lost_nodes": list(self.lost_nodes), "stalls": self.stalls,
                 "failed_pods": list(self.failed_pods.values()), "log_cursor": self.log_cursor.to_dict(),
                 "log_cursors": {pod: cursor.to_dict() for pod, cursor in self.log_cursors.items()},
-                "timeline": self.timeline.to_dict(), "stacks": list(self.stacks)}
+                "timeline": self.timeline.to_dict(), "stacks": list(self.stacks),
+                "preemptions": [preemption.to_dict() for preemption in self.preemptions]}
 
     @classmethod
     def from_event(cls, event: dict[str, Any]) -> tuple[WaitOutcome, JobRef]:
@@ -120,5 +125,7 @@ class WaitOutcome:
                       log_cursors={str(pod): LogCursor.from_dict(cursor)
                                    for pod, cursor in (event.get("log_cursors") or {}).items()},
                       timeline=RunTimeline.from_dict(event.get("timeline")),
-                      stacks=tuple(str(line) for line in event.get("stacks") or ()))
+                      stacks=tuple(str(line) for line in event.get("stacks") or ()),
+                      preemptions=tuple(Preemption.from_dict(item) for item in event.get("preemptions") or ()
+                                        if isinstance(item, dict)))
         return outcome, JobRef.from_dict(event.get("job") or {})

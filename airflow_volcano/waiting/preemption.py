@@ -64,13 +64,18 @@ class Preemption:
 
     def describe(self, job: str, count: int) -> str:
         """The task log's line."""
+        return (f"Volcano Job {job} was preempted at {self.summary()}. It waits for room again and restarts "
+                f"from the start of its script (a script that saves checkpoints resumes from its last one). "
+                f"Preemptions so far: {count}")
+
+    def summary(self) -> str:
+        """When, by whom, where and what: "12:00:01 UTC by ml/urgent (...) in queue `q`: Volcano's scheduler
+        (gangpreempt) evicted a-master-0" (the panel's row, the task log's line)."""
         by = (f"by {self.preemptor} ({self.preemptor_priority})" if self.preemptor
               else f"by a higher-priority Job{f' ({self.unknown_why})' if self.unknown_why else ''}")
         where = f" in queue `{self.queue}`" if self.queue else ""
         evicted = ", ".join(self.pods) or "its pods"
-        return (f"Volcano Job {job} was preempted at {clock_text(self.at)} {by}{where}: Volcano's scheduler "
-                f"({self.action}) evicted {evicted}. It waits for room again and restarts from the start of its "
-                f"script (a script that saves checkpoints resumes from its last one). Preemptions so far: {count}")
+        return f"{clock_text(self.at)} {by}{where}: Volcano's scheduler ({self.action}) evicted {evicted}"
 
 
 @dataclass(frozen=True)

@@ -695,7 +695,8 @@ class WaitEngine:
             self.timeline.ended_at = self._epoch(now)  # the Job is deleted now: its run ends here
         self._end_stall(now)
         return Done(dataclasses.replace(outcome, lost_nodes=tuple(self.lost_nodes), stalls=self.stalls,
-                                        timeline=self.timeline, stacks=self.stack_lines))
+                                        timeline=self.timeline, stacks=self.stack_lines,
+                                        preemptions=tuple(self.preemptions)))
 
     def _end_stall(self, now: float) -> None:
         if self._stalled_since is not None:

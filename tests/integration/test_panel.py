@@ -1,8 +1,8 @@
 """The "Volcano Job" panel on a task instance's page, in a real `airflow api-server` with the provider
 installed (its plugin registered through the provider's info, nothing copied), seen in a real Chromium
 (Playwright), on Airflow 3.3 and 3.1: a Job waiting in a full queue (kwok), a training running on the
-real node with its progress, a failed cascade on the real node (the first failure marked), a finished
-Job the task deleted (what the task recorded). Also: no answer and no cluster request for a viewer who
+real node with its progress and a preemption kept on its Job, a failed cascade on the real node (the
+first failure marked), a finished Job the task deleted (what the task recorded). Also: no answer and no cluster request for a viewer who
 is not signed in or may not read the DAG (counted at a proxy in front of the apiserver), 50 viewers at
 once costing what one costs, no secret in any answer. And issue 42's: only the task's own Job, its log
 lines only to whom may read task logs, whatever XCom says. Screenshots go to .artifacts/.
@@ -28,10 +28,11 @@ import pytest
 import yaml
 from kubernetes import client, utils
 
-from airflow_volcano.constants import TASK_INSTANCE_ANNOTATION
+from airflow_volcano.constants import PREEMPTIONS_ANNOTATION, TASK_INSTANCE_ANNOTATION
 from airflow_volcano.ownership.orphans import TaskInstanceId
 from airflow_volcano.panel.app import CACHE_SECONDS
 from airflow_volcano.panel.plugin import PREFIX
+from airflow_volcano.waiting.preemption import Preemption, record
 
 from ..compose_stack import CHROMIUM, CHROMIUM_ARGS, ensure_debian_packages, free_port, wait_until
 from .airflow_db import migrate
@@ -268,6 +269,7 @@ def test_the_volcano_job_panel_shows_a_waiting_a_running_a_failed_and_a_deleted_
                 "ptrain-master-0", "[airflow-volcano] progress 5/80"), timeout=WORKER_WAIT)
             cluster.wait_for("the waiting Job", lambda: cluster.job("pwait") is not None, timeout=WORKER_WAIT)
             answers = check_access_and_cost(server, run_id_of(server, "panel_waiting"))
+            keep_a_preemption(cluster, "ptrain")
             texts = browse(server, release)
             for text in [*answers, *texts]:
                 assert SECRET not in text, "a secret in an answer of the panel"
@@ -314,6 +316,20 @@ def check_access_and_cost(server: ApiServer, run_id: str) -> list[str]:
     return [one.text, *(answer.text for answer in answers)]
 
 
+PREEMPTOR = "ml-urgent/retrain-now"
+
+
+def keep_a_preemption(cluster: Cluster, name: str) -> None:
+    """Keep a preemption on the running Job as its waiter keeps those it counted (the preemptions
+    annotation; test_preemption.py has Volcano's scheduler preempt a Job and its waiter keep it): the
+    panel shows what is kept, with the preemptor's name to a viewer who may read the task's logs."""
+    preemption = Preemption(at=time.time() - 60, action="gangpreempt", pods=(f"{name}-master-0",), queue="default",
+                            preemptor=PREEMPTOR, preemptor_priority="PriorityClass urgent, priority 1000")
+    cluster.custom.patch_namespaced_custom_object(
+        *VOLCANO, cluster.namespace, "jobs", name,
+        {"metadata": {"annotations": {PREEMPTIONS_ANNOTATION: record([preemption])}}})
+
+
 def browse(server: ApiServer, release: str) -> list[str]:
     """Each Job's panel in Chromium, as the admin sees it after signing in through the UI's form."""
     from playwright.sync_api import sync_playwright
@@ -329,6 +345,9 @@ def browse(server: ApiServer, release: str) -> list[str]:
             running = open_panel(page, server, "panel_running", run_id_of(server, "panel_running"), "trains",
                                  "Progress", "steps/s, ETA", "ptrain-master-0", shot=f"panel-{release}-running.png")
             assert "Running" in running and "Where the time went" in running, running
+            assert "Preemptions (1)" in running and (
+                f"by {PREEMPTOR} (PriorityClass urgent, priority 1000) in queue `default`: Volcano's scheduler "
+                "(gangpreempt) evicted ptrain-master-0") in running, running
             failed = open_panel(page, server, "panel_ended", run_id_of(server, "panel_ended"), "cascade",
                                 "(first failure)", "Failure", shot=f"panel-{release}-failed.png")
             assert "pcasc-worker-0 (first failure)" in failed and "ValueError: shard 1 is corrupt" in failed, failed
@@ -394,8 +413,8 @@ def forever(name: str, queue: str | None = None) -> dict:
 @pytest.mark.parametrize("release", PANEL_AIRFLOWS)
 def test_the_panel_shows_only_the_tasks_own_job_and_its_logs_only_to_whom_may_read_them(
         in_an_airflow_lane, cluster, their_namespace, operator_kubeconfig, kubeconfig, tmp_path, release):
-    """Issue 42. As `nologs` (may read task instances, not task logs): the panel without a log line, and no
-    log read at the cluster. As `team` (may read and edit only its own DAGs' task instances and XComs):
+    """Issue 42. As `nologs` (may read task instances, not task logs): the panel without a log line, nor the
+    name of who preempted the Job (the task log's to say), and no log read at the cluster. As `team` (may read and edit only its own DAGs' task instances and XComs):
     `?pod=` naming another team's pod of the namespace, or of theirs, is refused; XComs rewritten through
     the REST API to their namespace, their connection and their Jobs show nothing of theirs and make no
     request with their connection; the waiting report names only the team's own Jobs. Their pods' logs
@@ -441,6 +460,7 @@ def test_the_panel_shows_only_the_tasks_own_job_and_its_logs_only_to_whom_may_re
                     cluster.wait_for("the waiting task's Job", lambda: cluster.job("pwaits") is not None,
                                      timeout=WORKER_WAIT)
                     runs = {"mine": run_id_of(server, "panel_mine"), "waits": run_id_of(server, "panel_mine_waits")}
+                    keep_a_preemption(cluster, "pmine")
                     answers = [*without_log_rights(server, runs["mine"], cluster.namespace),
                                *other_teams_pods_and_xcoms(server, runs["mine"], cluster, theirs, elsewhere),
                                *naming_in_the_waiting_report(server, runs["waits"], cluster, theirs)]
@@ -462,7 +482,8 @@ def test_the_panel_shows_only_the_tasks_own_job_and_its_logs_only_to_whom_may_re
 
 
 def without_log_rights(server: ApiServer, run_id: str, namespace: str) -> list[str]:
-    """`nologs` gets the Job and its pods, no log line (and why), and makes the API server read no log."""
+    """`nologs` gets the Job and its pods, no log line (and why), no preemptor's name, and makes the API server
+    read no log."""
     token, before = server.token(NO_LOGS), sum(server.proxy.log_reads.values())
     answers = []
     for pod in (None, "pmine-master-0"):
@@ -474,6 +495,8 @@ def without_log_rights(server: ApiServer, run_id: str, namespace: str) -> list[s
         assert body["log"] is None and body["progress"] is None, body["log"]
         assert "You may not read this task's logs" in body["log_denied"]
         assert "training step" not in answer.text
+        (preemption,) = body["preemptions"]  # who preempted is the task log's to say
+        assert PREEMPTOR not in answer.text and "its name is in the task log" in preemption["text"], preemption
         answers.append(answer.text)
     assert sum(server.proxy.log_reads.values()) == before, "a viewer who may not read task logs caused a log read"
     return answers
@@ -594,6 +617,7 @@ def browse_log_and_links(server: ApiServer, release: str, run_id: str) -> list[s
             assert view["newest"] and not view["oldest"], f"the log box does not open on its newest line: {view}"
             hrefs = frame.locator("a").evaluate_all("(links) => links.map((link) => link.getAttribute('href'))")
             assert hrefs == ["https://dashboard.example/pmine"], hrefs
+            assert f"by {PREEMPTOR} (PriorityClass urgent, priority 1000)" in text, text
             time.sleep(CACHE_SECONDS + 1)  # a refresh: still at the bottom
             assert frame.evaluate(LINES_IN_VIEW, [newest, oldest])["newest"]
             frame.evaluate("() => { document.querySelector('pre.log').scrollTop = 0; }")
@@ -604,6 +628,8 @@ def browse_log_and_links(server: ApiServer, release: str, run_id: str) -> list[s
             refused = open_panel(denied, server, "panel_mine", run_id, "trains", "You may not read this task's logs",
                                  shot=f"panel-{release}-no-logs.png")
             assert "pmine-master-0" in refused and "training step" not in refused, refused
+            assert "Preemptions (1)" in refused and "by a higher-priority Job (its name is in the task log)" in \
+                refused and PREEMPTOR not in refused, refused
         finally:
             browser.close()
     return [text, refused]

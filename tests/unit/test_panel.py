@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 
 from airflow_volcano.observability.goodput import RunTimeline
 from airflow_volcano.observability.masking import JobSecrets
 from airflow_volcano.panel.app import Cache
 from airflow_volcano.panel.view import log_tail, panel, pod_rows, progress_from_log
+from airflow_volcano.timestamps import clock_text
 
 from .test_goodput import T0, at, job
 
@@ -347,3 +349,77 @@ def test_the_waiting_report_names_no_job_of_another_deployment():
     check = nameable("ml", "train_dag", "prod")
     assert check(podgroup("prod")) and check(podgroup(None))
     assert not check(podgroup("staging"))
+
+
+# -- issue 45: the panel's account of preemptions ---------------------------------------------------------------
+
+def preempted_job() -> dict:
+    """A Job preempted once (kept on it by its waiter: the preemptions annotation), running again since."""
+    from airflow_volcano.constants import PREEMPTIONS_ANNOTATION
+    from airflow_volcano.waiting.preemption import Preemption, record
+
+    # Volcano v1.15 keeps a phase's latest condition only: the first Running (at 30) is gone.
+    body = annotated(job(("Pending", 0), ("Restarting", 60), ("Pending", 62), ("Running", 100)))
+    body["metadata"]["annotations"][PREEMPTIONS_ANNOTATION] = record([Preemption(
+        at=T0 + 60, action="gangpreempt", pods=("train-master-0", "train-worker-0"), queue="team-a",
+        preemptor="ml/urgent-hf_s3cr3t_value", preemptor_priority="PriorityClass high, priority 1000")])
+    return body
+
+
+def test_the_panel_lists_the_preemptions_kept_on_the_job_and_counts_their_time():
+    shown = panel(job=preempted_job(), now=T0 + 120, redact=lambda text: text.replace("hf_s3cr3t_value", "***"))
+    (row,) = shown["preemptions"]
+    assert row["text"] == (f"{clock_text(T0 + 60)} by ml/urgent-*** (PriorityClass high, priority 1000) in queue "
+                           "`team-a`: Volcano's scheduler (gangpreempt) evicted train-master-0, train-worker-0")
+    assert row["preemptor"] == "ml/urgent-***" and row["at"] == T0 + 60
+    # Read from the cluster (no waiter's timeline): eviction to Running again is preempted time.
+    assert shown["goodput"]["preempted_seconds"] == 40 and shown["goodput"]["preemptions"] == 1
+    assert panel(job=annotated(job(("Pending", 0), ("Running", 30))), now=T0 + 60)["preemptions"] == []
+    json.dumps(shown)
+
+
+def test_a_viewer_who_may_not_read_task_logs_is_not_told_who_preempted_live_or_recorded(monkeypatch):
+    world = World()
+    world.jobs[("ml", "train")] = preempted_job()
+    denied = ask(monkeypatch, world, xcom={"job_name": "train"}, may_read_logs=False)
+    (row,) = denied["preemptions"]
+    assert "urgent" not in json.dumps(denied["preemptions"]) and "priority 1000" not in row["text"]
+    assert row["text"].startswith(f"{clock_text(T0 + 60)} by a higher-priority Job (its name is in the task log) "
+                                  "in queue `team-a`")
+    allowed = ask(monkeypatch, world, xcom={"job_name": "train"})
+    assert "by ml/urgent-hf_s3cr3t_value (PriorityClass high" in allowed["preemptions"][0]["text"]
+    recorded = {"job": {"name": "train"}, "pods": [], "preemptions": allowed["preemptions"]}
+    ended = ask(monkeypatch, world, xcom={"job_name": "train", "volcano_panel": recorded}, state="success",
+                may_read_logs=False)
+    assert ended["source"] == "recorded" and "urgent" not in json.dumps(ended["preemptions"])
+    assert "a higher-priority Job (its name is in the task log)" in ended["preemptions"][0]["text"]
+
+
+
+def test_the_panel_the_task_records_has_the_preemptions_its_wait_said_even_one_not_kept_on_the_job():
+    """A preemption said as the wait ended (its preemptor looked for until then) is not kept on the Job:
+    the record the task makes at its end has it from the wait's outcome."""
+    from airflow_volcano.constants import OnFinishAction
+    from airflow_volcano.ownership.finalize import finalize
+    from airflow_volcano.waiting.events import Verdict, WaitOutcome
+    from airflow_volcano.waiting.preemption import Preemption
+
+    from .test_finalize import REF, Hook
+
+    ended = preempted_job()
+    ended["status"]["state"] = {"phase": "Completed", "lastTransitionTime": at(130)}
+    kept = panel(job=ended)["preemptions"]
+    late = Preemption(at=T0 + 110, action="gangpreempt", pods=("train-master-0",), queue="team-a",
+                      unknown_why="none placed since then is visible in namespace ml")
+    pushed: dict = {}
+    outcome = WaitOutcome(Verdict.FINISHED, phase="Completed", job=ended,
+                          preemptions=(*(Preemption.from_dict(row) for row in kept), late))
+    finalize(Hook(), REF, outcome, on_finish_action=OnFinishAction.KEEP_JOB, push_xcom=pushed.__setitem__)
+    rows = pushed["volcano_panel"]["preemptions"]
+    assert [row["at"] for row in rows] == [T0 + 60, T0 + 110]
+    assert "by a higher-priority Job (none placed since then is visible in namespace ml) in queue `team-a`" in \
+        rows[1]["text"]
+    # A wait that said none (a sensor's, say): what the waiters kept on the Job.
+    finalize(Hook(), REF, dataclasses.replace(outcome, preemptions=()), on_finish_action=OnFinishAction.KEEP_JOB,
+             push_xcom=pushed.__setitem__)
+    assert [row["at"] for row in pushed["volcano_panel"]["preemptions"]] == [T0 + 60]

@@ -7,6 +7,7 @@ import datetime
 
 from airflow_volcano.constants import PREEMPTIONS_ANNOTATION
 from airflow_volcano.timestamps import parse_time
+from airflow_volcano.waiting.events import WaitOutcome
 from airflow_volcano.waiting.preemption import (
     Eviction,
     Preemption,
@@ -250,6 +251,11 @@ def test_a_wait_that_ends_before_the_preemptor_is_named_says_why_it_could_not_be
     said = [line for line in reported if "was preempted" in line]
     assert len(said) == 1 and "by a higher-priority Job (none placed since then is visible in namespace ml)" \
         in said[0], reported
+    # Said at the end, too late to be kept on the Job: the outcome carries it to the panel's record.
+    (preemption,) = done.outcome.preemptions
+    assert preemption.unknown_why == "none placed since then is visible in namespace ml"
+    assert preemption.summary() in said[0]
+    assert WaitOutcome.from_event(done.outcome.to_event(OWNED))[0].preemptions == (preemption,)
 
 
 def test_the_preemptor_is_named_while_volcano_replaces_the_preempted_jobs_podgroup():

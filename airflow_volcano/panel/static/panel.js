@@ -2,8 +2,9 @@
 // task runs or is deferred. Every text is set with textContent: nothing from the cluster is HTML.
 "use strict";
 const REFRESH_MS = 5000;
+// goodput.BUCKETS, in its order.
 const COLOURS = { queued: "#9e9e9e", starting: "#42a5f5", running: "#2e7d32", restarting: "#ef6c00",
-                  stalled: "#c62828", redone: "#8e24aa" };
+                  preempted: "#6d4c41", stalled: "#c62828", redone: "#8e24aa" };
 const api = location.pathname.replace("/ti/", "/api/ti/");
 let chosenPod = null;
 
@@ -72,6 +73,12 @@ function goodput(data) {
                  el("p", { class: "muted" }, `${duration(g.wall_seconds)} from submit${held}`));
 }
 
+function preemptions(data) {
+  const rows = data.preemptions;
+  return section(`Preemptions (${rows.length})`, el("ol", { class: "preemptions" },
+    rows.map((row) => el("li", {}, `Preempted at ${row.text}`))));
+}
+
 function pods(data) {
   const head = el("tr", {}, ["task", "pod", "phase", "node", "restarts", "exit code", "reason", "started",
                              "finished"].map((name) => el("th", {}, name)));
@@ -133,6 +140,7 @@ function render(data) {
     if (data.waiting) parts.push(section("Why it waits", el("p", { class: "callout" }, data.waiting)));
     if (data.progress) parts.push(progress(data));
     if (data.goodput) parts.push(goodput(data));
+    if (data.preemptions && data.preemptions.length) parts.push(preemptions(data));
     parts.push(pods(data));
     if (data.failure) parts.push(section("Failure", el("pre", { class: "failure" }, data.failure)));
     if (data.stacks && data.stacks.length) parts.push(section("Stacks at the stall", el("pre", {}, data.stacks.join("\n"))));
