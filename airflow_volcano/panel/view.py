@@ -73,10 +73,12 @@ def without_preemptors(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
     shown = []
     for row in rows:
         try:
-            preemption = dataclasses.replace(Preemption.from_dict(row), preemptor=None, preemptor_priority=None,
-                                             unknown_why=PREEMPTOR_NOT_SHOWN)
+            preemption = Preemption.from_dict(row)
         except (KeyError, TypeError, ValueError):
             continue
+        if preemption.preemptor is not None or preemption.preemptor_priority is not None:
+            preemption = dataclasses.replace(preemption, preemptor=None, preemptor_priority=None,
+                                             unknown_why=PREEMPTOR_NOT_SHOWN)
         shown.append(preemption.to_dict() | {"text": preemption.summary()})
     return shown
 

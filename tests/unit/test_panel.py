@@ -393,6 +393,13 @@ def test_a_viewer_who_may_not_read_task_logs_is_not_told_who_preempted_live_or_r
                 may_read_logs=False)
     assert ended["source"] == "recorded" and "urgent" not in json.dumps(ended["preemptions"])
     assert "a higher-priority Job (its name is in the task log)" in ended["preemptions"][0]["text"]
+    # One the task log could not name either: why, as it said.
+    unnamed = {**allowed["preemptions"][0], "preemptor": None, "preemptor_priority": None,
+               "unknown_why": "none placed since then is visible in namespace ml"}
+    ended = ask(monkeypatch, world, xcom={"job_name": "train", "volcano_panel": {**recorded, "preemptions": [unnamed]}},
+                state="success", may_read_logs=False)
+    assert "by a higher-priority Job (none placed since then is visible in namespace ml)" in \
+        ended["preemptions"][0]["text"]
 
 
 
