@@ -22,9 +22,11 @@ from airflow_volcano.observability.logs import STACKS_PREFIX
 STACKS_REQUEST_ANNOTATION = f"{LABEL_PREFIX}dump-stacks"
 # How long the drivers wait for the pods to answer: the kubelet rewrites the annotations file within
 # seconds of the change (0.3-1.2 s measured on an idle v1.35 node), and forward-signals.sh looks at it
-# every 2 s; a busy kubelet took over 30 s for one pod of three, twice in the suite's runs on v1.35.
-# Waiting costs nothing once every pod answered.
-STACKS_WAIT_SECONDS = 60.0
+# every 2 s; a busy kubelet took over 30 s for one pod of three, twice in the suite's runs on v1.35, and
+# once over 60 s (CI, stop 52). Its periodic sync of each pod, which rewrites the file too, comes at the
+# latest 90 s after the last one (syncFrequency, 1 min by default, plus up to 50 % jitter: the kubelet's
+# pod_workers.go). Waiting costs nothing once every pod answered.
+STACKS_WAIT_SECONDS = 95.0
 STACKS_POLL_SECONDS = 2.0
 # What one read of a pod's log for its stacks may bring (the apiserver's limitBytes): the stacks of a
 # pod's processes are a few KiB; a pod that prints a great deal meanwhile must not fill the waiter's
@@ -154,7 +156,7 @@ class StackCollection:
             elif answer is None or not answer.complete and not answer.processes:
                 lines.append(f"[{pod}] no stacks: no answer within {STACKS_WAIT_SECONDS:.0f}s (its command does "
                              "not run under airflow-volcano's shell: an image entrypoint, or a pod of a template "
-                             "with its own command wrapper?)")
+                             "with its own command wrapper? Or its node's kubelet did not pass the request on)")
             else:
                 lines.extend(f"[{pod}] {note}" for note in answer.notes)
                 for process in answer.processes:

@@ -2,10 +2,11 @@
 installed (its plugin registered through the provider's info, nothing copied), seen in a real Chromium
 (Playwright), on Airflow 3.3 and 3.1: a Job waiting in a full queue (kwok), a training running on the
 real node with its progress and a preemption kept on its Job, a failed cascade on the real node (the
-first failure marked), a finished Job the task deleted (what the task recorded). Also: no answer and no cluster request for a viewer who
-is not signed in or may not read the DAG (counted at a proxy in front of the apiserver), 50 viewers at
-once costing what one costs, no secret in any answer. And issue 42's: only the task's own Job, its log
-lines only to whom may read task logs, whatever XCom says. Screenshots go to .artifacts/.
+first failure marked), a finished Job the task deleted (what the task recorded). Also: no answer and no
+cluster request for a viewer who is not signed in or may not read the DAG (counted at a proxy in front of
+the apiserver), 50 viewers at once costing what one costs, no secret in any answer. And issue 42's: only
+the task's own Job, its log lines only to whom may read task logs, whatever XCom says. Screenshots go to
+.artifacts/.
 """
 
 from __future__ import annotations
@@ -414,12 +415,13 @@ def forever(name: str, queue: str | None = None) -> dict:
 def test_the_panel_shows_only_the_tasks_own_job_and_its_logs_only_to_whom_may_read_them(
         in_an_airflow_lane, cluster, their_namespace, operator_kubeconfig, kubeconfig, tmp_path, release):
     """Issue 42. As `nologs` (may read task instances, not task logs): the panel without a log line, nor the
-    name of who preempted the Job (the task log's to say), and no log read at the cluster. As `team` (may read and edit only its own DAGs' task instances and XComs):
-    `?pod=` naming another team's pod of the namespace, or of theirs, is refused; XComs rewritten through
-    the REST API to their namespace, their connection and their Jobs show nothing of theirs and make no
-    request with their connection; the waiting report names only the team's own Jobs. Their pods' logs
-    are read zero times (counted at the proxies in front of the apiserver). In Chromium: the log box opens
-    on its newest line, and a `javascript:` link is never a link."""
+    name of who preempted the Job (the task log's to say), and no log read at the cluster. As `team` (may
+    read and edit only its own DAGs' task instances and XComs): `?pod=` naming another team's pod of the
+    namespace, or of theirs, is refused; XComs rewritten through the REST API to their namespace, their
+    connection and their Jobs show nothing of theirs and make no request with their connection; the
+    waiting report names only the team's own Jobs. Their pods' logs are read zero times (counted at the
+    proxies in front of the apiserver). In Chromium: the log box opens on its newest line, and a
+    `javascript:` link is never a link."""
     theirs, objects = their_namespace, ClusterObjects(cluster)
     # Their Jobs, each printing a secret: one of another DAG in the task's namespace, one in their namespace.
     for where, name in ((cluster, "theirs"), (theirs, "far")):

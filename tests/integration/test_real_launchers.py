@@ -105,11 +105,14 @@ def test_torchrun_trains_seed_000_as_six_ranks_on_three_pods(cluster, operator_k
 def test_elastic_torchrun_trains_with_the_pods_that_fit(cluster, operator_kubeconfig, run_task, real_node):
     """min_available=2 of 3 pods with torchrun: Volcano starts the Job once 2 pods fit (the node has
     2 CPUs, each pod requests 0.9), torchrun's c10d rendezvous forms a world of 2, and the
-    third pod, never scheduled, is removed when the master's completion ends the Job."""
+    third pod, never scheduled, is removed when the master's completion ends the Job. The concurrent
+    tests' pods on the node request CPU too (100m each): until two of these fit, the Job waits (CI once
+    found room for one only, for over 120 s), hence a startup_timeout longer than those tests."""
     fits_two = {"requests": {"cpu": "900m", "memory": "256Mi"}, "limits": {"memory": "2Gi"}}
     run = run_task(lambda: real_operator(real_node, cluster.namespace, "elastic", launcher="torchrun",
                                          min_available=2, container_resources=fits_two, log_tasks=["worker"],
-                                         torchrun_options=["--rdzv_conf=last_call_timeout=5"]))
+                                         torchrun_options=["--rdzv_conf=last_call_timeout=5"], startup_timeout=600,
+                                         job_timeout=900))
 
     assert run.state == "success", run.log
     for rank in (0, 1):

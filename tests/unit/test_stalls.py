@@ -53,7 +53,7 @@ def test_the_report_shows_every_pods_stacks_under_its_name_and_says_which_did_no
     collection.log_read("t-worker-0", WORKER_LOG)
     assert collection.waiting_for() == [("t-master-0", None)]
     report = collection.report()
-    assert report[0].startswith("[t-master-0] no stacks: no answer within 60s")
+    assert report[0].startswith("[t-master-0] no stacks: no answer within 95s")
     assert "[t-worker-0] process 7, RANK=1: python /scripts/train.py" in report
     assert '[t-worker-0]     File "/scripts/train.py", line 9 in <module>' in report
     assert collection.where() == ("where each process was: t-worker-0 (pid 7, RANK=1) in wrapper (c10d_logger.py:81) "
