@@ -324,7 +324,7 @@ def keep_a_preemption(cluster: Cluster, name: str) -> None:
     """Keep a preemption on the running Job as its waiter keeps those it counted (the preemptions
     annotation; test_preemption.py has Volcano's scheduler preempt a Job and its waiter keep it): the
     panel shows what is kept, with the preemptor's name to a viewer who may read the task's logs."""
-    preemption = Preemption(at=time.time() - 60, action="gangpreempt", pods=(f"{name}-master-0",), queue="default",
+    preemption = Preemption(at=time.time() - 5, action="gangpreempt", pods=(f"{name}-master-0",), queue="default",
                             preemptor=PREEMPTOR, preemptor_priority="PriorityClass urgent, priority 1000")
     cluster.custom.patch_namespaced_custom_object(
         *VOLCANO, cluster.namespace, "jobs", name,
