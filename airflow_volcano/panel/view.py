@@ -53,7 +53,12 @@ def preemption_rows(job: Mapping[str, Any], said: Sequence[Preemption] | None = 
     none)."""
     if said is None:
         said = recorded(((job.get("metadata") or {}).get("annotations") or {}).get(PREEMPTIONS_ANNOTATION))
-    return [preemption.to_dict() | {"text": preemption.summary()} for preemption in said]
+    return [preemption_row(preemption) for preemption in said]
+
+
+def preemption_row(preemption: Preemption) -> dict[str, Any]:
+    """A preemption as the panel shows it: its record, and its text."""
+    return preemption.to_dict() | {"text": preemption.summary()}
 
 
 def _redact_texts(value: Any, redact: Redact) -> Any:
@@ -79,7 +84,7 @@ def without_preemptors(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
         if preemption.preemptor is not None or preemption.preemptor_priority is not None:
             preemption = dataclasses.replace(preemption, preemptor=None, preemptor_priority=None,
                                              unknown_why=PREEMPTOR_NOT_SHOWN)
-        shown.append(preemption.to_dict() | {"text": preemption.summary()})
+        shown.append(preemption_row(preemption))
     return shown
 
 

@@ -402,7 +402,6 @@ def test_a_viewer_who_may_not_read_task_logs_is_not_told_who_preempted_live_or_r
         ended["preemptions"][0]["text"]
 
 
-
 def test_the_panel_the_task_records_has_the_preemptions_its_wait_said_even_one_not_kept_on_the_job():
     """A preemption said as the wait ended (its preemptor looked for until then) is not kept on the Job:
     the record the task makes at its end has it from the wait's outcome."""
