@@ -43,6 +43,11 @@ TASK_INSTANCE_ANNOTATION = f"{LABEL_PREFIX}task-instance"
 # The preemptions the waiters counted (JSON, preemption.Preemption's to_dict): a waiter that takes over
 # (a reattach, another triggerer) counts on from them.
 PREEMPTIONS_ANNOTATION = f"{LABEL_PREFIX}preemptions"
+# The Job's two restart budgets as the task asked for them (JSON: max_retry, max_preemptions); Volcano's
+# maxRetry is their sum, and the waiter holds the restarts that are not preemptions to max_retry.
+RETRY_BUDGET_ANNOTATION = f"{LABEL_PREFIX}retry-budget"
+# The restarts the waiters counted against max_retry (not preemptions): a waiter that takes over counts on.
+RETRIES_ANNOTATION = f"{LABEL_PREFIX}retries"
 # When a sweep first found the Job orphaned (epoch seconds): a later sweep deletes it after the grace below.
 ORPHANED_AT_ANNOTATION = f"{LABEL_PREFIX}orphaned-at"
 # How long a training container holds back a failure the Job's policies end it on, so that a peer's

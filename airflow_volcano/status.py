@@ -17,6 +17,8 @@ from typing import Any, overload
 from airflow_volcano.constants import (
     FAILED_PHASES,
     PREEMPTIONS_ANNOTATION,
+    RETRIES_ANNOTATION,
+    RETRY_BUDGET_ANNOTATION,
     STARTED_POD_PHASES,
     SUCCEEDED_PHASES,
     TASK_LABEL,
@@ -24,11 +26,13 @@ from airflow_volcano.constants import (
     PodPhase,
 )
 from airflow_volcano.manifest import retryable_exit_codes
+from airflow_volcano.manifest.retry_budget import RetryBudget
 from airflow_volcano.observability.logs import hidden
 from airflow_volcano.timestamps import clock_text, parse_time, parse_timestamp_ns
 
-# The annotations a wait reads: the preemptions counted so far (a waiter that takes over counts on).
-WAITED_ANNOTATIONS = (PREEMPTIONS_ANNOTATION,)
+# The annotations a wait reads: the preemptions and retries counted so far (a waiter that takes over counts
+# on), and the budgets they are held to.
+WAITED_ANNOTATIONS = (PREEMPTIONS_ANNOTATION, RETRY_BUDGET_ANNOTATION, RETRIES_ANNOTATION)
 IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
 # An image that cannot exist or cannot be read with the pod's credentials: the kubelet's retries cannot
 # help. Any other pull error (429, 5xx, a dropped connection, a registry that cannot be reached) may
@@ -59,7 +63,9 @@ class JobState:
     outcome: Outcome
     retry_count: int
     resource_version: str
-    max_retry: int | None = None
+    max_retry: int | None = None  # Volcano's maxRetry
+    # The budgets the task submitted it with (max_retry, max_preemptions: maxRetry is their sum), if it did.
+    budget: RetryBudget | None = None
     # The exit codes the Job's policies restart, when any other failure ends it (else None).
     retryable_exit_codes: tuple[int, ...] | None = None
 
@@ -88,6 +94,7 @@ def job_state(job: Mapping[str, Any]) -> JobState:
         retry_count=int(status.get("retryCount") or 0),
         resource_version=metadata.get("resourceVersion", ""),
         max_retry=(job.get("spec") or {}).get("maxRetry"),
+        budget=RetryBudget.of(job),
         retryable_exit_codes=None if (codes := retryable_exit_codes(job)) is None else tuple(codes),
     )
 
@@ -529,7 +536,7 @@ def failure_message(
     if state.retry_count:
         lines[0] += f" after {state.retry_count} restart(s)"
         if state.phase == JobPhase.FAILED and state.max_retry and state.retry_count >= state.max_retry:
-            lines[0] += f": the retry budget is exhausted (max_retry {state.max_retry})"
+            lines[0] += f": the retry budget is exhausted ({budget_text(state)})"
     if problems and headline is None:
         lines[0] += f": {_first_failure_clause(problems[0], len(problems) - 1, codes)}"
     if lost_nodes:
@@ -597,10 +604,17 @@ def describe_progress(job: Mapping[str, Any]) -> str:
     line = f"Volcano Job {state.namespace}/{state.name} is {state.phase}"
     if state.phase in (JobPhase.PENDING, JobPhase.RUNNING):
         line += f": {running}/{total} pods running"
-    max_retry = (job.get("spec") or {}).get("maxRetry")
     if state.phase == JobPhase.RESTARTING or state.retry_count:
-        line += f" ({state.retry_count} restart(s) so far" + (f", maxRetry {max_retry})" if max_retry else ")")
+        line += f" ({state.retry_count} restart(s) so far" + (f"; {budget_text(state)})" if state.max_retry else ")")
     return line
+
+
+def budget_text(state: JobState) -> str:
+    """Volcano's maxRetry, and the task's two budgets it makes room for: "maxRetry 14 for max_retry 3,
+    max_preemptions 10"; "max_retry 3" for a Job submitted without them."""
+    if state.budget is None:
+        return f"max_retry {state.max_retry}"
+    return f"maxRetry {state.max_retry} for {state.budget.describe()}"
 
 
 @dataclass

@@ -55,10 +55,11 @@ from airflow_volcano.manifest.request import (
     landings,
     normalize,
 )
+from airflow_volcano.manifest.retry_budget import DEFAULT_MAX_PREEMPTIONS, VOLCANO_DEFAULT_MAX_RETRY, apply_retry_budget
 
 # The built-in skeleton's defaults (Volcano's own, and those of Volcano's PyTorch example Job).
 DEFAULT_PORT = 23456  # the pytorch plugin's MASTER_PORT
-DEFAULT_QUEUE, DEFAULT_SCHEDULER, DEFAULT_MAX_RETRY = "default", "volcano", 3
+DEFAULT_QUEUE, DEFAULT_SCHEDULER = "default", "volcano"
 
 SCRIPT_VOLUME = "training-script"
 DEFAULT_RESTART_POLICY = "Never"
@@ -127,6 +128,8 @@ def build_manifests(req: JobRequest, *, run_labels: dict[str, str], default_name
     if req.full_job_spec is None:
         apply_pod_runtime(job, pod_tasks(job, req), req, checkpoint_subdir=checkpoint_subdir)
     validate_job(job, origin=origin, parameters={lands.key: name for name, lands in landings("job")})
+    if req.full_job_spec is None:
+        apply_retry_budget(job, DEFAULT_MAX_PREEMPTIONS if req.max_preemptions is None else int(req.max_preemptions))
     main = main_task(job, req)
     names = [task.get("name") for task in job["spec"]["tasks"]]
     if main not in names:
@@ -216,7 +219,7 @@ def _default_job(req: JobRequest) -> dict:
             "schedulerName": DEFAULT_SCHEDULER,
             "queue": DEFAULT_QUEUE,
             "minAvailable": 1 + workers,  # gang: DDP cannot start until every rank is up
-            "maxRetry": DEFAULT_MAX_RETRY,
+            "maxRetry": VOLCANO_DEFAULT_MAX_RETRY,
             "plugins": plugins,
             "policies": exit_code_policies(DEFAULT_RETRYABLE_EXIT_CODES, "job"),
             "tasks": tasks,

@@ -316,8 +316,18 @@ class JobRequest:
             "all replicas), at most the replica total.")
     max_retry: int | None = argument(
         _integer(1, None, " (Volcano's webhook turns 0 into 3)"), lands=Lands("job", "maxRetry"),
-        doc="Volcano's retry budget (default 3, at least 1: Volcano's webhook turns 0 into 3). Volcano counts "
-            "the restart that finds the budget spent, so `max_retry=N` allows N - 1 restarts.")
+        doc="the retry budget of restarts after a failure: a retryable exit, an eviction, a lost node, a stall "
+            "(default 3, at least 1: Volcano's webhook turns 0 into 3). Volcano counts the restart that finds the "
+            "budget spent, so `max_retry=N` allows N - 1 restarts. Preemptions do not spend it: see "
+            "`max_preemptions`.")
+    max_preemptions: int | None = argument(
+        _integer(0),
+        doc="how many times the Job may be preempted (its pods evicted by Volcano's scheduler for a higher-priority "
+            "Job, or by a queue reclaiming its share) and wait for room again, beside `max_retry`, which preemptions "
+            "do not spend (default 10; 0: the first preemption fails the task). The one after the last allowed ends "
+            "the Job, and the task fails naming `max_preemptions`. Volcano's `maxRetry` is submitted as "
+            "`max_retry + max_preemptions + 1`, a backstop, and the task holds the restarts that were not "
+            "preemptions to `max_retry` (docs/failures.md). Not with `full_job_spec`, which is submitted as is.")
     ttl_seconds_after_finished: int | None = argument(
         _integer(0), lands=Lands("job", "ttlSecondsAfterFinished"),
         doc="Volcano garbage-collects the Job this many seconds after it ends.")

@@ -95,8 +95,15 @@ class VolcanoJobOperator(BaseOperator):
     :param min_available: gang size: Volcano starts the Job once this many of its pods fit. Default the template's;
         all replicas (gang scheduling) in a Job built without one. At least 1 (Volcano's webhook turns 0 into all
         replicas), at most the replica total.
-    :param max_retry: Volcano's retry budget (default 3, at least 1: Volcano's webhook turns 0 into 3). Volcano
-        counts the restart that finds the budget spent, so `max_retry=N` allows N - 1 restarts.
+    :param max_retry: the retry budget of restarts after a failure: a retryable exit, an eviction, a lost node, a
+        stall (default 3, at least 1: Volcano's webhook turns 0 into 3). Volcano counts the restart that finds the
+        budget spent, so `max_retry=N` allows N - 1 restarts. Preemptions do not spend it: see `max_preemptions`.
+    :param max_preemptions: how many times the Job may be preempted (its pods evicted by Volcano's scheduler for a
+        higher-priority Job, or by a queue reclaiming its share) and wait for room again, beside `max_retry`, which
+        preemptions do not spend (default 10; 0: the first preemption fails the task). The one after the last
+        allowed ends the Job, and the task fails naming `max_preemptions`. Volcano's `maxRetry` is submitted as
+        `max_retry + max_preemptions + 1`, a backstop, and the task holds the restarts that were not preemptions to
+        `max_retry` (docs/failures.md). Not with `full_job_spec`, which is submitted as is.
     :param ttl_seconds_after_finished: Volcano garbage-collects the Job this many seconds after it ends.
     :param policies: the Job's Volcano lifecycle policies, replacing those `retryable_exit_codes` builds (it cannot
         be combined with `retryable_exit_codes` or `restart_scope`). Unknown events and actions are refused before
@@ -301,6 +308,7 @@ class VolcanoJobOperator(BaseOperator):
         scheduler_name: str | None = None,
         min_available: int | str | None = None,
         max_retry: int | None = None,
+        max_preemptions: int | None = None,
         ttl_seconds_after_finished: int | None = None,
         policies: list[dict] | None = None,
         retryable_exit_codes: list[int] | None = None,

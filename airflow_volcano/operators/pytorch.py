@@ -67,6 +67,7 @@ class VolcanoPyTorchJobOperator(MasterWorkerJobOperator):
         scheduler_name: str | None = None,
         min_available: int | str | None = None,
         max_retry: int | None = None,
+        max_preemptions: int | None = None,
         ttl_seconds_after_finished: int | None = None,
         policies: list[dict] | None = None,
         retryable_exit_codes: list[int] | None = None,

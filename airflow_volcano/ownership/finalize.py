@@ -91,7 +91,7 @@ def explain_failure(hook: VolcanoHook, ref: JobRef, outcome: WaitOutcome) -> Exp
     elif outcome.verdict is Verdict.STALLED:
         headline = (f"Volcano Job {ref.namespace}/{ref.name} {outcome.message}; the Job was deleted (the stacks are "
                     "in the task log above)")
-    elif outcome.verdict is Verdict.CANNOT_START:
+    elif outcome.verdict in (Verdict.CANNOT_START, Verdict.BUDGET_SPENT):
         headline = f"{outcome.message}; the Job was deleted"
     state = job_state(outcome.job or {"metadata": {"name": ref.name, "namespace": ref.namespace}})
     message = failure_message(state, pods=pods, events=events, main_task=ref.main_task, logs=logs,

@@ -42,7 +42,10 @@ def job_summary(job: Mapping[str, Any], volcano_release: str | None = None,
         "phase": state.phase, "queue": spec.get("queue") or "default",
         "priority_class": spec.get("priorityClassName"), "volcano_release": volcano_release,
         "created": created, "age_seconds": None if created is None or now is None else max(0.0, now - created),
-        "restarts": state.retry_count, "max_retry": state.max_retry,
+        "restarts": state.retry_count,
+        # What bounds them: the task's two budgets (maxRetry is their sum), or Volcano's maxRetry alone.
+        "restart_budget": state.budget.describe() if state.budget else (
+            f"max_retry {state.max_retry}" if state.max_retry else None),
         "timeline": [{"phase": phase, "at": at} for phase, at in phase_changes(job, timeline)],
     }
 

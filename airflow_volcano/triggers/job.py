@@ -370,7 +370,7 @@ class VolcanoJobTrigger(BaseTrigger):
                     outcome = action.outcome
                     break
                 action = await wait_steps.step(steps, action)
-            if outcome.verdict is Verdict.STALLED or (
+            if outcome.verdict in (Verdict.STALLED, Verdict.BUDGET_SPENT) or (
                     outcome.job is not None and job_state(outcome.job).outcome is Outcome.FAILED):
                 return await self._noted_failures(ref, watch, job_pods, outcome)
             return outcome

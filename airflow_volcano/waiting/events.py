@@ -29,14 +29,15 @@ class Verdict(StrEnum):
     DEADLINE = "deadline"  # the task's execution_timeout passed while it was deferred
     CANNOT_START = "cannot_start"  # an image that cannot be pulled, or pods unscheduled after startup_timeout
     STALLED = "stalled"  # no output for stall_timeout, and stall_action (or a refused restart) ends it
+    BUDGET_SPENT = "budget_spent"  # more restarts after failures than max_retry, or preemptions than max_preemptions
     DELETED = "deleted"  # the Job disappeared while it was waited for
     WAIT_FAILED = "wait_failed"  # the wait itself failed (an API error that stayed, a trigger error)
 
 
 # The Job must not keep running (and holding GPUs) once the wait ends this way, whatever
-# on_finish_action and on_kill_action say: it is what job_timeout, a stall with stall_action="fail"
-# and pods that cannot start are there for.
-ENDS_THE_JOB = frozenset({Verdict.JOB_TIMEOUT, Verdict.CANNOT_START, Verdict.STALLED})
+# on_finish_action and on_kill_action say: it is what job_timeout, a stall with stall_action="fail",
+# pods that cannot start and a spent restart budget are there for.
+ENDS_THE_JOB = frozenset({Verdict.JOB_TIMEOUT, Verdict.CANNOT_START, Verdict.STALLED, Verdict.BUDGET_SPENT})
 
 # Events written by releases before the verdict had a type (a trigger fired before an upgrade of
 # the provider, resumed after it): their `status` and what it meant.

@@ -62,11 +62,14 @@ class Preemption:
                    queue=str(data.get("queue") or ""), preemptor=data.get("preemptor"),
                    preemptor_priority=data.get("preemptor_priority"), unknown_why=str(data.get("unknown_why") or ""))
 
-    def describe(self, job: str, count: int) -> str:
-        """The task log's line."""
-        return (f"Volcano Job {job} was preempted at {self.summary()}. It waits for room again and restarts "
+    def describe(self, job: str, count: int, limit: int | None = None) -> str:
+        """The task log's line; `limit`: max_preemptions, if the Job was submitted with it."""
+        line = (f"Volcano Job {job} was preempted at {self.summary()}. It waits for room again and restarts "
                 f"from the start of its script (a script that saves checkpoints resumes from its last one). "
                 f"Preemptions so far: {count}")
+        if limit is not None:
+            line += f" of max_preemptions {limit} (they do not spend max_retry)"
+        return line
 
     def summary(self) -> str:
         """When, by whom, where and what: "12:00:01 UTC by ml/urgent (...) in queue `q`: Volcano's scheduler

@@ -8,7 +8,7 @@ answers with the next action:
   decision on the Job's age (job_timeout; startup_timeout of a Job that has not run yet) is taken on
   that clock, never on the waiter's own, which may be skewed against it;
 - `Done`: the verdict (`events.WaitOutcome`: finished, job_timeout, the task's deadline, a pod that
-  cannot start, a stall, deleted);
+  cannot start, a stall, a spent restart budget, deleted);
 - `CheckPods`: list the pods (and, while scheduling matters, the PodGroup and its events);
 - `ReadQueue`: while the Job waits to start, read its queue (`queueing.QueueSnapshot`: the queue, the
   PodGroups that may be in it, the PriorityClasses), at most every QUEUE_REFRESH_SECONDS; then
@@ -23,7 +23,11 @@ answers with the next action:
 - `CollectStacks`: a Running Job gave no output and no change for stall_timeout (a stall): ask
   its pods for their Python stacks and show them; then `stacks_collected`;
 - `RestartJob`: stall_action="restart": delete the Job's training pods, which its policies answer
-  with a gang restart; then `restart_requested` (refused: the stall fails the task instead).
+  with a gang restart; then `restart_requested` (refused: the stall fails the task instead);
+- `RecordPreemptions`: keep the preemptions and the retries counted on the Job, for a waiter that takes
+  over; then `preemptions_recorded`. Each restart is a preemption (the scheduler's evictions say so) or a
+  retry; when the Job's restart budgets (manifest/retry_budget.py) are spent, the waiter that owns it
+  ends it.
 
 The `now` of every observation is the waiter's own monotonic clock: intervals (the pod checks, a
 stall's silence, a restart's start, a pull's back-off) are measured on it from when this waiter first
@@ -56,6 +60,7 @@ from airflow_volcano.constants import (
     DEFAULT_STARTUP_TIMEOUT,
     MAX_STALL_RESTARTS,
     PREEMPTIONS_ANNOTATION,
+    RETRIES_ANNOTATION,
     JobPhase,
     StallAction,
 )
@@ -63,6 +68,7 @@ from airflow_volcano.hooks.calls import owned_by
 from airflow_volcano.hooks.retry import backoff
 from airflow_volcano.manifest import optional_seconds, seconds, stall_seconds
 from airflow_volcano.manifest.checks import choice
+from airflow_volcano.manifest.retry_budget import RetryBudget, kept_retries
 from airflow_volcano.observability.goodput import RunTimeline
 from airflow_volcano.observability.logs import Emit, LogCursor
 from airflow_volcano.status import (
@@ -305,7 +311,7 @@ class RestartJob:
 
 @dataclass(frozen=True)
 class RecordPreemptions:
-    """Keep the preemptions counted on the Job (its annotation), for a waiter that takes over."""
+    """Keep the preemptions and retries counted on the Job (its annotations), for a waiter that takes over."""
 
     annotations: dict[str, str]
 
@@ -440,7 +446,9 @@ class WaitEngine:
         self._evidence_until = float("-inf")  # the last eviction counted (epoch seconds, apiserver's clock)
         self._naming: Preemption | None = None  # a preemption whose preemptor the queue's reads may name
         self._naming_until = float("-inf")  # when it is said without one
-        self._unrecorded = False  # preemptions counted and not yet kept on the Job
+        self.retries = 0  # restarts that spent max_retry (not preemptions), earlier waiters' included
+        self._explaining = 0  # restarts this wait saw whose cause it looks for
+        self._unrecorded = False  # preemptions or retries counted and not yet kept on the Job
         self._restart_asked = False  # this wait restarted the gang (a stall): the next restart is that one
 
     # -- observations ---------------------------------------------------------------------------
@@ -630,8 +638,9 @@ class WaitEngine:
     def preemptions_recorded(self, refused: str | None, now: float) -> Action:
         """The answer to RecordPreemptions: kept on the Job, or why not (said; this wait counts on)."""
         if refused is not None:
-            self.report(f"Could not keep the preemptions counted on Volcano Job {self.ref.namespace}/{self.ref.name} "
-                        f"({refused}): a waiter that takes over counts them as other restarts")
+            self.report(f"Could not keep the preemptions and retries counted on Volcano Job "
+                        f"{self.ref.namespace}/{self.ref.name} ({refused}): a waiter that takes over looks for their "
+                        "causes again")
         return self._decide(now)
 
     def _preempted(self, events: list[dict], queue: str, now: float) -> bool:
@@ -645,20 +654,32 @@ class WaitEngine:
             since = max(since, self._restart_at - CAUSE_LOOKBACK_SECONDS)
         found = evictions(events, since=since)
         if not found:
+            if not self._cause_reads:  # the last read: no eviction to preempt, so they spent max_retry
+                self._count_retries(self._explaining)
             return False
         self._cause_reads = 0
         self._evidence_until = max(eviction.at for eviction in found)
         new = [dataclasses.replace(preemption, queue=queue) for preemption in preemptions_of(found)]
+        self._count_retries(self._explaining - len(new))
         self.preemptions += new
         self.timeline.preempted += [preemption.at for preemption in new]
         self._naming, self._naming_until = new[-1], now + NAMING_SECONDS
         return True
 
+    def _count_retries(self, count: int) -> None:
+        """Restarts whose cause is known not to be a preemption: they spend max_retry (kept on the Job too)."""
+        self._explaining = 0
+        if count > 0:
+            self.retries += count
+            self._unrecorded = self._unrecorded or self.limits.owns_job
+
     def _say_preemption(self, preemption: Preemption) -> None:
         """The preemption's one line, and kept as said (on the Job too, by the waiter that owns it)."""
         self.preemptions[-1] = preemption
         self._unrecorded = self.limits.owns_job
-        self.report(preemption.describe(f"{self.ref.namespace}/{self.ref.name}", len(self.preemptions)))
+        budget = RetryBudget.of(self.job)
+        self.report(preemption.describe(f"{self.ref.namespace}/{self.ref.name}", len(self.preemptions),
+                                        budget.max_preemptions if budget else None))
 
     def _queue_report(self, podgroup: dict | None, queue: QueueSnapshot, now: float) -> str | None:
         """Say why the Job waits, when it changed (or every WAITING_REPEAT_SECONDS); returns why it can
@@ -743,15 +764,20 @@ class WaitEngine:
             self.timeline.preempted += [preemption.at for preemption in self.preemptions
                                         if preemption.at not in self.timeline.preempted]
             self._evidence_until = max((preemption.at for preemption in self.preemptions), default=float("-inf"))
-            if state.retry_count > len(self.preemptions):
+            self.retries = kept_retries(job)
+            # Restarts no waiter explained are looked into; any not found to be a preemption then counts
+            # against neither budget (its evidence may have expired): Volcano's maxRetry still bounds it.
+            if state.retry_count > len(self.preemptions) + self.retries:
                 created = parse_time((job.get("metadata") or {}).get("creationTimestamp"))
                 self._cause_reads, self._cause_due, self._restart_at = CAUSE_READS, now, None
                 self._evidence_until = max(self._evidence_until, created or float("-inf"))
         elif state.retry_count > self._restarts_seen and self._restart_asked:
             self._restart_asked = False
+            self._count_retries(state.retry_count - self._restarts_seen)  # a stall's restart
         elif state.retry_count > self._restarts_seen:
             # A restart this wait saw happen: its cause is looked for in the events (a preemption?).
             self._cause_reads, self._restart_at, self._cause_due = CAUSE_READS, self._epoch(now), now
+            self._explaining += state.retry_count - self._restarts_seen
         self._restarts_seen = state.retry_count
         if state.phase == JobPhase.RUNNING:
             self._ran, self._restart_since = True, None
@@ -766,6 +792,23 @@ class WaitEngine:
             # Started running, or changed (a pod ended, a restart): a sign of life.
             self._alive = _Progress(now, self.output.view(now).blind_total)
         self._alive_version = state.resource_version
+
+    def _budget_spent(self) -> str | None:
+        """Why the Job must end, if the waiter that owns it counted more restarts after failures than
+        max_retry allows, or more preemptions than max_preemptions (their budgets: manifest/retry_budget.py).
+        A preemption ends it once said (its preemptor named, or known unnamed)."""
+        budget = RetryBudget.of(self.job)
+        if not self.limits.owns_job or budget is None:
+            return None
+        job = f"Volcano Job {self.ref.namespace}/{self.ref.name}"
+        if self.retries >= budget.max_retry:
+            return (f"{job} was restarted {self.retries} time(s) after a failure, an eviction, a lost node or a stall: "
+                    f"the retry budget is exhausted (max_retry {budget.max_retry}: Volcano counts the restart that "
+                    f"finds it spent); its {len(self.preemptions)} preemption(s) did not spend it")
+        if len(self.preemptions) > budget.max_preemptions and self._naming is None:
+            return (f"{job} was preempted {len(self.preemptions)} times, more than max_preemptions "
+                    f"({budget.max_preemptions}); the last at {self.preemptions[-1].summary()}")
+        return None
 
     def _step(self, job: dict, now: float) -> WaitStep:
         """The waiting policy for one reading of the Job."""
@@ -977,7 +1020,10 @@ class WaitEngine:
             return self._finish(step.done, now)
         if self._unrecorded:
             self._unrecorded = False
-            return RecordPreemptions(annotations={PREEMPTIONS_ANNOTATION: record(self.preemptions)})
+            return RecordPreemptions(annotations={PREEMPTIONS_ANNOTATION: record(self.preemptions),
+                                                  RETRIES_ANNOTATION: str(self.retries)})
+        if (spent := self._budget_spent()) is not None:
+            return self._finish(self._outcome(Verdict.BUDGET_SPENT, message=spent), now)
         if self._past_deadline(now):
             return self._finish(self._outcome(Verdict.DEADLINE, message="the task's execution_timeout passed"), now)
         if self._probe_due(now):

@@ -31,6 +31,7 @@ from airflow_volcano.constants import (
     ORPHANED_AT_ANNOTATION,
     PREEMPTIONS_ANNOTATION,
     REQUEST_HASH_ANNOTATION,
+    RETRIES_ANNOTATION,
     TRY_NUMBER_LABEL,
 )
 from airflow_volcano.exceptions import VolcanoApiError
@@ -424,13 +425,19 @@ def test_on_its_own_volcano_job_only_its_labels_the_orphan_mark_and_the_preempti
     assert hook.run(calls.annotate_job("ours", namespace, {PREEMPTIONS_ANNOTATION: None},
                                        uid=created["metadata"]["uid"])) is True
 
+    # And the restarts it counted against max_retry, likewise.
+    assert hook.run(calls.annotate_job("ours", namespace, {RETRIES_ANNOTATION: "2"},
+                                       uid=created["metadata"]["uid"])) is True
+    assert cluster.job("ours")["metadata"]["annotations"][RETRIES_ANNOTATION] == "2"
+
     own_keys = ("may change only the labels airflow-volcano.io/checked and airflow-volcano.io/try-number and the "
-                "annotations airflow-volcano.io/orphaned-at and airflow-volcano.io/preemptions of its own Volcano "
-                "Jobs, and add the label "
+                "annotations airflow-volcano.io/orphaned-at, airflow-volcano.io/preemptions and "
+                "airflow-volcano.io/retries of its own Volcano Jobs, and add the label "
                 f"airflow-volcano.io/deployment to one without it: this update of Volcano Job {namespace}/ours "
                 "changes its ")
     other_labels = "labels other than airflow-volcano.io/checked and airflow-volcano.io/try-number"
-    other_annotations = "annotations other than airflow-volcano.io/orphaned-at and airflow-volcano.io/preemptions"
+    other_annotations = ("annotations other than airflow-volcano.io/orphaned-at and airflow-volcano.io/preemptions and "
+                         "airflow-volcano.io/retries")
     # Through the hook's own calls, with keys it never writes.
     with pytest.raises(VolcanoApiError) as relabel:
         hook.label_job("ours", namespace, {"airflow-volcano.io/task-id": "another-task"})

@@ -369,8 +369,10 @@ def test_a_lost_node_with_the_retry_budget_spent_fails_the_task_naming_the_node(
 
     assert run.state == "failed", run.log
     assert "Node real-node stopped answering" in run.log, run.log
-    assert ("the retry budget is exhausted (max_retry 1); node real-node stopped answering, and its pods were "
-            "deleted after node_lost_timeout") in run.log, run.log
+    assert ("was restarted 1 time(s) after a failure, an eviction, a lost node or a stall: the retry budget is "
+            "exhausted (max_retry 1") in run.log, run.log
+    assert ("; node real-node stopped answering, and its pods were deleted after node_lost_timeout (handled like an "
+            "eviction)") in run.log, run.log
     # Back, the kubelet stops the containers of the pods deleted while it was away.
     cluster.wait_for("no pod or container of the Job left", lambda: not cluster.pods("lostfail")
                      and not containerd.running_containers(cluster.namespace), timeout=180)

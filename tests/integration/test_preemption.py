@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import re
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -99,7 +100,7 @@ def test_a_preempted_training_names_its_preemptor_and_runs_again_once_it_is_gone
     thread = threading.Thread(target=preempt, daemon=True)
     thread.start()
     try:
-        run = run_task(lambda: training(room, cluster.namespace, name, deferrable=deferrable, max_retry=2,
+        run = run_task(lambda: training(room, cluster.namespace, name, deferrable=deferrable, max_retry=1,
                                         annotations={SIM + "run-for": "30s"}, on_finish_action="keep_job"))
     finally:
         thread.join(timeout=200)
@@ -117,8 +118,10 @@ def test_a_preempted_training_names_its_preemptor_and_runs_again_once_it_is_gone
     assert high is not None and high["status"]["state"]["phase"] == "Completed", "the preemptor ran and ended"
     low = cluster.job(name)
     assert low is not None and low["status"]["state"]["phase"] == "Completed"
-    # Volcano counts the preemption's restart in maxRetry like any other (max_retry=2: one restart).
-    assert low["status"].get("retryCount") == 1, low["status"]
+    # Volcano counts the preemption's restart like any other, but in the room the Job has beside max_retry
+    # (max_retry=1 allows no restart: without that room this preemption would have failed it).
+    assert low["status"].get("retryCount") == 1 and low["spec"]["maxRetry"] == 1 + 10 + 1, low
+    assert "the retry budget is exhausted" not in run.log
     (kept,) = recorded(low["metadata"]["annotations"].get(PREEMPTIONS_ANNOTATION))
     assert kept.preemptor == f"{cluster.namespace}/{other}", "kept on the Job for a waiter that takes over"
     # Goodput: from the preemption to running again is preempted time: from the eviction (the scheduler's
@@ -132,3 +135,75 @@ def test_a_preempted_training_names_its_preemptor_and_runs_again_once_it_is_gone
     assert preempted > 15 and abs(spent["preempted_seconds"] - preempted) <= 3, (spent, preempted)
     assert spent["restarting_seconds"] == 0 and spent["preemptions"] == 1, spent
     assert re.search(r"  preempted +\d+s +\d+\.\d% \(1 preemption\(s\)\)", run.log), run.log
+
+
+@pytest.mark.preempting_scheduler
+def test_preemptions_do_not_spend_max_retry_and_the_one_beyond_max_preemptions_fails_the_task(
+        cluster, operator_kubeconfig, run_task, room):
+    """Three higher-priority Jobs in a row preempt the training, each running for 20 s: it waits and runs
+    again each time, although max_retry=1 allows no restart at all. A fourth preemption is one more than
+    max_preemptions=3: the task fails naming the bound, and the Job is deleted. Goodput's preempted share is
+    what the test saw from outside (the Job out of Running from each eviction until it ran again, and after
+    the last until the task ended it), within 2 points."""
+    name = "low"
+    out_of_running: list[tuple[float, float | None]] = []  # (left Running, ran again), as this test saw them
+    errors: list[BaseException] = []
+
+    def phase_and_restarts() -> tuple[str, int]:
+        job = cluster.job(name) or {}
+        status = job.get("status") or {}
+        return (status.get("state") or {}).get("phase") or "", int(status.get("retryCount") or 0)
+
+    def until(condition, timeout: float) -> float:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if condition(phase_and_restarts()):
+                return time.time()
+            time.sleep(0.2)
+        raise TimeoutError(f"Job {name}: {phase_and_restarts()} after {timeout:.0f}s")
+
+    def preempt_four_times() -> None:
+        try:
+            for count in range(1, 5):
+                until(lambda seen, count=count: seen == ("Running", count - 1), 300)
+                time.sleep(10)  # it runs a while
+                cluster.create_job(preemptor(room, f"high-{count}", "20s"))
+                left = until(lambda seen: seen[0] != "Running", 120)
+                out_of_running.append((left, None))
+                if count < 4:
+                    out_of_running[-1] = (left, until(lambda seen, count=count: seen == ("Running", count), 300))
+        except BaseException as error:  # noqa: BLE001 - reported by the test
+            errors.append(error)
+
+    thread = threading.Thread(target=preempt_four_times, daemon=True)
+    thread.start()
+    try:
+        run = run_task(lambda: training(room, cluster.namespace, name, max_retry=1, max_preemptions=3,
+                                        annotations={SIM + "run-for": "3600s"}, job_timeout=1800))
+    finally:
+        thread.join(timeout=60)
+    assert not errors, f"{errors}\n\nThe task log:\n{run.log}"
+    assert run.state == "failed", run.log
+    said = [line for line in run.log.splitlines() if "was preempted at" in line]
+    assert [re.search(r"Preemptions so far: (\d) of max_preemptions 3", line).group(1) for line in said] == \
+        ["1", "2", "3", "4"][:len(said)] and len(said) >= 3, run.log
+    failure = f"Volcano Job {cluster.namespace}/{name} was preempted 4 times, more than max_preemptions (3); the last"
+    assert failure in run.log and f" by {cluster.namespace}/high-4 " in run.log.split(failure, 1)[1], run.log
+    assert "the retry budget is exhausted" not in run.log, "no preemption spent max_retry"
+    assert cluster.wait_for(f"Job {name} to be deleted", lambda: cluster.job(name) is None, timeout=60)
+    # Goodput: the preempted share against the time the test saw the Job out of Running.
+    ended = re.search(r"^(\S+) \[info +\] Where the time went \(Volcano Job \S+, (\S+) from submit", run.log, re.M)
+    share = re.search(r"  preempted +\S+ +(\d+\.\d)% \(4 preemption\(s\)\)", run.log)
+    assert ended is not None and share is not None, run.log
+    end = datetime.datetime.fromisoformat(ended.group(1)).timestamp()
+    wall = wall_seconds(ended.group(2))
+    injected = sum((back if back is not None else end) - left for left, back in out_of_running)
+    assert abs(float(share.group(1)) - 100 * injected / wall) <= 2, (share.group(1), injected, wall, out_of_running)
+
+
+def wall_seconds(text: str) -> float:
+    """goodput's `45s` / `4m05s` / `2h03m`, in seconds."""
+    match = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?", text)
+    assert match is not None and text, text
+    hours, minutes, seconds = (int(part or 0) for part in match.groups())
+    return 3600 * hours + 60 * minutes + seconds

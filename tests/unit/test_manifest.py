@@ -5,11 +5,12 @@ from __future__ import annotations
 import copy
 import re
 from pathlib import Path
+from unittest.mock import ANY
 
 import pytest
 import yaml
 
-from airflow_volcano.constants import MANAGED_BY_LABEL, SCRIPT_MOUNT_PATH
+from airflow_volcano.constants import MANAGED_BY_LABEL, RETRY_BUDGET_ANNOTATION, SCRIPT_MOUNT_PATH
 from airflow_volcano.exceptions import JobSpecError
 from airflow_volcano.hostfile_launch import ARGV_SHIM, LAUNCH_SCRIPT, SESSION_SCRIPT, SSHD_SCRIPT, HostfileLaunch
 from airflow_volcano.manifest import (
@@ -31,6 +32,7 @@ from airflow_volcano.manifest import (
     validate_job,
 )
 from airflow_volcano.manifest.pod_runtime import FORWARDER_SHOWN, SHM_VOLUME, without_signal_forwarding
+from airflow_volcano.manifest.retry_budget import RetryBudget
 
 REPO = Path(__file__).resolve().parents[2]
 SEED_YAML = REPO / "tests" / "fixtures" / "seed000-job.yaml"
@@ -133,7 +135,7 @@ def test_seed_000_from_operator_arguments_matches_the_seed_yaml_field_by_field()
     # webhook adding it), queue and maxRetry explicit, job policies restarting the gang, our labels,
     # and the script mounted read-only from our ConfigMap `<job>-script` at our path.
     assert job["spec"]["plugins"]["svc"] == []
-    assert (job["spec"]["queue"], job["spec"]["maxRetry"]) == ("default", 3)
+    assert (job["spec"]["queue"], job["spec"]["maxRetry"]) == ("default", 3 + 10 + 1)  # room for 10 preemptions
     assert job["metadata"]["labels"] == LABELS
     for ours, theirs in zip(job["spec"]["tasks"], expected["spec"]["tasks"], strict=True):
         assert (ours["name"], ours["replicas"]) == (theirs["name"], theirs["replicas"])
@@ -165,6 +167,9 @@ def test_seed_yaml_as_template_submits_unchanged_apart_from_labels_and_namespace
         assert job["metadata"].pop("namespace", None) == namespace
         for task_spec in job["spec"]["tasks"]:
             assert task_spec["template"].pop("metadata") == {"labels": LABELS}
+        # Room for preemptions beside the seed's retry budget (Volcano's default 3), kept as asked.
+        assert job["metadata"].pop("annotations") == {RETRY_BUDGET_ANNOTATION: '{"max_retry":3,"max_preemptions":10}'}
+        assert job["spec"].pop("maxRetry") == 3 + 10 + 1
         assert without_pod_runtime(job) == seed()
 
 
@@ -181,9 +186,10 @@ def test_explicit_argument_beats_template_which_beats_default():
     template["spec"]["queue"] = "q1"
     kept = build_template(template).job
     assert kept["spec"]["queue"] == "q1"
-    assert "maxRetry" not in kept["spec"] and "svc" not in kept["spec"]["plugins"], "no defaults injected"
+    assert "svc" not in kept["spec"]["plugins"], "no defaults injected"
+    assert kept["spec"]["maxRetry"] == 3 + 10 + 1  # Volcano's default budget, and room for preemptions beside it
     overridden = build_template(template, volcano_queue="q2", worker_replicas=5, image="new:2", max_retry=2).job
-    assert overridden["spec"]["queue"] == "q2" and overridden["spec"]["maxRetry"] == 2
+    assert overridden["spec"]["queue"] == "q2" and overridden["spec"]["maxRetry"] == 2 + 10 + 1
     assert task(overridden, "worker")["replicas"] == 5
     assert container(overridden, "master")["image"] == container(overridden, "worker")["image"] == "new:2"
     assert template["spec"]["queue"] == "q1" and template["spec"]["tasks"][1]["replicas"] == 2, "not mutated"
@@ -303,11 +309,32 @@ def test_labels_annotations_and_optional_pod_fields():
     job = build(labels={"team": "vision"}, annotations={"owner": "me"}, priority_class_name="high",
                 ttl_seconds_after_finished="600", namespace="ml").job
     assert job["metadata"]["labels"] == {"team": "vision", **LABELS}
-    assert job["metadata"]["annotations"] == {"owner": "me"} and job["metadata"]["namespace"] == "ml"
+    assert job["metadata"]["annotations"] == {"owner": "me", RETRY_BUDGET_ANNOTATION: ANY}
+    assert job["metadata"]["namespace"] == "ml"
     assert job["spec"]["ttlSecondsAfterFinished"] == 600 and job["spec"]["priorityClassName"] == "high"
     template = task(job, "worker")["template"]
     assert template["metadata"] == {"labels": {"team": "vision", **LABELS}, "annotations": {"owner": "me"}}
     assert template["spec"]["priorityClassName"] == "high"
+
+
+def test_preemptions_get_room_beside_max_retry_and_the_budgets_are_kept_on_the_job():
+    job = build(max_retry=4, max_preemptions=2).job
+    assert job["spec"]["maxRetry"] == 4 + 2 + 1  # Volcano's one budget has room for both
+    assert RetryBudget.of(job) == RetryBudget(max_retry=4, max_preemptions=2)
+    assert build().job["spec"]["maxRetry"] == 3 + 10 + 1  # the defaults: Volcano's 3, and 10 preemptions
+    pod = {"spec": {"containers": [{"name": "w", "image": "busybox"}]}}
+    tasks = [{"name": "worker", "replicas": 1, "template": pod}]
+    template = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "spec": {"maxRetry": 0, "tasks": tasks}}
+    job = build_manifests(JobRequest(kind=JobKind.GENERIC, job_template=template, max_preemptions=0),
+                          run_labels=LABELS, default_name="t").job
+    assert job["spec"]["maxRetry"] == 4 and RetryBudget.of(job) == RetryBudget(3, 0)  # 0 is Volcano's "unset": 3
+    spec = {**template, "metadata": {"name": "as-is"}, "spec": {"maxRetry": 5, "tasks": tasks}}
+    job = build_manifests(JobRequest(kind=JobKind.GENERIC, full_job_spec=spec), run_labels=LABELS,
+                          default_name="t").job
+    assert job["spec"]["maxRetry"] == 5 and RetryBudget.of(job) is None  # submitted as is
+    with pytest.raises(JobSpecError, match="max_preemptions cannot be combined"):
+        build_manifests(JobRequest(kind=JobKind.GENERIC, full_job_spec=spec, max_preemptions=1),
+                        run_labels=LABELS, default_name="t")
 
 
 def test_templated_numbers_as_strings_are_accepted():
@@ -330,6 +357,8 @@ def test_templated_numbers_as_strings_are_accepted():
     ({"min_available": 0}, "min_available must be an integer >= 1, got 0"),
     ({"max_retry": -1}, "max_retry must be an integer >= 1, got -1"),
     ({"max_retry": 0}, "max_retry must be an integer >= 1, got 0"),
+    ({"max_preemptions": -1}, "max_preemptions must be an integer >= 0, got -1"),
+    ({"max_preemptions": "many"}, "max_preemptions must be an integer >= 0, got 'many'"),
     ({"ttl_seconds_after_finished": "soon"}, "ttl_seconds_after_finished must be an integer >= 0, got 'soon'"),
     ({"name": "Bad_Name"}, "name 'Bad_Name' is not a DNS label"),
     ({"name": "9lives"}, "name '9lives' is not a DNS label"),

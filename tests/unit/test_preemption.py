@@ -4,10 +4,13 @@ and the wait: said once, kept on the Job for a waiter that takes over, never dec
 from __future__ import annotations
 
 import datetime
+from unittest.mock import ANY
 
-from airflow_volcano.constants import PREEMPTIONS_ANNOTATION
+from airflow_volcano.constants import PREEMPTIONS_ANNOTATION, RETRIES_ANNOTATION
+from airflow_volcano.manifest.retry_budget import RetryBudget, apply_retry_budget
+from airflow_volcano.status import describe_progress, failure_message, job_state
 from airflow_volcano.timestamps import parse_time
-from airflow_volcano.waiting.events import WaitOutcome
+from airflow_volcano.waiting.events import Verdict, WaitOutcome
 from airflow_volcano.waiting.preemption import (
     Eviction,
     Preemption,
@@ -120,12 +123,20 @@ def test_the_record_on_the_job_reads_back_and_a_damaged_one_is_empty():
 
 # -- the wait ----------------------------------------------------------------------------------------------
 
-def budgeted(phase: str, *, retries: int = 0, kept: list[Preemption] | None = None, **status: int) -> dict:
-    """A Job the operator built (maxRetry 3), with the preemptions a waiter kept on it."""
+BUDGET = RetryBudget(max_retry=3, max_preemptions=3)
+
+
+def budgeted(phase: str, *, retries: int = 0, kept: list[Preemption] | None = None, kept_retries: int | None = None,
+             **status: int) -> dict:
+    """A Job the operator built (max_retry 3, max_preemptions 3: maxRetry 7), with the preemptions and
+    retries a waiter kept on it."""
     body = started(phase, retries=retries, **status)
-    body["spec"]["maxRetry"] = 3
+    apply_retry_budget(body, BUDGET.max_preemptions)
+    assert body["spec"]["maxRetry"] == 7
     if kept:
-        body["metadata"]["annotations"] = {PREEMPTIONS_ANNOTATION: record(kept)}
+        body["metadata"]["annotations"][PREEMPTIONS_ANNOTATION] = record(kept)
+    if kept_retries is not None:
+        body["metadata"]["annotations"][RETRIES_ANNOTATION] = str(kept_retries)
     return body
 
 
@@ -156,7 +167,7 @@ def test_a_preempted_gang_is_said_once_with_its_preemptor_and_kept_on_the_job():
         "Volcano Job ml/train was preempted at 10:16:40 UTC by ml/urgent (PriorityClass high, priority 1000) in queue "
         "`default`: Volcano's scheduler (gangpreempt) evicted train-master-0, train-worker-0. It waits for room again "
         "and restarts from the start of its script (a script that saves checkpoints resumes from its last one). "
-        "Preemptions so far: 1"], reported
+        "Preemptions so far: 1 of max_preemptions 3 (they do not spend max_retry)"], reported
     assert isinstance(action, RecordPreemptions)
     (kept,) = recorded(action.annotations[PREEMPTIONS_ANNOTATION])
     assert kept.preemptor == "ml/urgent" and kept.at == AT + 1000 and kept.queue == "default"
@@ -173,8 +184,8 @@ def test_a_record_refused_is_said_and_the_wait_goes_on():
     assert isinstance(preempted_once(wait, reported), RecordPreemptions)
     action = wait.preemptions_recorded("403 Forbidden", now=now_of(1004))
     assert not isinstance(action, Done | RecordPreemptions)
-    assert reported[-1] == ("Could not keep the preemptions counted on Volcano Job ml/train (403 Forbidden): a "
-                            "waiter that takes over counts them as other restarts")
+    assert reported[-1] == ("Could not keep the preemptions and retries counted on Volcano Job ml/train (403 "
+                            "Forbidden): a waiter that takes over looks for their causes again")
 
 
 def test_a_restart_without_eviction_is_no_preemption_once_its_two_reads_found_none():
@@ -186,6 +197,98 @@ def test_a_restart_without_eviction_is_no_preemption_once_its_two_reads_found_no
     assert wait.watch_ended(now=now_of(15)) == CheckPods(scheduling=True, restart=True)
     assert not isinstance(wait.pods_seen([], None, [], now=now_of(15)), CheckPods | ReadQueue)
     assert wait.preemptions == [] and not any("preempted" in line for line in reported)
+
+
+def restarted_without_eviction(wait, retries: int, at: float):
+    """The Job restarted at `at` with no eviction to preempt in either read of the events: what follows."""
+    assert wait.job_changed(budgeted("Restarting", retries=retries, pending=3), now=now_of(at)) == \
+        CheckPods(scheduling=True, restart=True)
+    assert isinstance(wait.pods_seen([], None, [], now=now_of(at)), Watch)
+    assert wait.watch_ended(now=now_of(at + 5)) == CheckPods(scheduling=True, restart=True)
+    return wait.pods_seen([], None, [], now=now_of(at + 5))
+
+
+def test_preemptions_do_not_spend_max_retry_and_the_one_beyond_max_preemptions_ends_the_job():
+    wait, reported = engine(WaitLimits(poll_interval=5, owns_job=True), ref=OWNED)
+    wait.job_read(budgeted("Running", running=3), now=now_of(0))
+    for count in (1, 2, 3):
+        action = preempted_once(wait, reported, retries=count)
+        assert isinstance(action, RecordPreemptions)
+        assert action.annotations[RETRIES_ANNOTATION] == "0", "a preemption spends nothing of max_retry"
+        assert not isinstance(wait.preemptions_recorded(None, now=now_of(1000 * count + 4)), Done)
+        assert not isinstance(wait.job_changed(budgeted("Running", retries=count, running=3),
+                                               now=now_of(1000 * count + 100)), Done), (
+            f"{count} preemption(s) of 3 allowed, 0 of max_retry 3 spent although Volcano counted {count} restarts")
+    assert [line for line in reported if "preempted" in line][-1].endswith(
+        "Preemptions so far: 3 of max_preemptions 3 (they do not spend max_retry)")
+    action = preempted_once(wait, reported, retries=4)
+    assert isinstance(action, RecordPreemptions), "said, then kept"
+    done = wait.preemptions_recorded(None, now=now_of(4004))
+    assert isinstance(done, Done) and done.outcome.verdict is Verdict.BUDGET_SPENT and done.outcome.ends_the_job
+    assert done.outcome.message == (
+        "Volcano Job ml/train was preempted 4 times, more than max_preemptions (3); the last at 11:06:40 UTC by "
+        "ml/urgent (PriorityClass high, priority 1000) in queue `default`: Volcano's scheduler (gangpreempt) evicted "
+        "train-master-0, train-worker-0")
+    assert len(done.outcome.preemptions) == 4
+
+
+def test_restarts_after_failures_spend_max_retry_and_the_one_that_finds_it_spent_ends_the_job():
+    """Volcano's maxRetry is 6 (room for the preemptions); the waiter holds the other restarts to max_retry 3,
+    counting the restart that finds it spent as Volcano does."""
+    wait, reported = engine(WaitLimits(poll_interval=5, owns_job=True), ref=OWNED)
+    wait.job_read(budgeted("Running", running=3), now=now_of(0))
+    assert preempted_once(wait, reported, retries=1) is not None  # a preemption between them spends nothing
+    wait.preemptions_recorded(None, now=now_of(1004))
+    wait.job_changed(budgeted("Running", retries=1, running=3), now=now_of(1100))
+    for retries, at in ((2, 2000.0), (3, 3000.0)):
+        action = restarted_without_eviction(wait, retries, at)
+        assert action == RecordPreemptions(annotations={PREEMPTIONS_ANNOTATION: ANY,
+                                                        RETRIES_ANNOTATION: str(retries - 1)})
+        assert not isinstance(wait.preemptions_recorded(None, now=now_of(at + 6)), Done)
+        assert not isinstance(wait.job_changed(budgeted("Running", retries=retries, running=3), now=now_of(at + 100)),
+                              Done)
+    assert isinstance(restarted_without_eviction(wait, 4, 4000.0), RecordPreemptions)
+    done = wait.preemptions_recorded(None, now=now_of(4006))
+    assert isinstance(done, Done) and done.outcome.verdict is Verdict.BUDGET_SPENT
+    assert done.outcome.message == (
+        "Volcano Job ml/train was restarted 3 time(s) after a failure, an eviction, a lost node or a stall: the retry "
+        "budget is exhausted (max_retry 3: Volcano counts the restart that finds it spent); its 1 preemption(s) did "
+        "not spend it")
+
+
+def test_a_waiter_taking_over_counts_on_from_the_retries_kept_and_never_counts_a_restart_it_cannot_explain():
+    wait, _ = engine(WaitLimits(poll_interval=5, owns_job=True), ref=OWNED)
+    assert isinstance(wait.job_read(budgeted("Running", retries=2, running=3, kept_retries=2), now=now_of(900)), Watch)
+    assert wait.retries == 2
+    assert isinstance(restarted_without_eviction(wait, 3, 1000.0), RecordPreemptions)
+    assert isinstance(wait.preemptions_recorded(None, now=now_of(1006)), Done)
+    # A restart no waiter explained, whose events hold no eviction (they may have expired): neither budget's.
+    wait, _ = engine(WaitLimits(poll_interval=5, owns_job=True), ref=OWNED)
+    assert wait.job_read(budgeted("Running", retries=2, running=3, kept_retries=1), now=now_of(900)) == \
+        CheckPods(scheduling=True, restart=True)
+    assert isinstance(wait.pods_seen([], None, [], now=now_of(900)), Watch)
+    assert wait.watch_ended(now=now_of(905)) == CheckPods(scheduling=True, restart=True)
+    assert isinstance(wait.pods_seen([], None, [], now=now_of(905)), Watch)
+    assert (wait.retries, wait.preemptions) == (1, [])
+
+
+def test_a_waiter_that_does_not_own_the_job_never_ends_it_for_its_budgets():
+    wait, _ = engine(WaitLimits(startup_timeout=None), ref=OWNED)  # a sensor's
+    wait.job_read(budgeted("Running", running=3), now=now_of(0))
+    for retries in (1, 2, 3, 4):
+        action = restarted_without_eviction(wait, retries, 1000.0 * retries)
+        assert not isinstance(action, Done | RecordPreemptions)
+        wait.job_changed(budgeted("Running", retries=retries, running=3), now=now_of(1000.0 * retries + 100))
+    assert wait.retries == 4
+
+
+def test_the_progress_line_and_volcanos_own_exhaustion_name_both_budgets():
+    state = job_state(budgeted("Failed", retries=7))
+    assert describe_progress(budgeted("Restarting", retries=2)) == (
+        "Volcano Job ml/train is Restarting (2 restart(s) so far; maxRetry 7 for max_retry 3, max_preemptions 3)")
+    assert failure_message(state, pods=[], events=[]).splitlines()[0] == (
+        "Volcano Job ml/train ended in phase Failed after 7 restart(s): the retry budget is exhausted (maxRetry 7 for "
+        "max_retry 3, max_preemptions 3)")
 
 
 def test_a_waiter_taking_over_counts_on_from_the_preemptions_kept_on_the_job():

@@ -157,11 +157,11 @@ def test_progress_says_each_phase_change_once():
         None,
         "Volcano Job ml/train is Running: 3/3 pods running",
         None,
-        "Volcano Job ml/train is Restarting (1 restart(s) so far, maxRetry 3)",
-        "Volcano Job ml/train is Pending: 0/3 pods running (1 restart(s) so far, maxRetry 3)",
-        "Volcano Job ml/train is Running: 3/3 pods running (1 restart(s) so far, maxRetry 3)",
-        "Volcano Job ml/train is Completing (1 restart(s) so far, maxRetry 3)",
-        "Volcano Job ml/train is Completed (1 restart(s) so far, maxRetry 3)",
+        "Volcano Job ml/train is Restarting (1 restart(s) so far; max_retry 3)",
+        "Volcano Job ml/train is Pending: 0/3 pods running (1 restart(s) so far; max_retry 3)",
+        "Volcano Job ml/train is Running: 3/3 pods running (1 restart(s) so far; max_retry 3)",
+        "Volcano Job ml/train is Completing (1 restart(s) so far; max_retry 3)",
+        "Volcano Job ml/train is Completed (1 restart(s) so far; max_retry 3)",
     ]
 
 

@@ -38,7 +38,7 @@ function header(data) {
   const job = data.job;
   const facts = [`queue ${job.queue}`, job.priority_class ? `priority class ${job.priority_class}` : null,
                  job.volcano_release, job.age_seconds !== null ? `age ${duration(job.age_seconds)}` : null,
-                 `restarts ${job.restarts}` + (job.max_retry ? ` of max_retry ${job.max_retry}` : ""),
+                 `restarts ${job.restarts}` + (job.restart_budget ? ` (${job.restart_budget})` : ""),
                  `uid ${job.uid}`].filter(Boolean);
   return el("header", {}, el("h1", {}, `Volcano Job ${job.namespace}/${job.name}`,
                                  el("span", { class: `badge phase-${job.phase}` }, job.phase)),
