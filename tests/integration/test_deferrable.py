@@ -42,7 +42,7 @@ def test_deferred_failure_reports_the_same_reason_as_the_sync_path(cluster, oper
         policies=[{"event": "PodFailed", "action": "RestartJob"}, {"event": "PodEvicted", "action": "RestartJob"}],
     ))
     assert run.state == "failed", run.log
-    assert "ended in phase Failed" in run.log
+    assert "the retry budget is exhausted (max_retry 1" in run.log, run.log
     assert "pod dbad-worker-" in run.log and "exit code 1, reason Error" in run.log
 
 

@@ -96,10 +96,23 @@ def test_worker_exiting_1_fails_the_task_naming_pod_and_exit_code(cluster, opera
     ))
 
     assert run.state == "failed", run.log
-    assert "ended in phase Failed" in run.log
+    # Its policies restart the gang on the failure: the first restart spends max_retry=1, and the task, which
+    # tells it from a preemption (none here), ends the Job.
+    assert (f"Volcano Job {cluster.namespace}/bad was restarted 1 time(s) after a failure, an eviction, a lost node "
+            "or a stall: the retry budget is exhausted (max_retry 1") in run.log, run.log
     assert "pod bad-worker-" in run.log and "exit code 1, reason Error" in run.log
-    job = cluster.job("bad")
-    assert job is not None, "failed Jobs are kept for debugging by default"
+    cluster.wait_for("the Job the task ended to be deleted (it was restarting)", lambda: cluster.job("bad") is None)
+
+
+def test_a_failure_without_a_restart_keeps_the_failed_job_for_debugging(cluster, operator_kubeconfig, run_task):
+    cluster.write_log("kept-worker-1", ["RuntimeError: bad batch"], container="worker")
+    run = run_task(lambda: seed_operator(cluster.namespace, "kept", restart_policy="Never",
+                                         job_template=_failing_worker_template(), retryable_exit_codes=[137]))
+    assert run.state == "failed", run.log
+    assert f"Volcano Job {cluster.namespace}/kept ended in phase Terminated" in run.log, run.log
+    assert "exit code 1, reason Error" in run.log, run.log
+    job = cluster.job("kept")
+    assert job is not None and job["status"]["state"]["phase"] == "Terminated", "failed Jobs are kept for debugging"
 
 
 def _failing_worker_template() -> dict:
