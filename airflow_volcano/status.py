@@ -431,6 +431,20 @@ def node_loss_tolerated_seconds(spec: Mapping[str, Any]) -> float | None:
     return max(float(toleration["tolerationSeconds"]) for toleration in tolerations)
 
 
+def failures_not_listed(pods: Iterable[Mapping[str, Any]], failed: Mapping[str, dict]) -> dict[str, dict]:
+    """The failed pods seen while waiting (`failed`: their last state, by name) that `pods`, as listed now,
+    no longer show: removed since, or replaced by a later attempt's pod of the same name (a restart
+    re-creates them under their names) that has not failed itself."""
+    listed = {(pod.get("metadata") or {}).get("name"): pod for pod in pods}
+    kept: dict[str, dict] = {}
+    for name, view in failed.items():
+        current = listed.get(name)
+        if current is None or (((current.get("metadata") or {}).get("uid") != (view.get("metadata") or {}).get("uid"))
+                               and (current.get("status") or {}).get("phase") != PodPhase.FAILED):
+            kept[name] = view
+    return kept
+
+
 def pod_view(pod: Mapping[str, Any]) -> dict[str, Any]:
     """The part of a pod that waiting reads (`pod_problem`, `unstarted_pods`, `lost_pods`, a stall's
     pods): a triggerer keeps one per pod of each waited Job, and a whole pod is many times larger."""

@@ -24,6 +24,7 @@ from airflow_volcano.status import (
     PodLogTail,
     failed_pods,
     failure_message,
+    failures_not_listed,
     job_state,
     termination_result,
     unstarted_pods,
@@ -57,9 +58,9 @@ def explain_failure(hook: VolcanoHook, ref: JobRef, outcome: WaitOutcome) -> Exp
     events: list[dict] = []
     try:
         pods = hook.list_job_pods(ref.name, ref.namespace)
-        # Failed pods seen during the wait that Volcano has removed since (their last state).
-        listed = {pod["metadata"]["name"] for pod in pods}
-        pods += [view for name, view in outcome.failed_pods.items() if name not in listed]
+        # Failed pods seen during the wait that Volcano has removed or replaced since (their last state).
+        gone = failures_not_listed(pods, outcome.failed_pods)
+        pods = [pod for pod in pods if pod["metadata"]["name"] not in gone] + list(gone.values())
         podgroup = hook.get_podgroup(outcome.job) if outcome.job is not None else None
         # The events of the Job, its PodGroup, the master and the pods that failed or never started.
         troubled = [problem.pod for problem in failed_pods(pods, ref.main_task)] + unstarted_pods(pods)

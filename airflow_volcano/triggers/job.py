@@ -32,7 +32,7 @@ from airflow_volcano.observability.logs import LOG_CHUNK_BYTES, Emit, LineSplitt
 from airflow_volcano.observability.masking import JobSecrets, secret_values
 from airflow_volcano.observability.pod_logs import printed_at
 from airflow_volcano.ownership import cancellation_ends_job, nothing_to_stop, task_state
-from airflow_volcano.status import Outcome, failed_pods, job_state, waited_view
+from airflow_volcano.status import Outcome, failed_pods, failures_not_listed, job_state, waited_view
 from airflow_volcano.triggers.job_watch import (
     WATCH_BROKEN,
     Changes,
@@ -391,13 +391,13 @@ class VolcanoJobTrigger(BaseTrigger):
             self.log.warning("Could not read the pods of Volcano Job %s/%s: %s", ref.namespace, ref.name, error)
             pods = []
         else:
-            listed = {pod["metadata"]["name"] for pod in pods if not pod["metadata"].get("deletionTimestamp")}
+            listed = [pod for pod in pods if not pod["metadata"].get("deletionTimestamp")]
             outcome = dataclasses.replace(outcome, failed_pods={
-                name: view for name, view in job_pods.failed.items()
-                if name not in listed and (not ref.uid or calls.owned_by(view, ref.uid))})
+                name: view for name, view in failures_not_listed(listed, job_pods.failed).items()
+                if not ref.uid or calls.owned_by(view, ref.uid)})
         pods = [pod for pod in pods if not ref.uid or calls.owned_by(pod, ref.uid)]
-        names = {pod["metadata"]["name"] for pod in pods}
-        problems = failed_pods([*pods, *(view for name, view in job_pods.failed.items() if name not in names)],
+        gone = failures_not_listed(pods, job_pods.failed)
+        problems = failed_pods([*(pod for pod in pods if pod["metadata"]["name"] not in gone), *gone.values()],
                                ref.main_task)
         if problems:
             self._say(f"Volcano Job {ref.namespace}/{ref.name} failed; first to fail: {problems[0].describe()}")

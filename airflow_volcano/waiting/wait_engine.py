@@ -447,7 +447,7 @@ class WaitEngine:
         self._naming: Preemption | None = None  # a preemption whose preemptor the queue's reads may name
         self._naming_until = float("-inf")  # when it is said without one
         self.retries = 0  # restarts that spent max_retry (not preemptions), earlier waiters' included
-        self._explaining = 0  # restarts this wait saw whose cause it looks for
+        self._unexplained: list[float] = []  # when this wait saw each restart whose cause it looks for
         self._unrecorded = False  # preemptions or retries counted and not yet kept on the Job
         self._restart_asked = False  # this wait restarted the gang (a stall): the next restart is that one
 
@@ -645,8 +645,8 @@ class WaitEngine:
 
     def _preempted(self, events: list[dict], queue: str, now: float) -> bool:
         """Whether the restart being explained was a preemption: evictions to preempt recorded since
-        shortly before this wait saw it restart, and after any counted before. After CAUSE_READS reads
-        without one, the restart had another cause (a failed pod, a lost node, a stall)."""
+        shortly before this wait saw it restart, and after any counted before. A restart that a read at
+        least CAUSE_RETRY_SECONDS after it finds without one had another cause (a failed pod, a lost node)."""
         self._cause_reads -= 1
         self._cause_due = now + CAUSE_RETRY_SECONDS
         since = self._evidence_until
@@ -654,13 +654,20 @@ class WaitEngine:
             since = max(since, self._restart_at - CAUSE_LOOKBACK_SECONDS)
         found = evictions(events, since=since)
         if not found:
-            if not self._cause_reads:  # the last read: no eviction to preempt, so they spent max_retry
-                self._count_retries(self._explaining)
+            # No eviction to preempt recorded CAUSE_RETRY_SECONDS after a restart (the scheduler records it
+            # before it deletes the pods): that restart spent max_retry. A later one is looked into again.
+            settled = [seen for seen in self._unexplained if now - seen >= CAUSE_RETRY_SECONDS]
+            self._unexplained = self._unexplained[len(settled):]
+            self._count_retries(len(settled))
+            if self._unexplained:
+                self._cause_reads = max(self._cause_reads, 1)
+                self._cause_due = self._unexplained[0] + CAUSE_RETRY_SECONDS
             return False
         self._cause_reads = 0
         self._evidence_until = max(eviction.at for eviction in found)
         new = [dataclasses.replace(preemption, queue=queue) for preemption in preemptions_of(found)]
-        self._count_retries(self._explaining - len(new))
+        self._count_retries(len(self._unexplained) - len(new))
+        self._unexplained = []
         self.preemptions += new
         self.timeline.preempted += [preemption.at for preemption in new]
         self._naming, self._naming_until = new[-1], now + NAMING_SECONDS
@@ -668,7 +675,6 @@ class WaitEngine:
 
     def _count_retries(self, count: int) -> None:
         """Restarts whose cause is known not to be a preemption: they spend max_retry (kept on the Job too)."""
-        self._explaining = 0
         if count > 0:
             self.retries += count
             self._unrecorded = self._unrecorded or self.limits.owns_job
@@ -775,9 +781,11 @@ class WaitEngine:
             self._restart_asked = False
             self._count_retries(state.retry_count - self._restarts_seen)  # a stall's restart
         elif state.retry_count > self._restarts_seen:
-            # A restart this wait saw happen: its cause is looked for in the events (a preemption?).
-            self._cause_reads, self._restart_at, self._cause_due = CAUSE_READS, self._epoch(now), now
-            self._explaining += state.retry_count - self._restarts_seen
+            # A restart this wait saw happen: its cause is looked for in the events (a preemption?), since
+            # shortly before the first restart not explained yet.
+            self._unexplained += [now] * (state.retry_count - self._restarts_seen)
+            self._cause_reads, self._cause_due = CAUSE_READS, now
+            self._restart_at = self._epoch(self._unexplained[0])
         self._restarts_seen = state.retry_count
         if state.phase == JobPhase.RUNNING:
             self._ran, self._restart_since = True, None

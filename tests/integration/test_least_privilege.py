@@ -429,6 +429,8 @@ def test_on_its_own_volcano_job_only_its_labels_the_orphan_mark_and_the_preempti
     assert hook.run(calls.annotate_job("ours", namespace, {RETRIES_ANNOTATION: "2"},
                                        uid=created["metadata"]["uid"])) is True
     assert cluster.job("ours")["metadata"]["annotations"][RETRIES_ANNOTATION] == "2"
+    assert hook.run(calls.annotate_job("ours", namespace, {RETRIES_ANNOTATION: None},
+                                       uid=created["metadata"]["uid"])) is True
 
     own_keys = ("may change only the labels airflow-volcano.io/checked and airflow-volcano.io/try-number and the "
                 "annotations airflow-volcano.io/orphaned-at, airflow-volcano.io/preemptions and "

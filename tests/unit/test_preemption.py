@@ -256,6 +256,26 @@ def test_restarts_after_failures_spend_max_retry_and_the_one_that_finds_it_spent
         "not spend it")
 
 
+def test_a_crash_loop_faster_than_the_events_are_read_again_spends_max_retry_restart_by_restart():
+    """A failure every 2 s: each restart is counted once a read 5 s after it found no eviction, although
+    newer restarts keep coming; the third ends the Job (max_retry 3), long before Volcano's maxRetry 7."""
+    wait, _ = engine(WaitLimits(poll_interval=5, owns_job=True), ref=OWNED)
+    wait.job_read(budgeted("Running", running=3), now=now_of(0))
+    ended = None
+    for retries in range(1, 8):
+        at = 1000.0 + 2 * (retries - 1)
+        action = wait.job_changed(budgeted("Restarting", retries=retries, pending=3), now=now_of(at))
+        while isinstance(action, CheckPods | RecordPreemptions):
+            action = (wait.pods_seen([], None, [], now=now_of(at)) if isinstance(action, CheckPods)
+                      else wait.preemptions_recorded(None, now=now_of(at)))
+        if isinstance(action, Done):
+            ended = (retries, action.outcome)
+            break
+        wait.job_changed(budgeted("Running", retries=retries, running=3), now=now_of(at + 1))
+    assert ended is not None and ended[0] == 6, ended  # restarts seen at 1000, 1002, 1004 settled by 1010
+    assert ended[1].verdict is Verdict.BUDGET_SPENT and "was restarted 3 time(s)" in (ended[1].message or "")
+
+
 def test_a_waiter_taking_over_counts_on_from_the_retries_kept_and_never_counts_a_restart_it_cannot_explain():
     wait, _ = engine(WaitLimits(poll_interval=5, owns_job=True), ref=OWNED)
     assert isinstance(wait.job_read(budgeted("Running", retries=2, running=3, kept_retries=2), now=now_of(900)), Watch)

@@ -341,3 +341,16 @@ def test_a_retryable_exit_that_spent_the_budget_is_named_as_such():
     text = failure_message(job_state(exhausted), pods=[*pods, evicted], main_task="master")
     assert ("pod t-master-0 was evicted first (reason Evicted at 10:01:00 UTC, retryable); 1 pod(s) failed "
             "after it") in text
+
+
+def test_a_failed_pod_replaced_by_a_later_attempts_pod_of_its_name_is_still_the_one_reported():
+    from airflow_volcano.status import failures_not_listed
+
+    failed = {"t-worker-0": pod("t-worker-0", "worker", "Failed", exit_code=1, reason="Error", uid="first"),
+              "t-worker-1": pod("t-worker-1", "worker", "Failed", exit_code=1, reason="Error", uid="w1"),
+              "t-master-0": pod("t-master-0", "master", "Failed", exit_code=143, reason="Error", uid="m-first")}
+    listed = [pod("t-worker-0", "worker", "Running", uid="second"),  # the restart's: the failure is the first's
+              pod("t-worker-1", "worker", "Failed", exit_code=1, reason="Error", uid="w1"),  # the same pod: as listed
+              pod("t-master-0", "master", "Failed", exit_code=1, reason="Error", uid="m-second")]  # failed again
+    assert failures_not_listed(listed, failed) == {"t-worker-0": failed["t-worker-0"]}
+    assert failures_not_listed([], failed) == failed, "removed since: each as last seen"
