@@ -165,7 +165,8 @@ class OperatorArguments:
             "T9k's `Unfinished` (delete the pods still running, keep finished ones for their logs) is what a kept "
             "Job already is: Volcano's end (Completed, Terminated, Failed, Aborted) deletes the pods still running "
             "and keeps finished ones (tested on the real node: after success the workers are gone and the "
-            "master's log is still readable).")
+            "master's log is still readable). A Job the task ends itself (`job_timeout`, a stall, pods that cannot "
+            "start, a spent restart budget) is deleted whatever it says.")
     on_kill_action: str = argument(
         _one_of(OnKillAction), OnKillAction.DELETE_JOB,
         doc="what killing the task does to the Job: `delete_job` (default) or `keep_job`. A worker stopping, or "

@@ -225,7 +225,8 @@ class VolcanoJobOperator(BaseOperator):
         `keep_job`. T9k's `Unfinished` (delete the pods still running, keep finished ones for their logs) is what a
         kept Job already is: Volcano's end (Completed, Terminated, Failed, Aborted) deletes the pods still running
         and keeps finished ones (tested on the real node: after success the workers are gone and the master's log is
-        still readable).
+        still readable). A Job the task ends itself (`job_timeout`, a stall, pods that cannot start, a spent restart
+        budget) is deleted whatever it says.
     :param on_kill_action: what killing the task does to the Job: `delete_job` (default) or `keep_job`. A worker
         stopping, or `execution_timeout`, while the task has a try left keeps the Job for that try to reattach to.
     :param if_job_exists: what to do with a Job an earlier try of this task instance submitted and no try has
