@@ -64,7 +64,7 @@ class JobState:
     retry_count: int
     resource_version: str
     max_retry: int | None = None  # Volcano's maxRetry
-    # The budgets the task submitted it with (max_retry, max_preemptions: maxRetry is their sum), if it did.
+    # The budgets the task submitted it with (max_retry, max_preemptions: maxRetry has room for both), if it did.
     budget: RetryBudget | None = None
     # The exit codes the Job's policies restart, when any other failure ends it (else None).
     retryable_exit_codes: tuple[int, ...] | None = None

@@ -17,7 +17,7 @@ from typing import Any
 from airflow_volcano.constants import PREEMPTIONS_ANNOTATION, TASK_LABEL
 from airflow_volcano.observability.goodput import RunTimeline, goodput, phase_changes
 from airflow_volcano.observability.logs import hidden, iter_lines
-from airflow_volcano.status import PodLogTail, failed_pods, first_failures, job_state, pod_problem
+from airflow_volcano.status import PodLogTail, budget_text, failed_pods, first_failures, job_state, pod_problem
 from airflow_volcano.timestamps import parse_time, parse_timestamp_ns
 from airflow_volcano.waiting.preemption import Preemption, recorded
 from airflow_volcano.waiting.progress import PROGRESS_MARKER, Progress
@@ -43,9 +43,7 @@ def job_summary(job: Mapping[str, Any], volcano_release: str | None = None,
         "priority_class": spec.get("priorityClassName"), "volcano_release": volcano_release,
         "created": created, "age_seconds": None if created is None or now is None else max(0.0, now - created),
         "restarts": state.retry_count,
-        # What bounds them: the task's two budgets (maxRetry is their sum), or Volcano's maxRetry alone.
-        "restart_budget": state.budget.describe() if state.budget else (
-            f"max_retry {state.max_retry}" if state.max_retry else None),
+        "restart_budget": budget_text(state) if state.max_retry else None,  # what bounds them
         "timeline": [{"phase": phase, "at": at} for phase, at in phase_changes(job, timeline)],
     }
 

@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import json
 
+from airflow_volcano.manifest.retry_budget import apply_retry_budget
 from airflow_volcano.observability.goodput import RunTimeline
 from airflow_volcano.observability.masking import JobSecrets
 from airflow_volcano.panel.app import Cache
@@ -57,7 +58,11 @@ def test_the_panel_of_a_running_job_counts_its_time_to_now_and_is_json():
     assert [step["phase"] for step in shown["job"]["timeline"]] == ["Pending", "Running"]
     assert shown["goodput"]["wall_seconds"] == 90 and shown["goodput"]["running_seconds"] == 60
     assert shown["failure"] == "boom ***"
+    assert shown["job"]["restart_budget"] is None, "no maxRetry: nothing said of a bound"
     json.dumps(shown)
+    apply_retry_budget(running, 2)
+    assert panel(job=running, pods=[], main_task="master", now=T0 + 90)["job"]["restart_budget"] == \
+        "maxRetry 6 for max_retry 3, max_preemptions 2", "the restarts' two bounds, and Volcano's room for both"
 
 
 def test_fifty_viewers_at_once_cost_one_read_per_period():
