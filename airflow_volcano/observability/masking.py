@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from airflow_volcano.constants import LABEL_PREFIX
+from airflow_volcano.constants import LABEL_PREFIX, RETRY_BUDGET_ANNOTATION
 from airflow_volcano.kubelet import process_string
 from airflow_volcano.manifest.pod_runtime import SHOWN_ENV_VALUES, shown_command
 
@@ -231,7 +231,8 @@ def shown(document: dict, *, whole: bool = False) -> dict:
     """A copy of a manifest to show (UI, dry_run): secret env values as `***`, and in every string
     the values the masker knows to be secret masked (its own walk of a dict stops a few levels deep,
     and a Job's env is deeper); the signal-forwarding shell and the files in its env named, not inlined,
-    unless `whole` (dry_run: what is applied, to pipe into `kubectl apply --dry-run=server`)."""
+    unless `whole` (dry_run: what is applied, to pipe into `kubectl apply --dry-run=server`), and without the
+    restart budgets' annotation."""
     from airflow.sdk._shared.secrets_masker import redact
 
     def masked(value: Any) -> Any:
@@ -246,6 +247,12 @@ def shown(document: dict, *, whole: bool = False) -> dict:
         item["value"] = REDACTED
     if whole:
         return safe
+    # The task's bookkeeping of the restart budgets (manifest/retry_budget.py) is left out of the UI's
+    # view, which Airflow cuts at max_templated_field_length: the task log and the panel say both budgets.
+    annotations = (safe.get("metadata") or {}).get("annotations")
+    if isinstance(annotations, dict) and annotations.pop(RETRY_BUDGET_ANNOTATION, None) is not None \
+            and not annotations:
+        del safe["metadata"]["annotations"]
     for task in (safe.get("spec") or {}).get("tasks") or []:
         for container in (((task or {}).get("template") or {}).get("spec") or {}).get("containers") or []:
             if isinstance(container, dict) and isinstance(container.get("command"), list):

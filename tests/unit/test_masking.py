@@ -141,3 +141,17 @@ def test_the_operator_marks_the_job_it_builds_and_masks_its_lineage_facets(monke
     failed = task.get_openlineage_facets_on_failure(None)
     assert failed.run_facets["volcanoRun"].failure == "Volcano Job ml/x failed: refused ***"
     assert VARIABLE not in serialized(failed)
+
+
+def test_the_uis_view_of_a_job_leaves_out_the_restart_budgets_annotation_and_dry_run_keeps_it():
+    from airflow_volcano.constants import RETRY_BUDGET_ANNOTATION
+    from airflow_volcano.manifest.retry_budget import apply_retry_budget
+    from airflow_volcano.observability.masking import shown
+
+    job = {"metadata": {"name": "t", "annotations": {"team": "a"}}, "spec": {"maxRetry": 3, "tasks": []}}
+    apply_retry_budget(job, 10)
+    assert shown(job)["metadata"]["annotations"] == {"team": "a"} and shown(job)["spec"]["maxRetry"] == 14
+    assert RETRY_BUDGET_ANNOTATION in shown(job, whole=True)["metadata"]["annotations"], "what is applied, whole"
+    del job["metadata"]["annotations"]["team"]
+    assert "annotations" not in shown(job)["metadata"]
+    assert RETRY_BUDGET_ANNOTATION in job["metadata"]["annotations"], "the Job itself is left as it is"
