@@ -447,6 +447,7 @@ class WaitEngine:
         self._naming: Preemption | None = None  # a preemption whose preemptor the queue's reads may name
         self._naming_until = float("-inf")  # when it is said without one
         self.retries = 0  # restarts that spent max_retry (not preemptions), earlier waiters' included
+        self._budget: RetryBudget | None = None  # the Job's restart budgets, as last read (None: it has none)
         self._unexplained: list[float] = []  # when this wait saw each restart whose cause it looks for
         self._unrecorded = False  # preemptions or retries counted and not yet kept on the Job
         self._restart_asked = False  # this wait restarted the gang (a stall): the next restart is that one
@@ -683,9 +684,8 @@ class WaitEngine:
         """The preemption's one line, and kept as said (on the Job too, by the waiter that owns it)."""
         self.preemptions[-1] = preemption
         self._unrecorded = self.limits.owns_job
-        budget = RetryBudget.of(self.job)
         self.report(preemption.describe(f"{self.ref.namespace}/{self.ref.name}", len(self.preemptions),
-                                        budget.max_preemptions if budget else None))
+                                        self._budget.max_preemptions if self._budget else None))
 
     def _queue_report(self, podgroup: dict | None, queue: QueueSnapshot, now: float) -> str | None:
         """Say why the Job waits, when it changed (or every WAITING_REPEAT_SECONDS); returns why it can
@@ -758,6 +758,7 @@ class WaitEngine:
         if (line := self._progress.observe(job)) is not None:
             self.report(line)
         state = job_state(job)
+        self._budget = state.budget
         if _has_pending(job):
             self._pending_since = now if self._pending_since is None else self._pending_since
         else:
@@ -805,7 +806,7 @@ class WaitEngine:
         """Why the Job must end, if the waiter that owns it counted more restarts after failures than
         max_retry allows, or more preemptions than max_preemptions (their budgets: manifest/retry_budget.py).
         A preemption ends it once said (its preemptor named, or known unnamed)."""
-        budget = RetryBudget.of(self.job)
+        budget = self._budget
         if not self.limits.owns_job or budget is None:
             return None
         job = f"Volcano Job {self.ref.namespace}/{self.ref.name}"
