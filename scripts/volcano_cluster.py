@@ -666,14 +666,15 @@ def scheduler_conf() -> Path:
 
 
 def vc_scheduler_argv() -> list[str]:
-    # Only the simulated-only cluster preempts (its tests marked preempting_scheduler): the first keeps
-    # Volcano's built-in configuration, which its tests (queues filled by lower-priority Jobs, gangs
-    # waiting for the real node) were written against.
+    # Both clusters preempt (the built-in configuration with a preempting action): a training on the real
+    # node is preempted for real (tests/integration/test_preemption.py). Jobs of one priority never preempt
+    # one another, and a test that uses priorities has a queue of its own (Volcano takes victims only in
+    # the preemptor's queue).
     return [
         str(binary("vc-scheduler")), f"--kubeconfig={admin_kubeconfig()}", "--leader-elect=false",
         f"--listen-address={HOST}:{PORTS['scheduler-metrics']}",
         f"--healthz-address={HOST}:{PORTS['scheduler-healthz']}",
-        "--schedule-period=200ms", *([f"--scheduler-conf={scheduler_conf()}"] if SIMULATED_ONLY else []),
+        "--schedule-period=200ms", f"--scheduler-conf={scheduler_conf()}",
     ]
 
 

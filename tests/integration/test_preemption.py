@@ -1,9 +1,12 @@
 """Preemption (issue 45): a training preempted by a higher-priority Job is told so, by whom, and waits
-to run again. Real: the apiserver, Volcano's scheduler with the simulated-only cluster's configuration
-(cluster/scheduler/volcano-scheduler.conf: `gangpreempt` from v1.15, `preempt` before; marked
-preempting_scheduler, scripts/test-suite runs these on that cluster), its controller restarting the gang.
-Simulated: the pods (kwok), on a node of the test's own, tainted so that nothing else lands there and the
-preemptor can take the room only from the training.
+to run again. Real: the apiserver, Volcano's scheduler with the local clusters' configuration
+(cluster/scheduler/volcano-scheduler.conf: `gangpreempt` from v1.15, `preempt` before), its controller
+restarting the gang.
+
+On simulated pods (kwok; marked preempting_scheduler, which scripts/test-suite runs on the second,
+simulated-only cluster): a node of the test's own, tainted so that nothing else lands there and the
+preemptor can take the room only from the training. On the real node (real containers, the kubelet's
+SIGTERM, a checkpoint and a resume): an extended resource of the test's own that only its two Jobs ask.
 
 Each test has its own queue (Volcano's preempt and gangpreempt take victims only in the preemptor's queue)
 and PriorityClasses; they are negative, the training's lowest, as a further guard."""
@@ -23,6 +26,8 @@ from airflow_volcano.constants import PREEMPTIONS_ANNOTATION
 from airflow_volcano.waiting.preemption import recorded
 
 from .jobs import SIM, pytorch_job
+from .real_node import real_operator
+from .test_long_training import RESUMABLE, checkpoints, latest
 from .test_operator import seed_operator
 from .test_queues import objects  # noqa: F401 - a fixture
 
@@ -207,3 +212,106 @@ def wall_seconds(text: str) -> float:
     assert match is not None and text, text
     hours, minutes, seconds = (int(part or 0) for part in match.groups())
     return 3600 * hours + 60 * minutes + seconds
+
+
+@dataclass
+class RealRoom:
+    """Room on the real node for one gang: a resource of the test's own that the node advertises 2 of and
+    each pod of either gang asks 1 of, so the preemptor fits only where the training runs. No other test's
+    pod asks it, and the queue and PriorityClasses are the test's own, so only its two Jobs are concerned."""
+
+    node: str
+    slot: str
+    queue: str
+    low: str
+    high: str
+
+    def resources(self) -> dict:
+        # An extended resource's request must equal its limit.
+        return {"requests": {"cpu": "100m", "memory": "256Mi", self.slot: "1"},
+                "limits": {"memory": "2Gi", self.slot: "1"}}
+
+
+@pytest.fixture
+def real_room(cluster, objects, real_node) -> Iterator[RealRoom]:  # noqa: F811 - the fixture imported above
+    label = ",".join(f"{key}={value}" for key, value in real_node["node_selector"].items())
+    (node,) = cluster.core.list_node(label_selector=label).items
+    slot = f"airflow-volcano.io/slot-{cluster.namespace}"
+    # As a platform team advertises an extended resource (a node's status, which the kubelet keeps).
+    cluster.core.patch_node_status(node.metadata.name, {"status": {"capacity": {slot: "2"},
+                                                                   "allocatable": {slot: "2"}}})
+    try:
+        yield RealRoom(node=node.metadata.name, slot=slot,
+                       queue=objects.queue("preempt", {"cpu": "100", "memory": "100Gi", slot: "2"}),
+                       low=objects.priority_class("low", -20), high=objects.priority_class("high", -10))
+    finally:
+        escaped = slot.replace("~", "~0").replace("/", "~1")
+        cluster.core.patch_node_status(node.metadata.name, [
+            {"op": "remove", "path": f"/status/capacity/{escaped}"},
+            {"op": "remove", "path": f"/status/allocatable/{escaped}"}])
+
+
+def real_preemptor(room: RealRoom, real_node: dict, name: str, seconds: int) -> dict:
+    """Another team's higher-priority Job on the real node, submitted from outside Airflow: two pods that
+    sleep `seconds`."""
+    return {
+        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": name},
+        "spec": {"schedulerName": "volcano", "minAvailable": 2, "queue": room.queue,
+                 "priorityClassName": room.high, "tasks": [{
+                     "name": "main", "replicas": 2,
+                     "template": {"spec": {
+                         "restartPolicy": "Never", "nodeSelector": real_node["node_selector"],
+                         "tolerations": real_node["tolerations"], "terminationGracePeriodSeconds": 1,
+                         "containers": [{"name": "main", "image": real_node["image"],
+                                         "imagePullPolicy": real_node["image_pull_policy"],
+                                         "command": ["sleep", str(seconds)], "resources": room.resources()}]}}}]}}
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferred"])
+def test_on_the_real_node_a_preempted_training_resumes_from_its_checkpoint_without_spending_max_retry(
+        cluster, operator_kubeconfig, run_task, real_node, real_room, tmp_path, deferrable):
+    """Real containers: a training (checkpointing every epoch) runs; after its second checkpoint a
+    higher-priority Job of the same queue comes, and Volcano's scheduler evicts the training's gang for it
+    (the kubelet sends SIGTERM: the script saves). The preemptor runs and ends; the training is placed
+    again, resumes from its last checkpoint and succeeds, with max_retry=1, which allows no restart. The task
+    log names the preemptor."""
+    shared, volume = checkpoints(tmp_path)
+    name, other = "low", "high"
+    preempted_after: list[int] = []
+
+    def preempt() -> None:
+        cluster.wait_for("a second checkpoint", lambda: latest(shared).get("epoch", 0) >= 2, timeout=240)
+        preempted_after.append(latest(shared)["epoch"])
+        cluster.create_job(real_preemptor(real_room, real_node, other, 10))
+
+    thread = threading.Thread(target=preempt, daemon=True)
+    thread.start()
+    try:
+        run = run_task(lambda: real_operator(
+            real_node, cluster.namespace, name, training_script=RESUMABLE, worker_replicas=1, deferrable=deferrable,
+            container_resources=real_room.resources(), priority_class_name=real_room.low,
+            volcano_queue=real_room.queue, max_retry=1, on_finish_action="keep_job", startup_timeout=240,
+            env={"EPOCHS": "8", "EPOCH_SECONDS": "3"}, **volume))
+    finally:
+        thread.join(timeout=300)
+
+    assert preempted_after, f"the training never checkpointed twice\n\nThe task log:\n{run.log}"
+    assert run.state == "success", run.log
+    said = [line for line in run.log.splitlines() if "was preempted at" in line]
+    assert len(said) == 1, run.log
+    assert f" by {cluster.namespace}/{other} (PriorityClass {real_room.high}, priority -10" in said[0], said[0]
+    assert f" in queue `{real_room.queue}`: Volcano's scheduler " in said[0], said[0]
+    assert "Preemptions so far: 1 of max_preemptions 10 (they do not spend max_retry)" in said[0], said[0]
+    assert "the retry budget is exhausted" not in run.log and "max_retry" not in run.log.split(said[0], 1)[1]
+    result = run.xcom["return_value"]
+    resumed = re.fullmatch(r"/checkpoints/test_\S+/epoch-(\d+)\.pt", result["resumed_from"] or "")
+    assert resumed is not None and int(resumed.group(1)) >= preempted_after[0], (result, preempted_after)
+    assert f"[{name}-master-0] [airflow-volcano] resumed from {result['resumed_from']}" in run.log, run.log
+    assert latest(shared)["epoch"] == 8
+    high = cluster.job(other)
+    assert high is not None and high["status"]["state"]["phase"] == "Completed", "the preemptor ran and ended"
+    low = cluster.job(name)
+    assert low is not None and low["status"].get("retryCount") == 1, low
+    (kept,) = recorded(low["metadata"]["annotations"].get(PREEMPTIONS_ANNOTATION))
+    assert kept.preemptor == f"{cluster.namespace}/{other}"
+    assert result["goodput"]["preemptions"] == 1 and result["goodput"]["restarting_seconds"] == 0, result["goodput"]

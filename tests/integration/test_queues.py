@@ -90,10 +90,12 @@ def objects(cluster) -> Iterator[ClusterObjects]:
     made.remove()
 
 
-def filler(cluster, queue: str, name: str = "filler", gpus_per_pod: int = 1) -> dict:
+def filler(cluster, queue: str, name: str = "filler", gpus_per_pod: int = 1, priority_class: str | None = None) -> dict:
     """A Job of someone else's in `queue`, 2 pods of `gpus_per_pod` GPUs, running until the test ends it."""
     body = pytorch_job(name, master_sim={"outcome": "run-forever"}, worker_sim={"outcome": "run-forever"})
     body["spec"]["queue"] = queue
+    if priority_class:
+        body["spec"]["priorityClassName"] = priority_class
     for task in body["spec"]["tasks"]:
         # Requests too: Volcano sums a gang's minResources from the template's requests, and a Job without
         # them counts as elastic (its whole allocation given back when Volcano admits the next Job).
@@ -160,7 +162,8 @@ def test_waiting_jobs_are_told_their_queue_position_and_short_resource_as_the_sc
     queue = objects.queue("gpus", {GPU: "2"})
     classes = {level: objects.priority_class(level, value) for level, value in (("low", 10), ("mid", 20),
                                                                                  ("high", 30))}
-    filler(cluster, queue)
+    # The filler above them all: the local cluster's scheduler preempts, and the test is of waiting.
+    filler(cluster, queue, priority_class=objects.priority_class("filler", 40))
     logical_date = datetime.datetime.now(datetime.UTC).isoformat()
     workers = {}
     for level, deferrable in (("low", False), ("mid", True), ("high", False)):
