@@ -94,9 +94,10 @@ def test_a_stalled_triggerer_waking_after_another_fired_keeps_the_finished_job(
     migrate(python, worker_env)
 
     dag_id = "ha_triggerers"
-    # Pods that run long enough for B to take the trigger over before the Job completes, then succeed.
+    # Pods that run until B has taken the trigger over (the test then ends them), then succeed: on a
+    # loaded machine a fixed run time could end before A even stalled.
     dag_file = write_dag(dags, dag_id, cluster.namespace, name="hatrig", deferrable=True, on_finish_action="keep_job",
-                         annotations={SIM + "outcome": "succeed", SIM + "run-for": "40s"})
+                         annotations={SIM + "outcome": "run-forever"})
     worker_log = tmp_path / "worker.log"
     logical_date = datetime.datetime.now(datetime.UTC).isoformat()
 
@@ -126,6 +127,7 @@ def test_a_stalled_triggerer_waking_after_another_fired_keeps_the_finished_job(
             triggerer_b = start_triggerer(env_b, tmp_path / "triggerer-b.log")
             cluster.wait_for("triggerer B to take the trigger over from the stalled A",
                              lambda: watching(home) - {log_a}, timeout=180)
+            cluster.finish_simulated_pods("hatrig")
             # B fires once the Job completes; the worker resumes the task, which reports and keeps the Job.
             assert worker.wait(timeout=240) == 0, worker_log.read_text()[-3000:]
             assert task_state(python, worker_env, dag_id) == "success"
