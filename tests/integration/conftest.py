@@ -389,7 +389,9 @@ def cluster(admin: client.ApiClient, tmp_path: Path, request: pytest.FixtureRequ
     # hostPath on the real node (it is this machine), and what a test's `namespace_allows` mark names.
     marked = request.node.get_closest_marker("namespace_allows")
     allowed = sorted({*(["hostPath"] if "real_node" in request.fixturenames else []), *(marked.args if marked else ())})
-    create_test_namespace(core, namespace, {ALLOWED_PRIVILEGES: ",".join(allowed)} if allowed else None)
+    # The test's id on its namespace: benchmarks/suite_cpu.py charges the namespace's pods to it.
+    create_test_namespace(core, namespace, {"airflow-volcano.io/test": request.node.nodeid,
+                                            **({ALLOWED_PRIVILEGES: ",".join(allowed)} if allowed else {})})
     utils.create_from_yaml(admin, str(REPO / "deploy" / "rbac.yaml"), namespace=namespace)
     grant_queue_reader(admin, namespace)
     log_dir = tmp_path / "pod-logs"
