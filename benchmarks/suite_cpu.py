@@ -63,8 +63,7 @@ def program(pid: int) -> str:
 
 class Sampler:
     def __init__(self) -> None:
-        config.load_kube_config(os.environ.get("KUBECONFIG", KUBECONFIG))
-        self.core = client.CoreV1Api()
+        self.core: client.CoreV1Api | None = None  # once the suite has started the cluster
         self.pods: dict[str, str] = {}  # uid -> namespace
         self.tests: dict[str, str] = {}  # namespace -> test
         self.charged: Counter[str] = Counter()
@@ -73,6 +72,10 @@ class Sampler:
 
     def refresh(self) -> None:
         try:
+            if self.core is None:
+                if not Path(os.environ.get("KUBECONFIG", KUBECONFIG)).exists():
+                    return
+                self.core = client.CoreV1Api(config.new_client_from_config(os.environ.get("KUBECONFIG", KUBECONFIG)))
             for namespace in self.core.list_namespace().items:
                 test = (namespace.metadata.annotations or {}).get(TEST_ANNOTATION)
                 if test:
