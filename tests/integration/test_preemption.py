@@ -286,9 +286,9 @@ def test_on_the_real_node_a_preempted_training_resumes_from_its_checkpoint_witho
         cluster, operator_kubeconfig, run_task, real_node, real_room, tmp_path, deferrable):
     """Real containers: a training (checkpointing every epoch) runs; after its second checkpoint a
     higher-priority Job of the same queue comes, and Volcano's scheduler evicts the training's gang for it
-    (the kubelet sends SIGTERM: the script saves). The preemptor runs and ends; the training is placed
-    again, resumes from its last checkpoint and succeeds, with max_retry=1, which allows no restart. The task
-    log names the preemptor."""
+    (the kubelet stops its containers). The preemptor runs and ends; the training is placed again, resumes
+    from its last checkpoint (the one it had when the preemptor came, or a later one) and succeeds, with
+    max_retry=1, which allows no restart. The task log names the preemptor."""
     shared, volume = checkpoints(tmp_path)
     name, other = "low", "high"
     preempted_after: list[int] = []
