@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_volcano.constants import JobPhase
+from airflow_volcano.constants import FAILED_PHASES, SUCCEEDED_PHASES, JobPhase
 from airflow_volcano.timestamps import parse_time
 from airflow_volcano.waiting.progress import Progress, duration_text
 from airflow_volcano.waiting.queueing import pod_requests
@@ -168,11 +168,17 @@ def phase_changes(job: Mapping[str, Any], timeline: RunTimeline | None = None) -
     """The Job's phases in order, with when each began: its conditions and the phases the waiter saw
     (`timeline`), repeats merged."""
     changes: list[tuple[str, float]] = []
-    seen = [(condition.get("status") or "", parse_time(condition.get("lastTransitionTime")))
-            for condition in (job.get("status") or {}).get("conditions") or []]
-    seen += timeline.phases if timeline is not None else []
-    # In time order; at the same second, in the order Volcano wrote them (Completing before Completed).
-    for phase, at in sorted(dict.fromkeys(seen), key=lambda item: item[1] or 0.0):
+    # The waiter's own sequence first: Volcano keeps only the latest condition of each phase, and its times
+    # are whole seconds, so a Job that turned Pending -> Running within one second has a Running condition
+    # of the same second as the Pending the waiter saw before it; taken in the conditions' order, the
+    # Pending came after, and the Running span until the next restart counted as a restart.
+    seen: list[tuple[str, float | None]] = list(timeline.phases) if timeline is not None else []
+    seen += [(condition.get("status") or "", parse_time(condition.get("lastTransitionTime")))
+             for condition in (job.get("status") or {}).get("conditions") or []]
+    # In time order; at the same second, in the order seen (the waiter's, then Volcano's: Completing before
+    # Completed), a final phase last.
+    final = SUCCEEDED_PHASES | FAILED_PHASES
+    for phase, at in sorted(dict.fromkeys(seen), key=lambda item: (item[1] or 0.0, item[0] in final)):
         if at is not None and phase and (not changes or changes[-1][0] != phase):
             changes.append((phase, at))
     return changes

@@ -154,3 +154,21 @@ def test_a_preemption_before_the_first_run_the_wait_saw_counts_from_its_eviction
     assert spent is not None
     assert spent.seconds["preempted"] == 55 and spent.seconds["queued"] == 5 and spent.seconds["running"] == 30
     assert sum(spent.seconds.values()) == spent.wall == 90
+
+
+def test_a_gang_running_again_within_the_second_it_was_pending_is_running_until_its_next_restart():
+    """As seen in make test (four preemptions, kwok; seconds after creation): after its third preemption the
+    gang was Pending, its status changed (which refreshes the phase's time) and it turned Running, all
+    within second 94. Volcano keeps only the latest condition of each phase, in whole seconds: the Job
+    ended with Running at 94, Restarting and Pending at 105; the waiter saw Pending at 94, then Running at
+    94. The span from 94 to the next restart is running time, not a restart's."""
+    run = job(("Running", 94), ("Restarting", 105), ("Pending", 105))
+    waiter_saw = [(phase, T0 + second) for phase, second in (
+        ("Pending", 0), ("Running", 0), ("Restarting", 11), ("Pending", 11), ("Running", 32), ("Restarting", 42),
+        ("Pending", 43), ("Running", 63), ("Restarting", 74), ("Pending", 74), ("Pending", 94), ("Running", 94),
+        ("Restarting", 105), ("Pending", 105))]
+    timeline = RunTimeline(phases=waiter_saw, preempted=[T0 + 11, T0 + 42, T0 + 73, T0 + 105], ended_at=T0 + 110)
+    spent = goodput(run, timeline)
+    assert spent is not None and spent.wall == 110
+    assert spent.seconds["running"] == 11 + 10 + 11 + 11, spent.seconds
+    assert spent.seconds["preempted"] == 21 + 21 + 20 + 5, spent.seconds
