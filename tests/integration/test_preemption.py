@@ -51,17 +51,22 @@ class Room:
         return spec
 
 
+def create_tainted_node(cluster, name: str, **extra: str) -> None:
+    """A simulated node (kwok) of the test's own, tainted so that only pods tolerating TAINT land there."""
+    resources = {"cpu": "4", "memory": "16Gi", "pods": "20", **extra}
+    cluster.core.create_node({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
+                     "labels": {"kubernetes.io/hostname": name, "type": "kwok"}},
+        "spec": {"taints": [{"key": TAINT, "value": "yes", "effect": "NoSchedule"}]},
+        "status": {"allocatable": resources, "capacity": resources}})
+
+
 @pytest.fixture
 def room(cluster, objects) -> Iterator[Room]:  # noqa: F811 - the fixture imported above
     found = Room(node=f"room-{cluster.namespace}", queue=objects.queue("preempt", {"cpu": "100"}),
                  low=objects.priority_class("low", -20), high=objects.priority_class("high", -10))
-    resources = {"cpu": "4", "memory": "16Gi", "pods": "20"}
-    cluster.core.create_node({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": found.node, "annotations": {"kwok.x-k8s.io/node": "fake"},
-                     "labels": {"kubernetes.io/hostname": found.node, "type": "kwok"}},
-        "spec": {"taints": [{"key": TAINT, "value": "yes", "effect": "NoSchedule"}]},
-        "status": {"allocatable": resources, "capacity": resources}})
+    create_tainted_node(cluster, found.node)
     try:
         yield found
     finally:
@@ -246,13 +251,7 @@ def real_room(cluster, objects, real_node) -> Iterator[RealRoom]:  # noqa: F811 
     cluster.core.patch_node_status(node.metadata.name, {"status": {"capacity": {slot: "2"},
                                                                    "allocatable": {slot: "2"}}})
     elsewhere = f"elsewhere-{cluster.namespace}"
-    resources = {"cpu": "4", "memory": "16Gi", "pods": "20", slot: "2"}
-    cluster.core.create_node({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": elsewhere, "annotations": {"kwok.x-k8s.io/node": "fake"},
-                     "labels": {"kubernetes.io/hostname": elsewhere, "type": "kwok"}},
-        "spec": {"taints": [{"key": TAINT, "value": "yes", "effect": "NoSchedule"}]},
-        "status": {"allocatable": resources, "capacity": resources}})
+    create_tainted_node(cluster, elsewhere, **{slot: "2"})
     try:
         yield RealRoom(node=node.metadata.name, slot=slot,
                        queue=objects.queue("preempt", {"cpu": "100", "memory": "100Gi", slot: "4"}),
