@@ -2,7 +2,7 @@
 
     scripts/volcano-cluster up [--volcano V] [--kubernetes V] | build [--volcano V] [--kubernetes V]
                             | down | status | kubeconfig | real-node | restart COMPONENT | stop COMPONENT
-                            | versions
+                            | scheduler preempting|built-in | versions
 
 `--volcano` and `--kubernetes` (or VOLCANO_CLUSTER_VOLCANO / VOLCANO_CLUSTER_KUBERNETES) choose the
 releases; the default is DEFAULT_VERSIONS (the newest the suite runs on; a newer wrapper module is
@@ -13,6 +13,11 @@ versions than the running cluster's stops it first. `status` shows the running v
 `stop` kills one component as a crash or a lost machine would (SIGKILL, nothing cleaned up): `stop kubelet`
 leaves the real node's containers running under containerd, as in a network partition, while the node
 turns NotReady. `restart` starts it again (or kills and restarts a running one).
+
+`scheduler preempting` restarts Volcano's scheduler with a preempting action added to its built-in
+configuration (cluster/scheduler/volcano-scheduler.conf: `gangpreempt` from v1.15, `preempt` before),
+`scheduler built-in` without it. The first cluster starts with the built-in configuration, the
+simulated-only one (below) preempting.
 
 `real-node` prints, as JSON, the operator arguments that run a pod on the real node (node selector,
 toleration, the local training image).
@@ -658,18 +663,40 @@ def preempt_action(volcano: str) -> str:
     return "gangpreempt" if (major, minor) >= (1, 15) else "preempt"
 
 
-def scheduler_conf() -> Path:
-    """cluster/scheduler/volcano-scheduler.conf with the release's preempting action, in the state directory."""
+def scheduler_configuration(preempting: bool, volcano: str) -> str:
+    """cluster/scheduler/volcano-scheduler.conf: with the release's preempting action, or without it (then
+    it is Volcano's built-in configuration)."""
+    template = SCHEDULER_CONF.read_text()
+    return template.replace("PREEMPT_ACTION", preempt_action(volcano)) if preempting \
+        else template.replace("PREEMPT_ACTION, ", "")
+
+
+def scheduler_conf(preempting: bool = SIMULATED_ONLY) -> Path:
+    """The scheduler's configuration file, in the state directory (the scheduler reads it when it starts)."""
     path = STATE / "volcano-scheduler.conf"
-    path.write_text(SCHEDULER_CONF.read_text().replace("PREEMPT_ACTION", preempt_action(VERSIONS.volcano)))
+    # Whole at once (a rename): a running scheduler rereads the file as it is written.
+    written = path.with_suffix(".new")
+    written.write_text(scheduler_configuration(preempting, (running_versions() or VERSIONS).volcano))
+    os.replace(written, path)
     return path
 
 
+def set_scheduler(mode: str) -> None:
+    """`scheduler preempting|built-in`: the running scheduler restarted with or without the preempting action."""
+    if mode not in ("preempting", "built-in"):
+        raise ClusterError(f"unknown scheduler configuration {mode!r} (preempting, built-in)")
+    scheduler_conf(preempting=mode == "preempting")
+    restart("vc-scheduler")
+    log(f"the scheduler runs the {mode} configuration")
+
+
 def vc_scheduler_argv() -> list[str]:
-    # Both clusters preempt (the built-in configuration with a preempting action): a training on the real
-    # node is preempted for real (tests/integration/test_preemption.py). Jobs of one priority never preempt
-    # one another, and a test that uses priorities has a queue of its own (Volcano takes victims only in
-    # the preemptor's queue).
+    # The simulated-only cluster's scheduler preempts (the built-in configuration with a preempting action):
+    # its preemption tests run there one at a time. The first cluster's runs the built-in configuration:
+    # with a preempting action there, tests beside each other saw gangs wait minutes for their pods (the
+    # scheduler's every session also tries preemptions for each starving Job); its one preemption test
+    # (tests/integration/test_preemption.py, a training on the real node) turns preemption on for itself
+    # with `scheduler preempting` and runs alone (marked disruptive).
     return [
         str(binary("vc-scheduler")), f"--kubeconfig={admin_kubeconfig()}", "--leader-elect=false",
         f"--listen-address={HOST}:{PORTS['scheduler-metrics']}",
@@ -1225,6 +1252,8 @@ def main(args: list[str]) -> int:
             restart(args[1])
         elif command == "stop" and len(args) > 1:
             stop(args[1])
+        elif command == "scheduler" and len(args) > 1:
+            set_scheduler(args[1])
         else:
             print(__doc__.strip(), file=sys.stderr)
             return 2

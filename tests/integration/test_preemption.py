@@ -1,12 +1,14 @@
 """Preemption (issue 45): a training preempted by a higher-priority Job is told so, by whom, and waits
-to run again. Real: the apiserver, Volcano's scheduler with the local clusters' configuration
+to run again. Real: the apiserver, Volcano's scheduler with a preempting configuration
 (cluster/scheduler/volcano-scheduler.conf: `gangpreempt` from v1.15, `preempt` before), its controller
 restarting the gang.
 
 On simulated pods (kwok; marked preempting_scheduler, which scripts/test-suite runs on the second,
-simulated-only cluster): a node of the test's own, tainted so that nothing else lands there and the
-preemptor can take the room only from the training. On the real node (real containers, the kubelet's
-SIGTERM, a checkpoint and a resume): an extended resource of the test's own that only its two Jobs ask.
+simulated-only cluster, whose scheduler preempts): a node of the test's own, tainted so that nothing else
+lands there and the preemptor can take the room only from the training. On the real node (real
+containers, the kubelet's SIGTERM, a checkpoint and a resume): an extended resource of the test's own that
+only its two Jobs ask; the first cluster's scheduler preempts only for that test, which runs alone
+(marked disruptive).
 
 Each test has its own queue (Volcano's preempt and gangpreempt take victims only in the preemptor's queue)
 and PriorityClasses; they are negative, the training's lowest, as a further guard."""
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import datetime
 import re
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -25,6 +28,7 @@ import pytest
 from airflow_volcano.constants import PREEMPTIONS_ANNOTATION
 from airflow_volcano.waiting.preemption import recorded
 
+from .conftest import REPO
 from .jobs import SIM, pytorch_job
 from .real_node import real_operator
 from .test_long_training import RESUMABLE, checkpoints, latest
@@ -242,6 +246,23 @@ class RealRoom:
                 "limits": {"memory": "2Gi", self.slot: "1"}}
 
 
+def first_cluster_scheduler(configuration: str) -> None:
+    subprocess.run([str(REPO / "scripts" / "volcano-cluster"), "scheduler", configuration], check=True,
+                   capture_output=True, timeout=120)
+
+
+@pytest.fixture
+def preempting_scheduler_for_this_test(cluster) -> Iterator[None]:
+    """The first cluster's scheduler with a preempting action, for this test only, as a platform team turns
+    it on: the scheduler restarted with it (the built-in configuration again afterwards). With it on
+    there, tests beside each other saw gangs wait minutes for their pods; the tests using it run alone."""
+    first_cluster_scheduler("preempting")
+    try:
+        yield
+    finally:
+        first_cluster_scheduler("built-in")
+
+
 @pytest.fixture
 def real_room(cluster, objects, real_node) -> Iterator[RealRoom]:  # noqa: F811 - the fixture imported above
     label = ",".join(f"{key}={value}" for key, value in real_node["node_selector"].items())
@@ -280,6 +301,8 @@ def real_preemptor(room: RealRoom, real_node: dict, name: str, seconds: int) -> 
                                          "command": ["sleep", str(seconds)], "resources": room.resources()}]}}}]}}
 
 
+@pytest.mark.disruptive
+@pytest.mark.usefixtures("preempting_scheduler_for_this_test")
 @pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferred"])
 def test_on_the_real_node_a_preempted_training_resumes_from_its_checkpoint_without_spending_max_retry(
         cluster, operator_kubeconfig, run_task, real_node, real_room, tmp_path, deferrable):
