@@ -702,6 +702,8 @@ def vc_scheduler_argv() -> list[str]:
         f"--listen-address={HOST}:{PORTS['scheduler-metrics']}",
         f"--healthz-address={HOST}:{PORTS['scheduler-healthz']}",
         "--schedule-period=200ms", f"--scheduler-conf={scheduler_conf()}",
+        # Its sessions' and actions' latencies on the metrics port (off by default).
+        "--enable-metrics",
     ]
 
 

@@ -304,7 +304,28 @@ class Cluster:
             if value:
                 return value
             time.sleep(0.25)
-        raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{self.scheduling_state()}")
+
+    def scheduling_state(self) -> str:
+        """The namespace's Jobs and PodGroups as Volcano sees them, and the PodGroups' events: what a wait
+        that timed out was waiting on (said with the timeout, since the namespace is gone afterwards)."""
+        try:
+            lines = [f"Job {job['metadata']['name']}: {(job.get('status') or {}).get('state', {}).get('phase')}"
+                     for job in self.jobs()]
+            for group in self.custom.list_namespaced_custom_object(
+                    "scheduling.volcano.sh", "v1beta1", self.namespace, "podgroups")["items"]:
+                status = group.get("status") or {}
+                conditions = "; ".join(f"{c.get('type')} {c.get('reason')}: {c.get('message')}"
+                                       for c in status.get("conditions") or [])
+                lines.append(f"PodGroup {group['metadata']['name']}: {status.get('phase')} ({conditions})")
+            lines += [f"event {event.involved_object.kind}/{event.involved_object.name}: {event.reason}: "
+                      f"{event.message} (x{event.count})"
+                      for event in self.core.list_namespaced_event(self.namespace).items
+                      if event.involved_object.kind == "PodGroup"]
+            lines.append(f"pods: {', '.join(sorted(pod.metadata.name for pod in self.pods())) or 'none'}")
+        except Exception as error:  # noqa: BLE001 - said beside a failure, never a second one
+            return f"(the namespace's scheduling state could not be read: {error})"
+        return "The namespace's scheduling state:\n  " + "\n  ".join(lines)
 
     def wait_phase(self, name: str, phases: set[str], timeout: float = 60) -> dict:
         return self.wait_for(
