@@ -7,7 +7,8 @@ CPU time to a test or to a component of the cluster.
 A process is charged by what it is, in this order: a pod's (its cgroup names the pod's uid; the pod's
 namespace, the namespace's `airflow-volcano.io/test` annotation, which tests/integration/conftest.py writes,
 the test), a test's own subprocess (PYTEST_CURRENT_TEST in the environment it was started with: an
-Airflow worker, triggerer, API server), or by its command (kube-apiserver, etcd, the pytest workers
+Airflow worker, triggerer, API server; for a worker forked warm, the test its zygote recorded), or by
+its command (kube-apiserver, etcd, the pytest workers
 themselves, which set that variable only after they started). Processes are read every 2 s: one that
 starts and ends between two reads is not seen, so the charged total is below the machine's, which the
 report gives too (from /proc/stat). The suite's figures are in docs/performance.md.
@@ -31,6 +32,8 @@ from kubernetes import client, config
 
 REPO = Path(__file__).resolve().parent.parent
 KUBECONFIG = "/tmp/airflow-volcano-cluster/kubeconfig"
+# Each warm worker's test, by pid (tests/integration/warm_worker.py writes them).
+WARM_WORKERS = Path("/tmp/airflow-volcano-warm-workers")
 TEST_ANNOTATION = "airflow-volcano.io/test"
 INTERVAL = 2.0
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -97,8 +100,12 @@ class Sampler:
             return f"{self.tests.get(namespace, namespace)} :: pod"
         try:
             environment = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            # A worker forked warm (tests/integration/warm_worker.py) has its zygote's environment there.
+            forked_for = (WARM_WORKERS / str(pid)).read_bytes() if (WARM_WORKERS / str(pid)).exists() else b""
         except OSError:
             return None
+        if forked_for:
+            environment = [b"PYTEST_CURRENT_TEST=" + forked_for]
         for variable in environment:
             if variable.startswith(b"PYTEST_CURRENT_TEST="):
                 test = variable.split(b"=", 1)[1].decode(errors="replace").rsplit(" ", 1)[0]

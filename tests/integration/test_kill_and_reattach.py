@@ -11,15 +11,16 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
+from . import warm_worker
+
 SIM = "sim.airflow-volcano.io/"
-RUNNER = Path(__file__).with_name("dag_runner.py")
+RUNNER = warm_worker.RUNNER
 # How long a worker process may take to start Airflow, submit, and stop: seconds alone, but up to a
 # few minutes beside other tests on a loaded 2-core machine. A bound on waiting, not on the provider.
 WORKER_WAIT = 180
@@ -40,15 +41,14 @@ def write_dag(tmp_path: Path, dag_id: str, namespace: str, **operator_kwargs) ->
 
 
 def start_worker(dag_file: Path, dag_id: str, logical_date: str, log: Path, *, retry: bool = False,
-                 external_triggerer: bool = False, env: dict[str, str] | None = None) -> subprocess.Popen:
-    """A worker running the DAG's task; `retry` runs the next try of the same task instance;
-    `external_triggerer` leaves a deferred task to a triggerer (none runs unless the test starts one)."""
-    out = log.open("ab")
-    return subprocess.Popen([sys.executable, str(RUNNER), str(dag_file), dag_id, logical_date,
-                             *(["--retry"] if retry else []),
-                             *(["--external-triggerer"] if external_triggerer else [])],
-                            stdout=out, stderr=subprocess.STDOUT,
-                            env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})))
+                 external_triggerer: bool = False,
+                 env: dict[str, str] | None = None) -> warm_worker.WarmProcess | subprocess.Popen:
+    """A worker running the DAG's task, its own process (forked warm: warm_worker.py); `retry` runs the
+    next try of the same task instance; `external_triggerer` leaves a deferred task to a triggerer (none
+    runs unless the test starts one)."""
+    return warm_worker.start([str(dag_file), dag_id, logical_date, *(["--retry"] if retry else []),
+                              *(["--external-triggerer"] if external_triggerer else [])],
+                             dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})), log)
 
 
 

@@ -1,0 +1,219 @@
+"""Airflow workers started warm: dag_runner.py processes forked from one that has imported Airflow.
+
+A test that kills a worker needs the worker as a process of its own (dag_runner.py). Started anew, each
+imports Airflow, the provider and the in-process execution API first: most of the CPU such a process
+spends before its task starts (docs/performance.md, "Where `make test`'s time goes"). A warm worker
+instead is forked from a zygote: a process of the same interpreter and environment that has done those
+imports once and then only forks. Its children are real processes: their own pid, which the test signals
+(SIGTERM, SIGKILL) as any worker, their exit status reported as `subprocess.Popen` reports it.
+
+`start(argv, env, log)` returns a `WarmProcess` (Popen's `pid`, `returncode`, `poll`, `wait`,
+`send_signal`, `terminate`, `kill`). One zygote per pytest worker, with its environment: a variable
+read only when the task runs (a connection, a variable, the current test's name) may differ between its
+children; a worker whose environment differs in any other (PYTHONPATH, an AIRFLOW__ setting) is started
+anew, as a plain subprocess.
+
+As a script (`python warm_worker.py`) it is the zygote: it answers `ready`, then for each request line
+(JSON: argv, env, log) forks a child that runs dag_runner.py with that argv and environment, its output
+appended to `log`, and answers `pid N`; when a child ends it says `exit N RETURNCODE`. It ends at the end
+of its input (the test process gone).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+RUNNER = Path(__file__).with_name("dag_runner.py")
+# Each running child's test (its PYTEST_CURRENT_TEST), by pid: a forked child keeps the environment the
+# zygote was started with in /proc/PID/environ, so benchmarks/suite_cpu.py charges it from here.
+OWNERS = Path("/tmp/airflow-volcano-warm-workers")
+# Read by Airflow or the provider only when a task runs, never at import: they may differ per child.
+PER_CHILD = ("AIRFLOW_CONN_", "AIRFLOW_VAR_", "PYTEST_CURRENT_TEST")
+
+
+def import_what_a_worker_imports() -> None:
+    """What dag_runner.py imports before its task starts (Airflow, its task runner and in-process
+    execution API, the provider's operators). Importing connects to nothing and starts no thread."""
+    import airflow.api_fastapi.execution_api.app  # noqa: F401
+    import airflow.api_fastapi.execution_api.routes  # noqa: F401
+    import airflow.dag_processing.collection  # noqa: F401
+    import airflow.sdk  # noqa: F401
+    import airflow.sdk.execution_time.supervisor  # noqa: F401
+    import airflow.sdk.execution_time.task_runner  # noqa: F401
+
+    import airflow_volcano.operators  # noqa: F401
+    import airflow_volcano.triggers  # noqa: F401
+
+
+def run_child(request: dict) -> None:
+    """In the forked child: become the requested dag_runner.py process, then exit with its code."""
+    code = 1
+    try:
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        sys.argv = [str(RUNNER), *request["argv"]]
+        sys.path[0] = str(RUNNER.parent)
+        import runpy
+
+        runpy.run_path(str(RUNNER), run_name="__main__")
+        code = 0
+    except SystemExit as end:
+        code = end.code if isinstance(end.code, int) else (0 if end.code is None else 1)
+    except BaseException:  # noqa: BLE001 - what a worker's traceback would say, then its exit code
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def zygote() -> int:
+    import_what_a_worker_imports()
+    if threading.active_count() != 1:  # a fork copies no thread: the children would miss one
+        print(f"not forkable: {threading.active_count()} threads after the imports", flush=True)
+        return 1
+    OWNERS.mkdir(exist_ok=True)
+    answer = sys.stdout
+    answer.write("ready\n")
+    answer.flush()
+    selector = selectors.DefaultSelector()
+    selector.register(sys.stdin, selectors.EVENT_READ)
+    children: set[int] = set()
+    while True:
+        for _ in selector.select(timeout=0.2):
+            line = sys.stdin.readline()
+            if not line:
+                return 0
+            request = json.loads(line)
+            answer.flush()
+            pid = os.fork()
+            if pid == 0:
+                run_child(request)
+            children.add(pid)
+            (OWNERS / str(pid)).write_text(request["env"].get("PYTEST_CURRENT_TEST", ""))
+            answer.write(f"pid {pid}\n")
+            answer.flush()
+        for pid in list(children):
+            ended, status = os.waitpid(pid, os.WNOHANG)
+            if ended:
+                children.discard(pid)
+                (OWNERS / str(pid)).unlink(missing_ok=True)
+                answer.write(f"exit {pid} {os.waitstatus_to_exitcode(status)}\n")
+                answer.flush()
+
+
+class Zygote:
+    """The test process's end of one zygote."""
+
+    def __init__(self, python: str, env: dict[str, str]) -> None:
+        self.process = subprocess.Popen([python, str(Path(__file__).resolve())], env=env, stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        assert self.process.stdout is not None
+        first = self.process.stdout.readline().strip()
+        if first != "ready":
+            self.process.kill()
+            raise RuntimeError(f"the warm worker did not start: {first or 'no answer'}")
+        self.lock = threading.Lock()
+        self.changed = threading.Condition()
+        self.started: list[int] = []
+        self.ended: dict[int, int] = {}
+        threading.Thread(target=self.read, daemon=True).start()
+
+    def read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            kind, pid, *rest = line.split()
+            with self.changed:
+                if kind == "pid":
+                    self.started.append(int(pid))
+                else:
+                    self.ended[int(pid)] = int(rest[0])
+                self.changed.notify_all()
+
+    def fork(self, argv: list[str], env: dict[str, str], log: Path) -> int:
+        assert self.process.stdin is not None
+        with self.lock:
+            with self.changed:
+                self.started.clear()
+            self.process.stdin.write(json.dumps({"argv": argv, "env": env, "log": str(log)}) + "\n")
+            self.process.stdin.flush()
+            with self.changed:
+                if not self.changed.wait_for(lambda: self.started, timeout=60):
+                    raise RuntimeError("the warm worker did not fork")
+                return self.started.pop()
+
+
+class WarmProcess:
+    """A forked worker, as subprocess.Popen presents a process."""
+
+    def __init__(self, zygote: Zygote, pid: int, args: list[str]) -> None:
+        self.zygote, self.pid, self.args = zygote, pid, args
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        with self.zygote.changed:
+            self.returncode = self.zygote.ended.get(self.pid)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        with self.zygote.changed:
+            if not self.zygote.changed.wait_for(lambda: self.pid in self.zygote.ended, timeout=timeout):
+                raise subprocess.TimeoutExpired(self.args, timeout or 0)
+            self.returncode = self.zygote.ended[self.pid]
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signum)
+
+    def terminate(self) -> None:
+        self.send_signal(15)
+
+    def kill(self) -> None:
+        self.send_signal(9)
+
+
+_ZYGOTE: Zygote | None = None
+_ZYGOTE_LOCK = threading.Lock()
+
+
+def start(argv: list[str], env: dict[str, str], log: Path) -> WarmProcess | subprocess.Popen:
+    """dag_runner.py with `argv`, its output appended to `log` (created before this returns): forked from
+    the zygote of this pytest worker (started on first use, kept for the worker's life). A worker whose
+    environment differs from this process's in more than what each child may set (PER_CHILD), such as
+    a PYTHONPATH that changes what the interpreter does at its start, is started anew."""
+    log.open("ab").close()
+
+    def start_time(environment: dict[str, str]) -> dict[str, str]:
+        return {name: value for name, value in environment.items()
+                if not name.startswith(PER_CHILD) and name != "PYTHONUNBUFFERED"}
+
+    if start_time(env) != start_time(dict(os.environ)):
+        with log.open("ab") as out:
+            return subprocess.Popen([sys.executable, str(RUNNER), *argv], stdout=out, stderr=subprocess.STDOUT,
+                                    env=env)
+    global _ZYGOTE
+    with _ZYGOTE_LOCK:
+        if _ZYGOTE is None or _ZYGOTE.process.poll() is not None:
+            _ZYGOTE = Zygote(sys.executable, {**env, "PYTHONUNBUFFERED": "1"})
+        zygote = _ZYGOTE
+    return WarmProcess(zygote, zygote.fork(argv, env, log), [str(RUNNER), *argv])
+
+
+if __name__ == "__main__":
+    sys.exit(zygote())
