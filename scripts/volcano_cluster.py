@@ -693,8 +693,8 @@ def set_scheduler(mode: str) -> None:
 def vc_scheduler_argv() -> list[str]:
     # The simulated-only cluster's scheduler preempts (the built-in configuration with a preempting action):
     # its preemption tests run there one at a time. The first cluster's runs the built-in configuration:
-    # with a preempting action there, tests beside each other saw gangs wait minutes for their pods (the
-    # scheduler's every session also tries preemptions for each starving Job); its one preemption test
+    # with a preempting action there, two CI runs each saw one test's gangs wait minutes for their pods,
+    # beside the other tests (why is not understood: docs/local-cluster.md); its one preemption test
     # (tests/integration/test_preemption.py, a training on the real node) turns preemption on for itself
     # with `scheduler preempting` and runs alone (marked disruptive).
     return [

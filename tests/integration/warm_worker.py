@@ -1,8 +1,8 @@
 """Airflow workers started warm: dag_runner.py processes forked from one that has imported Airflow.
 
 A test that kills a worker needs the worker as a process of its own (dag_runner.py). Started anew, each
-imports Airflow, the provider and the in-process execution API first: most of the CPU such a process
-spends before its task starts (docs/performance.md, "Where `make test`'s time goes"). A warm worker
+imports Airflow, the provider and the in-process execution API first: about 40 % of what such a process
+spends on a one-task DAG (benchmarks/worker_start.py; docs/performance.md). A warm worker
 instead is forked from a zygote: a process of the same interpreter and environment that has done those
 imports once and then only forks. Its children are real processes: their own pid, which the test signals
 (SIGTERM, SIGKILL) as any worker, their exit status reported as `subprocess.Popen` reports it.
@@ -117,10 +117,17 @@ def zygote() -> int:
                 answer.flush()
 
 
+def start_time(environment: dict[str, str]) -> dict[str, str]:
+    """What of an environment the interpreter, Airflow or the provider may read before a task runs."""
+    return {name: value for name, value in environment.items()
+            if not name.startswith(PER_CHILD) and name != "PYTHONUNBUFFERED"}
+
+
 class Zygote:
     """The test process's end of one zygote."""
 
     def __init__(self, python: str, env: dict[str, str]) -> None:
+        self.start_time = start_time(env)
         self.process = subprocess.Popen([python, str(Path(__file__).resolve())], env=env, stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         assert self.process.stdout is not None
@@ -198,18 +205,15 @@ def start(argv: list[str], env: dict[str, str], log: Path) -> WarmProcess | subp
     environment differs from this process's in more than what each child may set (PER_CHILD), such as
     a PYTHONPATH that changes what the interpreter does at its start, is started anew."""
     log.open("ab").close()
-
-    def start_time(environment: dict[str, str]) -> dict[str, str]:
-        return {name: value for name, value in environment.items()
-                if not name.startswith(PER_CHILD) and name != "PYTHONUNBUFFERED"}
-
     if start_time(env) != start_time(dict(os.environ)):
         with log.open("ab") as out:
             return subprocess.Popen([sys.executable, str(RUNNER), *argv], stdout=out, stderr=subprocess.STDOUT,
                                     env=env)
     global _ZYGOTE
     with _ZYGOTE_LOCK:
-        if _ZYGOTE is None or _ZYGOTE.process.poll() is not None:
+        # A new one when this process's environment changed since (a test's setting): the old one's
+        # running children are still reported by it.
+        if _ZYGOTE is None or _ZYGOTE.process.poll() is not None or _ZYGOTE.start_time != start_time(env):
             _ZYGOTE = Zygote(sys.executable, {**env, "PYTHONUNBUFFERED": "1"})
         zygote = _ZYGOTE
     return WarmProcess(zygote, zygote.fork(argv, env, log), [str(RUNNER), *argv])
