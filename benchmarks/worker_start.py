@@ -65,9 +65,7 @@ def main() -> int:
             process = warm_worker.WarmProcess(zygote, zygote.fork([str(dag), "worker_start"], dict(os.environ), log),
                                               [])
             assert process.wait(timeout=600) == 0, log.read_text()[-3000:]
-        assert zygote.process.stdin is not None
-        zygote.process.stdin.close()
-        zygote.process.wait()
+        zygote.close()
         return children_cpu() - start
 
     alone = zygote_with(0)

@@ -165,6 +165,13 @@ class Zygote:
                 return self.started.pop()
 
 
+    def close(self) -> None:
+        """The end of its input: the zygote ends (its running children go on); wait for it."""
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait()
+
+
 class WarmProcess:
     """A forked worker, as subprocess.Popen presents a process."""
 
@@ -205,7 +212,8 @@ def start(argv: list[str], env: dict[str, str], log: Path) -> WarmProcess | subp
     environment differs from this process's in more than what each child may set (PER_CHILD), such as
     a PYTHONPATH that changes what the interpreter does at its start, is started anew."""
     log.open("ab").close()
-    if start_time(env) != start_time(dict(os.environ)):
+    wanted = start_time(env)
+    if wanted != start_time(dict(os.environ)):
         with log.open("ab") as out:
             return subprocess.Popen([sys.executable, str(RUNNER), *argv], stdout=out, stderr=subprocess.STDOUT,
                                     env=env)
@@ -213,7 +221,7 @@ def start(argv: list[str], env: dict[str, str], log: Path) -> WarmProcess | subp
     with _ZYGOTE_LOCK:
         # A new one when this process's environment changed since (a test's setting): the old one's
         # running children are still reported by it.
-        if _ZYGOTE is None or _ZYGOTE.process.poll() is not None or _ZYGOTE.start_time != start_time(env):
+        if _ZYGOTE is None or _ZYGOTE.process.poll() is not None or _ZYGOTE.start_time != wanted:
             _ZYGOTE = Zygote(sys.executable, {**env, "PYTHONUNBUFFERED": "1"})
         zygote = _ZYGOTE
     return WarmProcess(zygote, zygote.fork(argv, env, log), [str(RUNNER), *argv])
