@@ -9,23 +9,27 @@ namespace, the namespace's `airflow-volcano.io/test` annotation, which tests/int
 the test), a test's own subprocess (PYTEST_CURRENT_TEST in the environment it was started with: an
 Airflow worker, triggerer, API server; for a worker forked warm, the test its zygote recorded), or by
 its command (kube-apiserver, etcd, the pytest workers
-themselves, which set that variable only after they started). Processes are read every 2 s: one that
-starts and ends between two reads is not seen, so the charged total is below the machine's, which the
-report gives too (from /proc/stat). The suite's figures are in docs/performance.md.
+themselves, which set that variable only after they started). Processes are read every 2 s; what a
+process spent after its last read, or all of it when it started and ended between two reads (a kubectl, a
+runc, a CNI plugin), comes from the kernel's process accounting (acct(2): a record of each process as it
+exits), charged to the process's owner if it was seen, else to its parent's. The report gives the
+machine's busy total too (from /proc/stat). The suite's figures are in docs/performance.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import re
 import signal
+import struct
 import subprocess
 import sys
 import threading
 import time
-from collections import Counter
+from collections import defaultdict
 from pathlib import Path
 
 from kubernetes import client, config
@@ -37,6 +41,11 @@ WARM_WORKERS = Path("/tmp/airflow-volcano-warm-workers")
 TEST_ANNOTATION = "airflow-volcano.io/test"
 INTERVAL = 2.0
 TICKS = os.sysconf("SC_CLK_TCK")
+# struct acct_v3 (linux/acct.h): flag, version, tty, exitcode, uid, gid, pid, ppid, btime, etime, then
+# utime, stime and six more as comp_t (13-bit mantissa, 3-bit base-8 exponent, in AHZ = 100 ticks a second),
+# then the command's first 16 bytes.
+ACCT_RECORD = struct.Struct("<BBHIIIIIIf8H16s")
+ACCT_HZ = 100
 POD_UID = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
 
 
@@ -64,12 +73,50 @@ def program(pid: int) -> str:
     return " ".join(word.decode(errors="replace").rsplit("/", 1)[-1] for word in words if word)[:60]
 
 
+def comp_t(value: int) -> int:
+    return (value & 0x1FFF) << (3 * (value >> 13))
+
+
+class ProcessAccounting:
+    """The kernel's BSD process accounting, on while the suite runs: a record of each process as it exits
+    (pid, parent pid, CPU time, command), read as it grows."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.libc = ctypes.CDLL(None, use_errno=True)
+
+    def start(self) -> None:
+        self.path.write_bytes(b"")
+        if self.libc.acct(str(self.path).encode()) != 0:
+            raise OSError(ctypes.get_errno(), f"acct({self.path}): process accounting needs root")
+
+    def stop(self) -> None:
+        self.libc.acct(None)
+
+    def exited(self) -> list[tuple[int, int, float, str]]:
+        """(pid, parent pid, CPU seconds, command) of each process that exited since the last call."""
+        with self.path.open("rb") as records:
+            records.seek(self.offset)
+            data = records.read()
+        whole = len(data) - len(data) % ACCT_RECORD.size
+        self.offset += whole
+        exited = []
+        for start in range(0, whole, ACCT_RECORD.size):
+            record = ACCT_RECORD.unpack_from(data, start)
+            pid, ppid, utime, stime, command = record[6], record[7], record[10], record[11], record[-1]
+            exited.append((pid, ppid, (comp_t(utime) + comp_t(stime)) / ACCT_HZ,
+                           command.rstrip(b"\0").decode(errors="replace")))
+        return exited
+
+
 class Sampler:
-    def __init__(self) -> None:
+    def __init__(self, accounting: ProcessAccounting) -> None:
+        self.accounting = accounting
         self.core: client.CoreV1Api | None = None  # once the suite has started the cluster
         self.pods: dict[str, str] = {}  # uid -> namespace
         self.tests: dict[str, str] = {}  # namespace -> test
-        self.charged: Counter[str] = Counter()
+        self.charged: defaultdict[str, float] = defaultdict(float)
         self.last: dict[int, tuple[float, str]] = {}
         self.stopped = threading.Event()
 
@@ -112,6 +159,21 @@ class Sampler:
                 return f"{test} :: {program(pid)}"
         return f"(machine) {program(pid)}"
 
+    def charge_exited(self) -> None:
+        """What each process that exited since the last read spent after it (all of it, if never read)."""
+        for pid, ppid, seconds, command in self.accounting.exited():
+            seen = self.last.pop(pid, None)
+            if seen is not None:
+                self.charged[seen[1]] += max(seconds - seen[0], 0.0)
+                continue
+            parent = self.last.get(ppid)
+            if parent is None:
+                self.charged[f"(machine) {command} (exited unseen, parent unknown)"] += seconds
+            elif " :: " in parent[1]:
+                self.charged[f"{parent[1].split(' :: ', 1)[0]} :: {command} (exited unseen)"] += seconds
+            else:
+                self.charged[f"{parent[1]} > {command}"] += seconds
+
     def sample(self, first: bool) -> None:
         alive = set()
         for entry in os.listdir("/proc"):
@@ -136,14 +198,16 @@ class Sampler:
         while not self.stopped.is_set():
             if tick % 3 == 0:
                 self.refresh()
+            if tick:
+                self.charge_exited()
             self.sample(first=tick == 0)
             tick += 1
             self.stopped.wait(INTERVAL)
 
 
 def report(result: dict, top: int) -> None:
-    by_test: Counter[str] = Counter()
-    by_kind: Counter[str] = Counter()
+    by_test: defaultdict[str, float] = defaultdict(float)
+    by_kind: defaultdict[str, float] = defaultdict(float)
     for owner, seconds in result["charged"].items():
         if owner.startswith("(machine) ") or owner.startswith("pod (not"):
             by_kind[owner] += seconds
@@ -155,10 +219,10 @@ def report(result: dict, top: int) -> None:
     print(f"{result['wall_seconds'] / 60:.1f} min, the machine busy {result['busy_seconds']:.0f} CPU-s "
           f"({result['busy_seconds'] / result['wall_seconds']:.2f} cores on average); charged {charged:.0f} CPU-s")
     print(f"\nby kind (top {top}):")
-    for kind, seconds in by_kind.most_common(top):
+    for kind, seconds in sorted(by_kind.items(), key=lambda item: -item[1])[:top]:
         print(f"  {seconds:7.0f}  {kind}")
     print(f"\nby test (top {top}):")
-    for test, seconds in by_test.most_common(top):
+    for test, seconds in sorted(by_test.items(), key=lambda item: -item[1])[:top]:
         print(f"  {seconds:7.0f}  {test}")
 
 
@@ -174,7 +238,10 @@ def main() -> int:
         return 0
     if not args.command:
         parser.error("give the command to measure after --, e.g. -- scripts/test-suite")
-    sampler = Sampler()
+    accounting = ProcessAccounting(args.out.with_suffix(".acct"))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    accounting.start()
+    sampler = Sampler(accounting)
     thread = threading.Thread(target=sampler.run, daemon=True)
     started, busy = time.monotonic(), busy_seconds()
     thread.start()
@@ -186,6 +253,8 @@ def main() -> int:
         code = suite.wait()
     sampler.stopped.set()
     thread.join()
+    sampler.charge_exited()
+    accounting.stop()
     result = {"command": args.command, "exit_code": code, "wall_seconds": time.monotonic() - started,
               "busy_seconds": busy_seconds() - busy,
               "charged": dict(sorted(sampler.charged.items(), key=lambda item: -item[1]))}
