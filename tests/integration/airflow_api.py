@@ -5,10 +5,17 @@ to `failed` through the API server's own app (in process, against the metadata D
 AIRFLOW_HOME); `clear DAG_ID TASK_ID` clears it (the UI's "Clear": its next try runs); `state DAG_ID
 TASK_ID` prints its state. Run it with the Python of the Airflow
 under test, so each Airflow version is driven through its own API.
+
+`python airflow_api.py serve` builds the app once (about 11 CPU-seconds: most of a call's cost) and then
+answers each line of its input (`COMMAND DAG_ID TASK_ID`) with one line, `ANSWER` and a JSON object of
+the call's exit code and output, until its input ends: test_triggerer.api_call keeps one per test.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import sys
 
 from fastapi.testclient import TestClient
@@ -31,8 +38,7 @@ def task_instance_url(api: TestClient, dag_id: str, task_id: str) -> str:
     return f"/api/v2/dags/{dag_id}/dagRuns/{run['dag_run_id']}/taskInstances/{task_id}"
 
 
-def main(command: str, dag_id: str, task_id: str) -> int:
-    api = client()
+def call(api: TestClient, command: str, dag_id: str, task_id: str) -> int:
     url = task_instance_url(api, dag_id, task_id)
     if command == "mark-failed":
         response = api.patch(url, json={"new_state": "failed"})
@@ -49,6 +55,26 @@ def main(command: str, dag_id: str, task_id: str) -> int:
     if response.is_success and command == "state":
         print(f"TASK-STATE {response.json()['state']}", flush=True)
     return 0 if response.is_success else 1
+
+
+def serve() -> int:
+    api = client()
+    for line in sys.stdin:
+        output = io.StringIO()
+        with contextlib.redirect_stdout(output):
+            try:
+                code = call(api, *line.split())
+            except (Exception, SystemExit) as error:  # said to the caller, as a one-shot call's traceback
+                print(f"{type(error).__name__}: {error}")
+                code = 1
+        print("ANSWER", json.dumps({"code": code, "output": output.getvalue()}), flush=True)
+    return 0
+
+
+def main(command: str, *args: str) -> int:
+    if command == "serve":
+        return serve()
+    return call(client(), command, *args)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from kubernetes.client.rest import ApiException
 
 from ..compose_stack import wait_until
 from ..conftest import REAL_NODE_GATE, uses_real_node
+from .airflow_api_client import close_all as close_airflow_api_servers
 
 REPO = Path(__file__).resolve().parents[2]
 # How long a test waits for the tests marked node_outage to give the real node back (they take about 4 min).
@@ -78,6 +79,13 @@ def real_node_free(request: pytest.FixtureRequest) -> None:
     if gate and uses_real_node(request.node):
         wait_until(f"the node_outage tests to give the real node back ({gate} gone)", lambda: not Path(gate).exists(),
                    timeout=REAL_NODE_GATE_TIMEOUT, interval=1)
+
+
+@pytest.fixture(autouse=True)
+def airflow_api_servers_end_with_the_test() -> Iterator[None]:
+    """The REST API server processes a test's calls started (airflow_api_client.api_call) end with it."""
+    yield
+    close_airflow_api_servers()
 
 
 @pytest.fixture(scope="session")

@@ -20,9 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from .airflow_api_client import api_call
 from .airflow_db import migrate
 from .test_kill_and_reattach import RUNNER, SIM, WORKER_WAIT, write_dag
-from .test_triggerer import AIRFLOW_API, airflow_env, in_an_airflow_lane, trigger_log  # noqa: F401 - a fixture
+from .test_triggerer import airflow_env, in_an_airflow_lane, trigger_log  # noqa: F401 - a fixture
 
 
 def hold_outside_a_transaction(pid: int, database: Path, attempts: int = 50) -> None:
@@ -77,9 +78,8 @@ def test_a_cleared_deferred_tasks_kill_leaves_the_job_its_next_try_took_over(
             # finds both rows when it wakes, as on PostgreSQL.
             hold_outside_a_transaction(triggerer.pid, home / "airflow.db")
             try:
-                cleared = subprocess.run([python, str(AIRFLOW_API), "clear", dag_id, "train"], env=env,
-                                         capture_output=True, text=True, timeout=120)
-                assert cleared.returncode == 0, cleared.stdout + cleared.stderr
+                code, output = api_call(python, env, "clear", dag_id, "train")
+                assert code == 0, output
                 cluster.wait_for("the next try to defer", lambda: worker_log.read_text().count(
                     "Pausing task as DEFERRED") >= 2, timeout=WORKER_WAIT)
             finally:

@@ -41,14 +41,17 @@ def test_a_gang_restarted_after_startup_timeout_runs_on_and_succeeds(
         cluster, operator_kubeconfig, run_task, real_node, tmp_path, deferrable):
     """startup_timeout bounds the first start; a restart's new pods, Pending for a few seconds, used to meet a
     Job older than startup_timeout and be deleted as "did not start". Real containers: rank 1 exits 137 after
-    45 s (startup_timeout 30 s), Volcano restarts the gang (the master, blocked in gloo's rendezvous, is killed
-    after its 5 s grace period), which trains."""
+    60 s (startup_timeout 45 s), Volcano restarts the gang (the master, blocked in gloo's rendezvous, is killed
+    after its 5 s grace period), which trains. The pods request no CPU: the first start must come within
+    startup_timeout, and the concurrent tests' pods on the real node, whose CPU requests can book it up for
+    minutes, once kept this gang Pending past it ("Insufficient cpu")."""
     state = tmp_path / "state"
     state.mkdir()
     name = f"late{'d' if deferrable else 's'}"
     run = run_task(lambda: real_operator(
         real_node, cluster.namespace, name, training_script=script(tmp_path, LATE_CRASH), worker_replicas=1,
-        startup_timeout=30, termination_grace_period=5, env={"CRASH_AFTER": "45"}, deferrable=deferrable,
+        container_resources={"requests": {"memory": "256Mi"}, "limits": {"memory": "2Gi"}},
+        startup_timeout=45, termination_grace_period=5, env={"CRASH_AFTER": "60"}, deferrable=deferrable,
         volumes=[{"name": "state", "hostPath": {"path": str(state), "type": "Directory"}}],
         volume_mounts=[{"name": "state", "mountPath": "/state"}]))
 

@@ -24,11 +24,11 @@ import pytest
 import yaml
 
 from ..conftest import airflow_lane
+from .airflow_api_client import api_call
 from .airflow_db import migrate
 from .conftest import REPO
 from .test_kill_and_reattach import RUNNER, SIM, write_dag
 
-AIRFLOW_API = Path(__file__).with_name("airflow_api.py")
 AIRFLOWS = {
     "suite-airflow": Path(sys.executable),
     # pyproject's floors: Airflow 3.1.7 and the lowest of every direct dependency.
@@ -67,10 +67,9 @@ def trigger_log(home: Path) -> str:
 
 def task_instance(python: Path, env: dict[str, str], dag_id: str) -> str:
     """The task instance as the REST API returns it to anyone who may read task instances."""
-    out = subprocess.run([str(python), str(AIRFLOW_API), "state", dag_id, "train"], env=env, capture_output=True,
-                         text=True, timeout=120)
-    assert out.returncode == 0, out.stdout + out.stderr
-    return out.stdout
+    code, output = api_call(python, env, "state", dag_id, "train")
+    assert code == 0, output
+    return output
 
 
 def task_state(python: Path, env: dict[str, str], dag_id: str) -> str:
@@ -157,9 +156,8 @@ def test_deferred_task_outlives_a_triggerer_restart_and_a_user_kill_deletes_ever
 
         triggerer = start_triggerer()
         watches(2)
-        marked = subprocess.run([str(python), str(AIRFLOW_API), "mark-failed", dag_id, "train"], env=worker_env,
-                                capture_output=True, text=True, timeout=120)
-        assert marked.returncode == 0, marked.stdout + marked.stderr
+        code, output = api_call(python, worker_env, "mark-failed", dag_id, "train")
+        assert code == 0, output
 
         cluster.wait_for("the Job, its pods and its script ConfigMap to be deleted",
                          lambda: cluster.job("dkill") is None and not cluster.pods("dkill")

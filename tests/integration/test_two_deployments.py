@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from .airflow_api_client import api_call
 from .airflow_db import migrate
 from .test_kill_and_reattach import RUNNER, SIM, WORKER_WAIT, write_dag
-from .test_triggerer import AIRFLOW_API, airflow_env, in_an_airflow_lane  # noqa: F401 - a fixture
+from .test_triggerer import airflow_env, in_an_airflow_lane  # noqa: F401 - a fixture
 
 PYTHON = sys.executable
 DEPLOYMENT = "airflow-volcano.io/deployment"
@@ -37,9 +38,8 @@ class Airflow:
         return worker, log
 
     def mark_failed(self, dag_id: str) -> None:
-        marked = subprocess.run([PYTHON, str(AIRFLOW_API), "mark-failed", dag_id, "train"], env=self.env,
-                                capture_output=True, text=True, timeout=120)
-        assert marked.returncode == 0, marked.stdout + marked.stderr
+        code, output = api_call(PYTHON, self.env, "mark-failed", dag_id, "train")
+        assert code == 0, output
 
     def stop(self) -> None:
         for worker in self.workers:
