@@ -8,7 +8,7 @@ under test, so each Airflow version is driven through its own API.
 
 `python airflow_api.py serve` builds the app once (about 11 CPU-seconds: most of a call's cost) and then
 answers each line of its input (`COMMAND DAG_ID TASK_ID`) with one line, `ANSWER` and a JSON object of
-the call's exit code and output, until its input ends: test_triggerer.api_call keeps one per test.
+the call's exit code and output, until its input ends: airflow_api_client.api_call keeps one per test.
 """
 
 from __future__ import annotations
