@@ -8,9 +8,9 @@ and ended after the test (tests/integration/conftest.py calls `close_all`).
 from __future__ import annotations
 
 import json
-import selectors
+import queue
 import subprocess
-import time
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -26,26 +26,31 @@ class AirflowAPI:
         with self.log.open("ab") as log:
             self.process = subprocess.Popen([str(python), str(AIRFLOW_API), "serve"], env=dict(env),
                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True)
+        # Its answers, read by a thread: a line Airflow prints to stdout may come with an answer in one read,
+        # which a select() on the pipe would then wait for in vain.
+        self.answers: queue.Queue[dict | None] = queue.Queue()
+        threading.Thread(target=self.read_answers, daemon=True).start()
+
+    def read_answers(self) -> None:
+        assert self.process.stdout
+        for line in self.process.stdout:
+            if line.startswith("ANSWER "):
+                self.answers.put(json.loads(line.removeprefix("ANSWER ")))
+        self.answers.put(None)  # the process ended
 
     def call(self, command: str, dag_id: str, task_id: str, timeout: float) -> tuple[int, str]:
         """The call's exit code and what it printed (the response's status and body)."""
-        assert self.process.stdin and self.process.stdout
+        assert self.process.stdin
         self.process.stdin.write(f"{command} {dag_id} {task_id}\n")
         self.process.stdin.flush()
-        deadline = time.monotonic() + timeout
-        with selectors.DefaultSelector() as selector:
-            selector.register(self.process.stdout, selectors.EVENT_READ)
-            while time.monotonic() < deadline:
-                if not selector.select(timeout=max(deadline - time.monotonic(), 0)):
-                    break
-                line = self.process.stdout.readline()
-                if not line:
-                    break
-                if line.startswith("ANSWER "):
-                    answer = json.loads(line.removeprefix("ANSWER "))
-                    return answer["code"], answer["output"]
-        raise AssertionError(f"airflow_api.py {command} {dag_id} {task_id}: no answer within {timeout}s "
-                             f"(exit code {self.process.poll()})\n{self.log.read_text(errors='replace')[-3000:]}")
+        try:
+            answer = self.answers.get(timeout=timeout)
+        except queue.Empty:
+            answer = None
+        if answer is None:
+            raise AssertionError(f"airflow_api.py {command} {dag_id} {task_id}: no answer within {timeout}s "
+                                 f"(exit code {self.process.poll()})\n{self.log.read_text(errors='replace')[-3000:]}")
+        return answer["code"], answer["output"]
 
     def close(self) -> None:
         if self.process.stdin:
@@ -55,8 +60,6 @@ class AirflowAPI:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-        if self.process.stdout:
-            self.process.stdout.close()
 
 
 _SERVERS: dict[tuple[str, tuple[tuple[str, str], ...]], AirflowAPI] = {}
