@@ -164,7 +164,6 @@ class Zygote:
                     raise RuntimeError("the warm worker did not fork")
                 return self.started.pop()
 
-
     def close(self) -> None:
         """The end of its input: the zygote ends (its running children go on); wait for it."""
         assert self.process.stdin is not None
