@@ -93,6 +93,9 @@ PORTS = {name: port + PORT_OFFSET for name, port in {
     "controller-metrics": 18081,
     "kubelet": 10250,
     "kubelet-healthz": 10248,
+    "kube-proxy-healthz": 10256,
+    "kube-proxy-metrics": 10249,
+    "kube-scheduler": 10259,
 }.items()}
 API = f"https://{HOST}:{PORTS['apiserver']}"
 
@@ -109,6 +112,7 @@ REAL_NODE = "real-node"
 # default route in the pods, so pod traffic can reach other pods and this bridge address only.
 BRIDGE = "avbr0"
 POD_SUBNET = "10.234.0.0/24"
+SERVICE_SUBNET = "10.96.0.0/16"
 BRIDGE_IP = "10.234.0.1"
 # The bridge's own MAC address, set once: a Linux bridge whose address was not set takes the lowest
 # address of its ports and changes it as pods come and go, while every pod's ARP cache keeps the old
@@ -244,6 +248,8 @@ BINARIES = {
     "kube-apiserver": ("kubernetes", "k8s.io/kubernetes/cmd/kube-apiserver", True),
     "kube-controller-manager": ("kubernetes", "k8s.io/kubernetes/cmd/kube-controller-manager", True),
     "kubelet": ("kubernetes", "k8s.io/kubernetes/cmd/kubelet", True),
+    "kube-proxy": ("kubernetes", "k8s.io/kubernetes/cmd/kube-proxy", True),
+    "kube-scheduler": ("kubernetes", "k8s.io/kubernetes/cmd/kube-scheduler", True),
     "vc-controller-manager": ("volcano", "volcano.sh/volcano/cmd/controller-manager", False),
     "vc-scheduler": ("volcano", "volcano.sh/volcano/cmd/scheduler", False),
     "vc-webhook-manager": ("volcano", "volcano.sh/volcano/cmd/webhook-manager", False),
@@ -385,7 +391,9 @@ def make_pki(pki: Path) -> None:
     pki.mkdir(parents=True, exist_ok=True)
     openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650",
             "-keyout", str(pki / "ca.key"), "-out", str(pki / "ca.crt"),
-            "-subj", "/CN=airflow-volcano-local-ca")
+            "-subj", "/CN=airflow-volcano-local-ca",
+            # What a strict verifier (Python 3.13's default context, in the training image) requires of a CA.
+            "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
     openssl("genrsa", "-out", str(pki / "sa.key"), "2048")
     openssl("rsa", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
     leaves = {
@@ -397,7 +405,8 @@ def make_pki(pki: Path) -> None:
     }
     for name, (subject, usage, san) in leaves.items():
         ext = pki / f"{name}.ext"
-        lines = [f"extendedKeyUsage={usage}", "keyUsage=digitalSignature,keyEncipherment"]
+        lines = [f"extendedKeyUsage={usage}", "keyUsage=digitalSignature,keyEncipherment",
+                 "authorityKeyIdentifier=keyid,issuer", "subjectKeyIdentifier=hash"]
         if san:
             lines.append(f"subjectAltName={san}")
         ext.write_text("\n".join(lines) + "\n")
@@ -555,22 +564,37 @@ def apiserver_argv() -> list[str]:
     return [
         str(binary("kube-apiserver")),
         f"--etcd-servers=http://{HOST}:{PORTS['etcd']}",
-        f"--bind-address={HOST}", f"--advertise-address={HOST}", f"--secure-port={PORTS['apiserver']}",
+        *apiserver_addresses(), f"--secure-port={PORTS['apiserver']}",
         f"--tls-cert-file={pki_path('apiserver.crt')}", f"--tls-private-key-file={pki_path('apiserver.key')}",
         f"--client-ca-file={pki_path('ca.crt')}",
         f"--service-account-key-file={pki_path('sa.pub')}",
         f"--service-account-signing-key-file={pki_path('sa.key')}",
         "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-        "--service-cluster-ip-range=10.96.0.0/16",
+        # A pod's token lives as long as its projected volume says (Airflow's pods here: 600 s, rotated by
+        # the kubelet), not a year as by default for the kubelet's usual 3607 s ones.
+        "--service-account-extend-token-expiration=false",
+        f"--service-cluster-ip-range={SERVICE_SUBNET}",
         "--authorization-mode=RBAC",
         # The apiserver reaches the real node's kubelet (logs, exec) with the admin client certificate.
         f"--kubelet-client-certificate={pki_path('admin.crt')}", f"--kubelet-client-key={pki_path('admin.key')}",
         "--kubelet-preferred-address-types=InternalIP",
-        "--endpoint-reconciler-type=none",
         # No node lifecycle controller runs here to lift the not-ready taint this plugin puts on new nodes.
         "--disable-admission-plugins=TaintNodesByCondition",
         "--profiling=false",
     ]
+
+
+def apiserver_addresses() -> list[str]:
+    """Where the apiserver listens, and what it publishes as the `kubernetes` Service's endpoint.
+
+    With a real node, pods reach it as a pod in any cluster does: through that Service's ClusterIP
+    (10.96.0.1, the in-cluster configuration the kubelet puts in every pod's environment), which
+    kube-proxy turns into this machine's address on the pod bridge; so it listens on every address
+    and publishes the bridge's. The simulated-only cluster has no pods that run: loopback only, no
+    endpoint (a loopback endpoint is refused)."""
+    if SIMULATED_ONLY:
+        return [f"--bind-address={HOST}", f"--advertise-address={HOST}", "--endpoint-reconciler-type=none"]
+    return ["--bind-address=0.0.0.0", f"--advertise-address={BRIDGE_IP}"]
 
 
 def install_crds_and_webhooks() -> None:
@@ -597,7 +621,10 @@ def controller_manager_argv() -> list[str]:
         # (Kubernetes' default: 50 s; the kubelet renews its Lease every 10 s): the lost-node tests wait
         # for it, and the provider's behaviour does not depend on its length.
         "--controllers=serviceaccount,serviceaccount-token,root-ca-cert-publisher,garbagecollector,namespace,"
-        "endpoint,endpointslice,nodelifecycle,taint-eviction-controller", "--node-monitor-grace-period=20s",
+        "endpoint,endpointslice,nodelifecycle,taint-eviction-controller,"
+        # and the workload controllers Airflow's own Deployments and migration Job need when Airflow runs in
+        # the cluster (scripts/airflow-in-cluster).
+        "deployment,replicaset,job", "--node-monitor-grace-period=20s",
         f"--service-account-private-key-file={pki_path('sa.key')}", f"--root-ca-file={pki_path('ca.crt')}",
         "--use-service-account-credentials=false", "--secure-port=0",
     ]
@@ -755,6 +782,9 @@ def prepare_network() -> None:
         prefix = POD_SUBNET.split("/")[1]
         subprocess.run(["ip", "addr", "add", f"{BRIDGE_IP}/{prefix}", "dev", BRIDGE], check=True)
     subprocess.run(["ip", "link", "set", BRIDGE, "up"], check=True)
+    # A Service's ClusterIP that kube-proxy translates to a pod's address is routed back out of the
+    # bridge: forwarding on for the bridge alone (the machine's other interfaces keep theirs).
+    Path(f"/proc/sys/net/ipv4/conf/{BRIDGE}/forwarding").write_text("1\n")
     network = STATE / "cni" / "net.d"
     network.mkdir(parents=True, exist_ok=True)
     base = POD_SUBNET.rsplit(".", 1)[0]
@@ -764,7 +794,9 @@ def prepare_network() -> None:
         "plugins": [
             {"type": "bridge", "bridge": BRIDGE, "isGateway": False, "ipMasq": False, "hairpinMode": True,
              "ipam": {"type": "host-local", "dataDir": str(STATE / "cni" / "ipam"),
-                      "ranges": [[{"subnet": POD_SUBNET, "rangeStart": f"{base}.10", "gateway": BRIDGE_IP}]]}},
+                      "ranges": [[{"subnet": POD_SUBNET, "rangeStart": f"{base}.10", "gateway": BRIDGE_IP}]],
+                      # Services' ClusterIPs through this machine (kube-proxy), and nothing else.
+                      "routes": [{"dst": SERVICE_SUBNET, "gw": BRIDGE_IP}]}},
             {"type": "loopback"},
         ],
     }, indent=2))
@@ -818,9 +850,10 @@ def remove_containers() -> None:
         ctr("containers", "delete", *containers, check=False)
 
 
-def import_images() -> None:
-    """Import each image whose archive is not what containerd already holds under that name."""
-    archives = volcano_images.ensure_archives(IMAGE_CACHE, log)
+def import_images(images: list[volcano_images.Image] | None = None) -> None:
+    """Import each image (default: the cluster's own) whose archive is not what containerd already holds
+    under that name."""
+    archives = volcano_images.ensure_archives(IMAGE_CACHE, log, images or volcano_images.IMAGES)
     marker_file = CONTAINERD_ROOT.parent / "imported.json"
     imported = json.loads(marker_file.read_text()) if marker_file.exists() else {}
     present_refs = set(ctr("images", "list", "--quiet").split())
@@ -929,6 +962,58 @@ def real_node_placement() -> dict:
     }
 
 
+def kube_scheduler_argv() -> list[str]:
+    """Kubernetes' own scheduler beside Volcano's, as in a cluster Volcano is added to: it places the
+    pods that name no scheduler (Airflow's own, deployed in the cluster); Volcano's Jobs name Volcano's."""
+    return [str(binary("kube-scheduler")), f"--kubeconfig={admin_kubeconfig()}",
+            f"--authentication-kubeconfig={admin_kubeconfig()}", f"--authorization-kubeconfig={admin_kubeconfig()}",
+            "--leader-elect=false", f"--bind-address={HOST}", f"--secure-port={PORTS['kube-scheduler']}"]
+
+
+def kube_scheduler_serving() -> bool:
+    insecure = ssl.create_default_context()
+    insecure.check_hostname, insecure.verify_mode = False, ssl.CERT_NONE  # its own self-signed certificate
+    try:
+        return urllib.request.urlopen(f"https://{HOST}:{PORTS['kube-scheduler']}/healthz", timeout=2,
+                                      context=insecure).status == 200
+    except OSError:
+        return False
+
+
+def kube_proxy_argv() -> list[str]:
+    directory = STATE / "kube-proxy"
+    directory.mkdir(parents=True, exist_ok=True)
+    config = directory / "config.json"
+    config.write_text(json.dumps({
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "clientConnection": {"kubeconfig": admin_kubeconfig()},
+        "hostnameOverride": REAL_NODE,
+        "mode": "iptables",
+        "clusterCIDR": POD_SUBNET,
+        "healthzBindAddress": f"{HOST}:{PORTS['kube-proxy-healthz']}",
+        "metricsBindAddress": f"{HOST}:{PORTS['kube-proxy-metrics']}",
+        # NodePorts on the pod bridge only, never on the machine's own network.
+        "nodePortAddresses": [f"{BRIDGE_IP}/32"],
+        "conntrack": {"maxPerCore": 0},  # leave the host's conntrack table size as it is
+    }, indent=2))
+    return [str(binary("kube-proxy")), f"--config={config}", "--v=1"]
+
+
+def kube_proxy_serving() -> bool:
+    try:
+        return urllib.request.urlopen(f"http://{HOST}:{PORTS['kube-proxy-healthz']}/healthz", timeout=2).status == 200
+    except OSError:
+        return False
+
+
+def remove_kube_proxy_rules() -> None:
+    """kube-proxy's iptables chains outlive it: `kube-proxy --cleanup` removes them."""
+    for proxy in sorted((CACHE_ROOT / "bin").glob("kubernetes-*/kube-proxy")):
+        if subprocess.run([str(proxy), "--cleanup"], capture_output=True).returncode == 0:
+            return
+
+
 def real_node_ready() -> bool:
     return kubectl("get", "node", REAL_NODE, "-o",
                    'jsonpath={.status.conditions[?(@.type=="Ready")].status}') == "True"
@@ -974,6 +1059,11 @@ ALL_COMPONENTS = [
     Component("coredns", coredns_argv, ("CoreDNS to serve", dns_serving), ready_timeout=30, real_node=True),
     Component("kubelet", kubelet_argv, (f"node {REAL_NODE} Ready", real_node_ready), ready_timeout=120,
               port=PORTS["kubelet"], real_node=True),
+    Component("kube-scheduler", kube_scheduler_argv, ("kube-scheduler to serve", kube_scheduler_serving),
+              ready_timeout=60, port=PORTS["kube-scheduler"], real_node=True),
+    # Services' ClusterIPs for the real node's pods (the `kubernetes` Service first: in-cluster clients).
+    Component("kube-proxy", kube_proxy_argv, ("kube-proxy to sync", kube_proxy_serving), ready_timeout=60,
+              port=PORTS["kube-proxy-healthz"], real_node=True),
 ]
 COMPONENTS = [component for component in ALL_COMPONENTS if not (SIMULATED_ONLY and component.real_node)]
 BY_NAME = {component.name: component for component in COMPONENTS}
@@ -1140,6 +1230,7 @@ def remove_real_node_leftovers() -> None:
             except OSError:
                 pass
     subprocess.run(["ip", "link", "delete", BRIDGE], capture_output=True)
+    remove_kube_proxy_rules()
 
 
 def port_open(port: int, host: str = HOST) -> bool:
