@@ -172,16 +172,33 @@ def phase_changes(job: Mapping[str, Any], timeline: RunTimeline | None = None) -
     # are whole seconds, so a Job that turned Pending -> Running within one second has a Running condition
     # of the same second as the Pending the waiter saw before it; taken in the conditions' order, the
     # Pending came after, and the Running span until the next restart counted as a restart.
-    seen: list[tuple[str, float | None]] = list(timeline.phases) if timeline is not None else []
-    seen += [(condition.get("status") or "", parse_time(condition.get("lastTransitionTime")))
-             for condition in (job.get("status") or {}).get("conditions") or []]
+    watched: list[tuple[str, float | None]] = list(timeline.phases) if timeline is not None else []
+    conditions = [(condition.get("status") or "", parse_time(condition.get("lastTransitionTime")))
+                  for condition in (job.get("status") or {}).get("conditions") or []]
+    seen = watched + [(phase, at) for phase, at in conditions
+                      if not _an_update_within_a_watched_phase(phase, at, watched, conditions)]
     # In time order; at the same second, in the order seen (the waiter's, then Volcano's: Completing before
-    # Completed), a final phase last.
+    # Completed), except that Pending comes first (what else happened in that second came out of it) and a
+    # final phase last.
     final = SUCCEEDED_PHASES | FAILED_PHASES
-    for phase, at in sorted(dict.fromkeys(seen), key=lambda item: (item[1] or 0.0, item[0] in final)):
+    for phase, at in sorted(dict.fromkeys(seen), key=lambda item: (
+            item[1] or 0.0, item[0] != JobPhase.PENDING, item[0] in final)):
         if at is not None and phase and (not changes or changes[-1][0] != phase):
             changes.append((phase, at))
     return changes
+
+
+def _an_update_within_a_watched_phase(phase: str, at: float | None, watched: list[tuple[str, float | None]],
+                                      conditions: list[tuple[str, float | None]]) -> bool:
+    """Whether a condition of `phase` is a later update of a phase the waiter saw begin, with nothing else
+    seen or kept in between: Volcano (v1.15) moves a phase's one condition to its latest status update
+    within that phase, so a Running condition can be seconds after the Running the waiter saw begin; taken
+    as a new entry into Running, the time between counted as whatever came before it."""
+    began = [when for seen, when in watched if seen == phase and when is not None and at is not None and when <= at]
+    if not began or at is None:
+        return False
+    since = max(began)
+    return not any(other != phase and when is not None and since < when < at for other, when in (*watched, *conditions))
 
 
 def end_of(job: Mapping[str, Any], timeline: RunTimeline) -> float | None:

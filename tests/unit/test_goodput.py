@@ -172,3 +172,31 @@ def test_a_gang_running_again_within_the_second_it_was_pending_is_running_until_
     assert spent is not None and spent.wall == 110
     assert spent.seconds["running"] == 11 + 10 + 11 + 11, spent.seconds
     assert spent.seconds["preempted"] == 21 + 21 + 20 + 5, spent.seconds
+
+
+def test_a_deferred_wait_that_first_looked_once_the_job_ran_counts_no_restart():
+    """The trigger's first read found the Job Running since the second its Pending condition has; Volcano
+    v1.15 then moved its Running condition to the Job's last update in that phase (5 s later). Seen in the
+    task log of a deferred training (Airflow in the cluster): "restarting 5s 83.3%" for a Job that never
+    restarted."""
+    run = job(("Pending", 1), ("Running", 6), ("Completing", 6), ("Completed", 6))
+    watched = RunTimeline(placed={"0": T0 + 1})
+    for phase, second in (("Running", 1), ("Completing", 6), ("Completed", 6)):
+        watched.job_seen({"status": {"state": {"phase": phase, "lastTransitionTime": at(second)}}})
+    assert phase_changes(run, watched) == [("Pending", T0 + 1), ("Running", T0 + 1), ("Completing", T0 + 6),
+                                           ("Completed", T0 + 6)]
+    spent = goodput(run, watched)
+    assert spent is not None and dict(spent.seconds) == {
+        "queued": 1, "starting": 0, "running": 5, "restarting": 0, "preempted": 0, "stalled": 0, "redone": 0}
+
+
+def test_a_restart_the_waiter_did_not_see_still_counts_from_the_conditions_kept():
+    """The waiter saw the Job Running, then nothing until it had Completed (a deferral's gap): the Running
+    condition after the kept Restarting and Pending is a new run, not an update of the one it saw."""
+    run = deduplicated(job(("Pending", 0), ("Running", 20), ("Restarting", 200), ("Pending", 205),
+                           ("Running", 260), ("Completed", 900)))
+    watched = RunTimeline(placed={"0": T0 + 15, "1": T0 + 250})
+    for phase, second in (("Running", 20), ("Completed", 900)):
+        watched.job_seen({"status": {"state": {"phase": phase, "lastTransitionTime": at(second)}}})
+    spent = goodput(run, watched)
+    assert spent is not None and spent.seconds["restarting"] == 60 and spent.seconds["running"] == 180 + 640
