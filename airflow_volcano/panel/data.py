@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from airflow_volcano.exceptions import KubernetesConnectionError, VolcanoApiError
 from airflow_volcano.manifest.names import pod_name
 from airflow_volcano.ownership.deployment import (
     DEPLOYMENT_OPTION,
@@ -326,8 +327,17 @@ async def panel_data(dag_id: str, run_id: str, task_id: str, map_index: int, pod
             return {"task": task, "source": "recorded", **recorded}
         return {"task": task, "job": None, "message": f"The panel cannot read this task's Volcano Job: {target}"}
     ti = TaskInstanceId(dag_id, task_id, run_id, map_index)
-    live = await jobs.get((target.conn_id, target.namespace, name, ti, record.deployment), lambda: asyncio.to_thread(
-        read_job, target.conn_id, target.namespace, name, ti, record.deployment))
+    try:
+        live = await jobs.get((target.conn_id, target.namespace, name, ti, record.deployment),
+                              lambda: asyncio.to_thread(read_job, target.conn_id, target.namespace, name, ti,
+                                                        record.deployment))
+    except (VolcanoApiError, KubernetesConnectionError) as error:
+        # The API server's own identity may read less than the task's (Airflow in Kubernetes: another
+        # ServiceAccount), the cluster may not answer: say so, with what the task recorded if it did.
+        message = unreadable_job_message(f"{target.namespace}/{name}" if target.namespace else name, error)
+        if recorded is not None:
+            return {"task": task, "source": "recorded", **recorded, "message": message}
+        return {"task": task, "job": None, "message": message}
     namespace = live["namespace"]
     if live.get("foreign"):
         return {"task": task, "job": None, "message": (
@@ -370,6 +380,16 @@ async def panel_data(dag_id: str, run_id: str, task_id: str, map_index: int, pod
     if not may_read_logs:
         shown_panel.update(log_denied=NO_LOG_READ, preemptions=without_preemptors(shown_panel["preemptions"]))
     return {"task": task, "source": "cluster", **shown_panel}
+
+
+def unreadable_job_message(job: str, error: Exception) -> str:
+    """Why the panel shows no live Job. A refusal names the identity's missing permission: the API server
+    reads with the task's connection, as its own identity (in Kubernetes, its pod's ServiceAccount)."""
+    if isinstance(error, VolcanoApiError) and error.status == 403 and not error.denied_by_admission():
+        return (f"The panel cannot read Volcano Job {job}: {error.brief()}. The API server reads the Job with the "
+                "task's connection as its own identity: grant that identity deploy/rbac-helm-chart.yaml's "
+                "read-only Role airflow-volcano-panel in the Job's namespace")
+    return f"The panel cannot read Volcano Job {job}: {error}"
 
 
 def _recorded_log(recorded: Mapping[str, Any], pod: str, may_read_logs: bool) -> dict[str, Any] | None:

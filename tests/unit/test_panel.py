@@ -434,3 +434,30 @@ def test_the_panel_the_task_records_has_the_preemptions_its_wait_said_even_one_n
     finalize(Hook(), REF, dataclasses.replace(outcome, preemptions=()), on_finish_action=OnFinishAction.KEEP_JOB,
              push_xcom=pushed.__setitem__)
     assert [row["at"] for row in pushed["volcano_panel"]["preemptions"]] == [T0 + 60]
+
+
+def test_a_job_the_api_servers_identity_may_not_read_says_which_permission_and_where_it_is_granted(monkeypatch):
+    """Airflow in Kubernetes: the API server reads with its own ServiceAccount, which may read less than the
+    task's. The panel says so (not an HTTP 500), and keeps what the task recorded, if it did."""
+    from airflow_volcano.exceptions import VolcanoApiError
+
+    world = running_world()
+
+    def refused(name: str, namespace: str) -> dict:
+        raise VolcanoApiError(f"get Job {namespace}/{name}", 403, "Forbidden", 'jobs.batch.volcano.sh "train" is '
+                              'forbidden: User "system:serviceaccount:airflow:airflow-api-server" cannot get resource')
+
+    hook = world.hook()
+    hook.get_job = lambda self, name, namespace: refused(name, namespace)
+    monkeypatch.setattr("airflow_volcano.hooks.volcano.VolcanoHook", hook)
+    from airflow_volcano.panel import data
+
+    monkeypatch.setattr(data, "task_instance_record",
+                        lambda *ti: data.TaskInstanceRecord("running", {"job_name": "train"}, RENDERED, "prod"))
+    shown = asyncio.run(data.panel_data(*ML_TI, None, jobs=Cache(), logs=Cache()))
+    assert shown["job"] is None
+    assert shown["message"] == (
+        "The panel cannot read Volcano Job ml/train: get Job ml/train failed: HTTP 403 Forbidden: jobs.batch.volcano.sh "
+        '"train" is forbidden: User "system:serviceaccount:airflow:airflow-api-server" cannot get resource. The API '
+        "server reads the Job with the task's connection as its own identity: grant that identity "
+        "deploy/rbac-helm-chart.yaml's read-only Role airflow-volcano-panel in the Job's namespace")

@@ -137,6 +137,7 @@ function render(data) {
     parts.push(el("p", { class: "muted" }, data.message || "No Volcano Job."));
   } else {
     parts.push(header(data));
+    if (data.message) parts.push(el("p", { class: "callout" }, data.message));
     if (data.waiting) parts.push(section("Why it waits", el("p", { class: "callout" }, data.waiting)));
     if (data.progress) parts.push(progress(data));
     if (data.goodput) parts.push(goodput(data));
