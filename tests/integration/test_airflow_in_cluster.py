@@ -16,16 +16,22 @@ import contextlib
 import fcntl
 import json
 import logging
+import re
 import secrets
 import shutil
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
+import httpx
 import pytest
 import yaml
 from kubernetes import client, utils
 from kubernetes.client.rest import ApiException
 
+from airflow_volcano.panel.plugin import PREFIX as PANEL_PREFIX
 from airflow_volcano.preflight import main as preflight
 
 from ..log_lines import Lines
@@ -47,11 +53,11 @@ def airflow_namespace(cluster, admin) -> Iterator[str]:
     for name in ("airflow-worker", "airflow-triggerer"):
         cluster.core.create_namespaced_service_account(namespace, client.V1ServiceAccount(
             metadata=client.V1ObjectMeta(name=name)))
-    (binding,) = yaml.safe_load_all(RBAC_HELM_CHART.read_text())
-    for subject in binding["subjects"]:
-        assert subject["namespace"] == "airflow", "the file names the chart's default release namespace"
-        subject["namespace"] = namespace
-    utils.create_from_dict(admin, binding, namespace=cluster.namespace)
+    for document in yaml.safe_load_all(RBAC_HELM_CHART.read_text()):
+        for subject in document.get("subjects", []):
+            assert subject["namespace"] == "airflow", "the file names the chart's default release namespace"
+            subject["namespace"] = namespace
+        utils.create_from_dict(admin, document, namespace=cluster.namespace)
     try:
         yield namespace
     finally:
@@ -162,3 +168,156 @@ def test_a_task_trains_in_the_jobs_namespace_as_the_charts_worker_and_outlives_i
         assert said.lines == ["The apiserver refused the connection's credentials; reading them again"], said.lines
         assert client.AuthenticationV1Api(hook.api_client).create_self_subject_review(
             client.V1SelfSubjectReview()).status.user_info.username.endswith(":airflow-worker")
+
+
+# --- Airflow's own pods (scripts/airflow-in-cluster) -------------------------------------------------
+
+# A training task that waits in its worker pod (not deferred), long enough to lose that pod mid-wait; a
+# try is left, so the pod going away keeps the Job for the retry to reattach to. Its image and placement
+# come from the deployment's cluster policy (cluster/airflow/airflow_local_settings.py).
+REATTACH_DAG = '''
+import datetime
+
+from airflow.sdk import DAG
+
+from airflow_volcano.operators.pytorch import VolcanoPyTorchJobOperator
+
+with DAG(dag_id="in_cluster_reattach", schedule=None, start_date=datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC),
+         catchup=False):
+    VolcanoPyTorchJobOperator(task_id="train", image="pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime",
+                              worker_replicas=1, training_script="scripts/steps.py", deferrable=False,
+                              retries=1, retry_delay=datetime.timedelta(seconds=5), poll_interval=1)
+'''
+STEPS = '''
+import os, time
+for step in range(1, 61):
+    print(f"rank {os.environ['RANK']} step {step}/60", flush=True)
+    time.sleep(1)
+'''
+
+
+@dataclass
+class AirflowPods:
+    """Airflow deployed in the cluster: its namespace, its API server (the Service's ClusterIP) and a
+    token of its admin user."""
+
+    namespace: str
+    url: str
+    token: str
+
+    def call(self, method: str, path: str, **kwargs) -> httpx.Response:
+        return httpx.request(method, f"{self.url}{path}", headers={"Authorization": f"Bearer {self.token}"},
+                             timeout=60, **kwargs)
+
+    def trigger(self, dag_id: str, conf: dict | None = None) -> str:
+        deadline = time.monotonic() + 300
+        while self.call("GET", f"/api/v2/dags/{dag_id}").status_code != 200:  # until the DAG processor parsed it
+            assert time.monotonic() < deadline, f"{dag_id} never appeared in the API server"
+            time.sleep(2)
+        response = self.call("POST", f"/api/v2/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf or {}})
+        assert response.status_code == 200, response.text
+        return response.json()["dag_run_id"]
+
+    def run_state(self, dag_id: str, run_id: str) -> str:
+        return self.call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}").json()["state"]
+
+    def task_instance(self, dag_id: str, run_id: str, task_id: str) -> dict:
+        run = quote(run_id, safe="")
+        return self.call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run}/taskInstances/{task_id}").json()
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int) -> str:
+        """The try's log as the UI shows it: each line's message."""
+        response = self.call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}/taskInstances/"
+                                    f"{task_id}/logs/{try_number}", params={"full_content": True})
+        assert response.status_code == 200, response.text
+        return "\n".join(str(line.get("event", "")) for line in response.json()["content"])
+
+
+@pytest.fixture
+def airflow_pods(cluster, real_node, tmp_path) -> Iterator[AirflowPods]:
+    """Airflow in a namespace of its own (`<test namespace>-airflow`), its Jobs in the test's namespace,
+    its DAGs folder holding the retraining example (and seed 000's script) and REATTACH_DAG."""
+    import airflow_in_cluster  # scripts/, on pytest's pythonpath
+
+    namespace = f"{cluster.namespace}-airflow"
+    dags = tmp_path / "dags"
+    (dags / "scripts").mkdir(parents=True)
+    # The example as it is, but run when the test triggers it, not also on its daily schedule.
+    example = (REPO / "dags" / "volcano_retraining_pipeline.py").read_text()
+    assert 'schedule="@daily"' in example
+    (dags / "volcano_retraining_pipeline.py").write_text(example.replace('schedule="@daily"', "schedule=None"))
+    shutil.copy(REPO / "dags" / "scripts" / "pytorch_demo.py", dags / "scripts")
+    (dags / "in_cluster_reattach.py").write_text(REATTACH_DAG)
+    (dags / "scripts" / "steps.py").write_text(STEPS)
+    try:
+        url = airflow_in_cluster.up(namespace, cluster.namespace, dags)
+        response = httpx.post(f"{url}/auth/token", timeout=60, json={
+            "username": "admin", "password": airflow_in_cluster.admin_password(namespace)})
+        response.raise_for_status()
+        yield AirflowPods(namespace, url, response.json()["access_token"])
+    finally:
+        print(airflow_in_cluster.status(namespace))
+        airflow_in_cluster.down(namespace)
+
+
+def worker_pods(cluster, namespace: str, dag_id: str) -> list[client.V1Pod]:
+    """The KubernetesExecutor's worker pods of a DAG's tasks (labelled with the DAG's id)."""
+    return cluster.core.list_namespaced_pod(namespace, label_selector=f"dag_id={dag_id}").items
+
+
+def reattach_jobs(cluster) -> list[dict]:
+    return [job for job in cluster.jobs()
+            if job["metadata"]["labels"].get("airflow-volcano.io/dag-id") == "in_cluster_reattach"]
+
+
+def test_airflow_deployed_as_the_charts_pods_trains_deferred_and_a_killed_worker_pods_retry_reattaches(
+        cluster, airflow_pods):
+    """Airflow as the Helm chart runs it: scheduler (KubernetesExecutor), triggerer, API server and DAG
+    processor as pods of their own namespace with the chart's ServiceAccounts; each task in a worker pod;
+    the `kubernetes` connection in-cluster (the pods' projected, short-lived tokens); the Jobs in
+    another namespace. The retraining example runs to its end with `train` deferred (the triggerer's
+    pod waits) and its log and panel are read through the in-cluster API server; a training waiting in
+    its worker pod loses that pod (deleted, no grace: the process is killed), and the retry, in a new
+    worker pod, reattaches to the same Job."""
+    retraining = airflow_pods.trigger("volcano_retraining_pipeline", {"namespace": cluster.namespace, "workers": 1})
+    reattach = airflow_pods.trigger("in_cluster_reattach")
+
+    # The reattach DAG's training runs, waited for in its worker pod: that pod is killed.
+    job = cluster.wait_for("the reattach DAG's Job to run", lambda: next(
+        (j for j in reattach_jobs(cluster) if j.get("status", {}).get("state", {}).get("phase") == "Running"), None),
+        timeout=420)
+    # The panel of a training still running, read live through the API server's own identity.
+    panel = airflow_pods.call("GET", f"{PANEL_PREFIX}/api/ti/in_cluster_reattach/{quote(reattach, safe='')}/train/-1")
+    assert panel.status_code == 200 and panel.json()["source"] == "cluster", panel.text[:3000]
+    assert panel.json()["job"]["phase"] == "Running", panel.text[:3000]
+    (worker,) = [pod for pod in worker_pods(cluster, airflow_pods.namespace, "in_cluster_reattach")
+                 if pod.status.phase == "Running"]
+    cluster.core.delete_namespaced_pod(worker.metadata.name, airflow_pods.namespace, grace_period_seconds=0)
+
+    for dag_id, run_id in (("volcano_retraining_pipeline", retraining), ("in_cluster_reattach", reattach)):
+        cluster.wait_for(f"{dag_id} to end", lambda dag_id=dag_id, run_id=run_id: airflow_pods.run_state(
+            dag_id, run_id) in ("success", "failed"), timeout=600)
+
+    # The retraining pipeline: train deferred, its master's log in the task log, evaluate read its summary.
+    assert airflow_pods.run_state("volcano_retraining_pipeline", retraining) == "success"
+    train = airflow_pods.task_instance("volcano_retraining_pipeline", retraining, "train")
+    log = airflow_pods.task_log("volcano_retraining_pipeline", retraining, "train", train["try_number"])
+    assert "Epoch [5/5], Average Loss" in log, log[-5000:]
+    assert f"Deferring: the triggerer waits for Volcano Job {cluster.namespace}/" in log, log[-5000:]
+    assert "Pausing task as DEFERRED" in log and "Trigger fired event" in log, log[-5000:]
+    # Where its time went: it never restarted (the trigger first looked once it ran).
+    assert "Where the time went" in log and not re.search(r"^\s*restarting\s", log, re.MULTILINE), log[-3000:]
+    # The panel, through the API server in the cluster, as its ServiceAccount reads the Job.
+    panel = airflow_pods.call("GET", f"{PANEL_PREFIX}/api/ti/volcano_retraining_pipeline/"
+                                     f"{quote(retraining, safe='')}/train/-1")
+    assert panel.status_code == 200, panel.text
+    assert "Completed" in panel.text and cluster.namespace in panel.text, panel.text[:3000]
+
+    # The killed worker pod's task: one retry, in a new pod, took the same Job over.
+    assert airflow_pods.run_state("in_cluster_reattach", reattach) == "success"
+    retried = airflow_pods.task_instance("in_cluster_reattach", reattach, "train")
+    assert retried["try_number"] == 2, retried
+    second = airflow_pods.task_log("in_cluster_reattach", reattach, "train", 2)
+    assert f"Reattaching to Volcano Job {cluster.namespace}/{job['metadata']['name']}" in second, second[-5000:]
+    assert "rank 0 step 60/60" in second, second[-5000:]
+    assert [j["metadata"]["uid"] for j in reattach_jobs(cluster)] in ([], [job["metadata"]["uid"]]), "no second Job"
