@@ -457,7 +457,8 @@ def test_a_job_the_api_servers_identity_may_not_read_says_which_permission_and_w
     shown = asyncio.run(data.panel_data(*ML_TI, None, jobs=Cache(), logs=Cache()))
     assert shown["job"] is None
     assert shown["message"] == (
-        "The panel cannot read Volcano Job ml/train: get Job ml/train failed: HTTP 403 Forbidden: jobs.batch.volcano.sh "
-        '"train" is forbidden: User "system:serviceaccount:airflow:airflow-api-server" cannot get resource. The API '
+        "The panel cannot read Volcano Job ml/train: get Job ml/train failed: HTTP 403 Forbidden: "
+        'jobs.batch.volcano.sh "train" is forbidden: User "system:serviceaccount:airflow:airflow-api-server" cannot '
+        "get resource. The API "
         "server reads the Job with the task's connection as its own identity: grant that identity "
         "deploy/rbac-helm-chart.yaml's read-only Role airflow-volcano-panel in the Job's namespace")
