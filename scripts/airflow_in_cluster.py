@@ -180,21 +180,27 @@ def deployment(name: str, pod: dict, **pod_metadata: object) -> dict:
                      "template": {"metadata": {"labels": {"app": name}, **pod_metadata}, "spec": pod}}}
 
 
-def base_objects(namespace: str, jobs_namespace: str) -> list[dict]:
-    """The ServiceAccounts, Secrets (made once: `up` keeps those that exist), the executor's pod
-    template, and the scheduler's right to launch and watch worker pods (the chart's pod-launcher Role)."""
+def made_once_secrets(namespace: str) -> list[dict]:
+    """The Secrets, with random values: made at the first `up`, kept by the later ones."""
     password = secrets.token_urlsafe(24)
     database = f"{RELEASE}-postgresql.{namespace}.svc.cluster.local"
-    worker = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "placeholder-name"},
-              "spec": {**pod_spec(namespace, jobs_namespace, f"{RELEASE}-worker", []), "restartPolicy": "Never"}}
     return [
-        *(service_account(f"{RELEASE}-{name}") for name in (*COMPONENTS, "worker", "migrate-database-job")),
         secret(f"{RELEASE}-postgresql", password=password),
         secret(f"{RELEASE}-metadata", connection=f"postgresql+psycopg2://airflow:{password}@{database}:5432/airflow"),
         secret(f"{RELEASE}-fernet-key", **{"fernet-key": base64.urlsafe_b64encode(secrets.token_bytes(32)).decode()}),
         secret(f"{RELEASE}-api-secret-key", **{"api-secret-key": secrets.token_urlsafe(32)}),
         secret(f"{RELEASE}-jwt-secret", **{"jwt-secret": secrets.token_urlsafe(32)}),
         secret(f"{RELEASE}-simple-auth", **{"passwords.json": json.dumps({"admin": secrets.token_urlsafe(16)})}),
+    ]
+
+
+def base_objects(namespace: str, jobs_namespace: str) -> list[dict]:
+    """The ServiceAccounts, the executor's pod template and cluster policy, and the scheduler's right to
+    launch and watch worker pods (the chart's pod-launcher Role)."""
+    worker = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "placeholder-name"},
+              "spec": {**pod_spec(namespace, jobs_namespace, f"{RELEASE}-worker", []), "restartPolicy": "Never"}}
+    return [
+        *(service_account(f"{RELEASE}-{name}") for name in (*COMPONENTS, "worker", "migrate-database-job")),
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{RELEASE}-config"},
          "data": {"pod_template_file.yaml": json.dumps(worker, indent=2),
                   "airflow_local_settings.py": LOCAL_SETTINGS.read_text()}},
@@ -343,9 +349,11 @@ def up(namespace: str, jobs_namespace: str, dags: Path | None) -> str:
         shutil.copytree(dags, host_dir(namespace, "dags"), dirs_exist_ok=True)
     if not kubectl("get", "namespace", namespace, "--ignore-not-found", "-o", "name").strip():
         kubectl("create", "namespace", namespace)
-    existing = set(kubectl("get", "secrets", "-n", namespace, "-o", "name").split())
-    apply(*(item for item in base_objects(namespace, jobs_namespace)
-            if f"secret/{item['metadata']['name']}" not in existing), namespace=namespace)
+    if not kubectl("get", "secret", f"{RELEASE}-metadata", "-n", namespace, "--ignore-not-found", "-o", "name").strip():
+        # Created, not applied: `kubectl apply` would keep each value in plain text in an annotation.
+        kubectl("create", "-n", namespace, "-f", "-", stdin=json.dumps(
+            {"apiVersion": "v1", "kind": "List", "items": made_once_secrets(namespace)}))
+    apply(*base_objects(namespace, jobs_namespace), namespace=namespace)
     jobs_namespace_access(namespace, jobs_namespace)
     apply(*postgres(), namespace=namespace)
     wait("PostgreSQL", lambda: available(namespace, f"{RELEASE}-postgresql"), 180, namespace, f"{RELEASE}-postgresql")
