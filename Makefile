@@ -83,7 +83,7 @@ cluster-down:
 # under busybox sh and inject signals (tests/unit/test_forward_signals.py), and chromium for the docs'
 # screenshots (tests/unit/test_docs.py), are Debian packages: installed here when missing, as
 # scripts/volcano-cluster installs its host tools (sudo when not root).
-SHELL_SCRIPTS := $(wildcard airflow_volcano/shell/*.sh)
+SHELL_SCRIPTS := $(wildcard airflow_volcano/shell/*.sh cluster/images/*.sh)
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 HOST_TOOLS := shellcheck busybox strace chromium
 shellcheck:
@@ -116,9 +116,11 @@ test-compat: venv
 
 # The chaos soak (benchmarks/chaos_soak.py, docs/performance.md "Chaos soak"): 320 task instances under seeded faults,
 # about an hour, alone on the machine. SOAK_SIZE=small is the one make test runs; SOAK_SEED=N replays a seed.
+# Then the integration tests marked `soak` (long waits: a deferred wait past a pod token's expiry, about 13 min).
 SOAK_SIZE ?= full
 soak: venv cluster-up
 	$(BIN)/python benchmarks/chaos_soak.py --size $(SOAK_SIZE) $(if $(SOAK_SEED),--seed $(SOAK_SEED))
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m soak tests/integration
 
 # The docs site (docs/, Sphinx): warnings are errors (-W), every cross-reference must resolve (-n, nitpicky),
 # and a generated argument table fails on an argument without a :param line (docs/_ext/argument_tables.py).
