@@ -12,6 +12,7 @@ this machine, not in a pod: the test writes the token, CA and namespace where a 
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import json
@@ -19,6 +20,7 @@ import logging
 import re
 import secrets
 import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -189,11 +191,30 @@ with DAG(dag_id="in_cluster_reattach", schedule=None, start_date=datetime.dateti
                               retries=1, retry_delay=datetime.timedelta(seconds=5), poll_interval=1)
 '''
 STEPS = '''
-import os, time
-for step in range(1, 61):
-    print(f"rank {os.environ['RANK']} step {step}/60", flush=True)
+import os, sys, time
+steps = int(sys.argv[1]) if len(sys.argv) > 1 else 60
+for step in range(1, steps + 1):
+    print(f"rank {os.environ['RANK']} step {step}/{steps}", flush=True)
     time.sleep(1)
 '''
+# A deferred training longer than a pod's token lives (scripts/airflow_in_cluster.py: 600 s, which the
+# apiserver does not extend): the triggerer's wait goes on across the kubelet's rotation and the first
+# token's expiry.
+LONG_WAIT_DAG = '''
+import datetime
+
+from airflow.sdk import DAG
+
+from airflow_volcano.operators.pytorch import VolcanoPyTorchJobOperator
+
+with DAG(dag_id="in_cluster_long_wait", schedule=None, start_date=datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC),
+         catchup=False):
+    VolcanoPyTorchJobOperator(task_id="train", image="pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime",
+                              worker_replicas=0, training_script="scripts/steps.py", args=["{steps}"],
+                              deferrable=True, job_timeout=1800)
+'''
+TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+TOKEN_LIFE = 600  # scripts/airflow_in_cluster.py's TOKEN_SECONDS
 
 
 @dataclass
@@ -248,6 +269,8 @@ def airflow_pods(cluster, real_node, tmp_path) -> Iterator[AirflowPods]:
     (dags / "volcano_retraining_pipeline.py").write_text(example.replace('schedule="@daily"', "schedule=None"))
     shutil.copy(REPO / "dags" / "scripts" / "pytorch_demo.py", dags / "scripts")
     (dags / "in_cluster_reattach.py").write_text(REATTACH_DAG)
+    # Past the first token's expiry by two minutes, counted from now: the pods start after this.
+    (dags / "in_cluster_long_wait.py").write_text(LONG_WAIT_DAG.replace("{steps}", str(TOKEN_LIFE + 120)))
     (dags / "scripts" / "steps.py").write_text(STEPS)
     try:
         url = airflow_in_cluster.up(namespace, cluster.namespace, dags)
@@ -258,6 +281,14 @@ def airflow_pods(cluster, real_node, tmp_path) -> Iterator[AirflowPods]:
     finally:
         print(airflow_in_cluster.status(namespace))
         airflow_in_cluster.down(namespace)
+
+
+def token_claims(kubeconfig: Path, namespace: str, pod: str) -> dict:
+    """The claims of the ServiceAccount token a pod holds now (read in the pod, as its clients read it)."""
+    token = subprocess.run(["kubectl", f"--kubeconfig={kubeconfig}", "exec", "-n", namespace, pod, "--", "cat",
+                            TOKEN_PATH], capture_output=True, text=True, check=True, timeout=60).stdout
+    payload = token.split(".")[1]
+    return json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
 
 
 def worker_pods(cluster, namespace: str, dag_id: str) -> list[client.V1Pod]:
@@ -321,3 +352,24 @@ def test_airflow_deployed_as_the_charts_pods_trains_deferred_and_a_killed_worker
     assert f"Reattaching to Volcano Job {cluster.namespace}/{job['metadata']['name']}" in second, second[-5000:]
     assert "rank 0 step 60/60" in second, second[-5000:]
     assert [j["metadata"]["uid"] for j in reattach_jobs(cluster)] in ([], [job["metadata"]["uid"]]), "no second Job"
+
+
+@pytest.mark.soak
+def test_a_deferred_wait_outlives_the_triggerers_first_token(cluster, airflow_pods, kubeconfig):
+    """A deferred training that lasts past the expiry of the triggerer's first ServiceAccount token (600 s,
+    which the apiserver does not extend) goes on to its end: the kubelet rotated the token in the pod and
+    the triggerer's clients went on with the new one. Twelve minutes: `make soak` runs it."""
+    (triggerer,) = cluster.core.list_namespaced_pod(airflow_pods.namespace,
+                                                    label_selector="app=airflow-triggerer").items
+    first_token = token_claims(kubeconfig, airflow_pods.namespace, triggerer.metadata.name)
+    assert first_token["exp"] - first_token["iat"] == TOKEN_LIFE, first_token
+    long_wait = airflow_pods.trigger("in_cluster_long_wait")
+    cluster.wait_for("the long deferred training to end", lambda: airflow_pods.run_state(
+        "in_cluster_long_wait", long_wait) in ("success", "failed"), timeout=TOKEN_LIFE + 900)
+    assert airflow_pods.run_state("in_cluster_long_wait", long_wait) == "success"
+    assert time.time() > first_token["exp"], "the wait ended before the first token expired"
+    rotated = token_claims(kubeconfig, airflow_pods.namespace, triggerer.metadata.name)
+    assert rotated["iat"] > first_token["iat"] and rotated["exp"] > first_token["exp"], (first_token, rotated)
+    waited = airflow_pods.task_log("in_cluster_long_wait", long_wait, "train", 1)
+    assert "Pausing task as DEFERRED" in waited and f"step {TOKEN_LIFE + 120}/{TOKEN_LIFE + 120}" in waited, \
+        waited[-5000:]
