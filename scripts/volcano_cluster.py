@@ -897,11 +897,17 @@ def dns_serving() -> bool:
         return probe.connect_ex((BRIDGE_IP, 53)) == 0
 
 
-def kubelet_argv() -> list[str]:
-    directory = STATE / "kubelet"
+def config_file(component: str, body: dict) -> Path:
+    """A component's configuration file, in its own state directory."""
+    directory = STATE / component
     directory.mkdir(parents=True, exist_ok=True)
-    config = directory / "config.json"
-    config.write_text(json.dumps({
+    path = directory / "config.json"
+    path.write_text(json.dumps(body, indent=2))
+    return path
+
+
+def kubelet_argv() -> list[str]:
+    config = config_file("kubelet", {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
         "address": BRIDGE_IP,
@@ -931,7 +937,8 @@ def kubelet_argv() -> list[str]:
         "registerWithTaints": [{"key": NODE_KIND_LABEL, "value": "real", "effect": "NoSchedule"}],
         "serializeImagePulls": False,
         **image_verification(),
-    }, indent=2))
+    })
+    directory = config.parent
     return [str(binary("kubelet")), f"--config={config}", f"--kubeconfig={admin_kubeconfig()}",
             f"--root-dir={directory / 'root'}", f"--cert-dir={directory / 'pki'}",
             f"--hostname-override={REAL_NODE}", f"--node-ip={BRIDGE_IP}",
@@ -981,10 +988,7 @@ def kube_scheduler_serving() -> bool:
 
 
 def kube_proxy_argv() -> list[str]:
-    directory = STATE / "kube-proxy"
-    directory.mkdir(parents=True, exist_ok=True)
-    config = directory / "config.json"
-    config.write_text(json.dumps({
+    config = config_file("kube-proxy", {
         "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
         "kind": "KubeProxyConfiguration",
         "clientConnection": {"kubeconfig": admin_kubeconfig()},
@@ -996,7 +1000,7 @@ def kube_proxy_argv() -> list[str]:
         # NodePorts on the pod bridge only, never on the machine's own network.
         "nodePortAddresses": [f"{BRIDGE_IP}/32"],
         "conntrack": {"maxPerCore": 0},  # leave the host's conntrack table size as it is
-    }, indent=2))
+    })
     return [str(binary("kube-proxy")), f"--config={config}", "--v=1"]
 
 
