@@ -84,6 +84,7 @@ def secret_env(name: str, secret: str, key: str) -> dict:
 
 def airflow_env(namespace: str, jobs_namespace: str) -> list[dict]:
     api = f"http://{RELEASE}-api-server.{namespace}.svc.cluster.local:{API_PORT}"
+    repository, tag = volcano_images.AIRFLOW.reference.rsplit(":", 1)
     plain = {
         "AIRFLOW__CORE__EXECUTOR": "KubernetesExecutor",
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
@@ -98,8 +99,8 @@ def airflow_env(namespace: str, jobs_namespace: str) -> list[dict]:
         "AIRFLOW__LOGGING__BASE_LOG_FOLDER": "/opt/airflow/logs",
         "AIRFLOW__KUBERNETES_EXECUTOR__NAMESPACE": namespace,
         "AIRFLOW__KUBERNETES_EXECUTOR__POD_TEMPLATE_FILE": "/opt/airflow/pod_templates/pod_template_file.yaml",
-        "AIRFLOW__KUBERNETES_EXECUTOR__WORKER_CONTAINER_REPOSITORY": volcano_images.AIRFLOW.reference.rsplit(":", 1)[0],
-        "AIRFLOW__KUBERNETES_EXECUTOR__WORKER_CONTAINER_TAG": volcano_images.AIRFLOW.reference.rsplit(":", 1)[1],
+        "AIRFLOW__KUBERNETES_EXECUTOR__WORKER_CONTAINER_REPOSITORY": repository,
+        "AIRFLOW__KUBERNETES_EXECUTOR__WORKER_CONTAINER_TAG": tag,
         # The chart's `kubernetes` connection for in-cluster credentials: the pod's own ServiceAccount.
         "AIRFLOW_CONN_KUBERNETES_DEFAULT": json.dumps(
             {"conn_type": "kubernetes", "extra": {"in_cluster": True, "namespace": jobs_namespace}}),
@@ -279,11 +280,15 @@ def components(namespace: str, jobs_namespace: str) -> list[dict]:
     return objects
 
 
+def ensure_namespace(name: str) -> None:
+    if not kubectl("get", "namespace", name, "--ignore-not-found", "-o", "name").strip():
+        kubectl("create", "namespace", name)
+
+
 def jobs_namespace_access(namespace: str, jobs_namespace: str) -> None:
     """deploy/rbac.yaml's Role in the Jobs' namespace and deploy/rbac-helm-chart.yaml's bindings, edited
     to name this release's namespace (what the README asks of a chart user)."""
-    if not kubectl("get", "namespace", jobs_namespace, "--ignore-not-found", "-o", "name").strip():
-        kubectl("create", "namespace", jobs_namespace)
+    ensure_namespace(jobs_namespace)
     kubectl("apply", "-n", jobs_namespace, "-f", str(REPO / "deploy" / "rbac.yaml"))
     chart = (REPO / "deploy" / "rbac-helm-chart.yaml").read_text()
     kubectl("apply", "-n", jobs_namespace, "-f", "-",
@@ -318,7 +323,7 @@ def failing_pod(namespace: str, app: str) -> str | None:
         return None
     pod = (restarted or failed)[-1]["metadata"]["name"]
     previous = ["--previous"] if restarted else []
-    result = subprocess.run(["kubectl", f"--kubeconfig={volcano_cluster.STATE / 'kubeconfig'}", "logs", "-n",
+    result = subprocess.run(["kubectl", f"--kubeconfig={volcano_cluster.admin_kubeconfig()}", "logs", "-n",
                              namespace, pod, "--tail=25", *previous], capture_output=True, text=True)
     return f"pod {pod} failed; the end of its log:\n{result.stdout or result.stderr}"
 
@@ -347,8 +352,7 @@ def up(namespace: str, jobs_namespace: str, dags: Path | None) -> str:
         directory.chmod(0o775)
     if dags:
         shutil.copytree(dags, host_dir(namespace, "dags"), dirs_exist_ok=True)
-    if not kubectl("get", "namespace", namespace, "--ignore-not-found", "-o", "name").strip():
-        kubectl("create", "namespace", namespace)
+    ensure_namespace(namespace)
     if not kubectl("get", "secret", f"{RELEASE}-metadata", "-n", namespace, "--ignore-not-found", "-o", "name").strip():
         # Created, not applied: `kubectl apply` would keep each value in plain text in an annotation.
         kubectl("create", "-n", namespace, "-f", "-", stdin=json.dumps(
