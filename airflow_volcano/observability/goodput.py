@@ -194,8 +194,10 @@ def _an_update_within_a_watched_phase(phase: str, at: float | None, watched: lis
     seen or kept in between: Volcano (v1.15) moves a phase's one condition to its latest status update
     within that phase, so a Running condition can be seconds after the Running the waiter saw begin; taken
     as a new entry into Running, the time between counted as whatever came before it."""
-    began = [when for seen, when in watched if seen == phase and when is not None and at is not None and when <= at]
-    if not began or at is None:
+    if at is None:
+        return False
+    began = [when for seen, when in watched if seen == phase and when is not None and when <= at]
+    if not began:
         return False
     since = max(began)
     return not any(other != phase and when is not None and since < when < at for other, when in (*watched, *conditions))
