@@ -20,9 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from . import warm_worker
 from .airflow_api_client import api_call
 from .airflow_db import migrate
-from .test_kill_and_reattach import RUNNER, SIM, WORKER_WAIT, write_dag
+from .test_kill_and_reattach import SIM, WORKER_WAIT, write_dag
 from .test_triggerer import airflow_env, in_an_airflow_lane, trigger_log  # noqa: F401 - a fixture
 
 
@@ -63,8 +64,8 @@ def test_a_cleared_deferred_tasks_kill_leaves_the_job_its_next_try_took_over(
         through(proxy, operator_kubeconfig, cluster.namespace, monkeypatch)  # the worker's and triggerer's too
         env = airflow_env(home, dags)
         migrate(python, env)
-        worker = subprocess.Popen([python, str(RUNNER), str(dag_file), dag_id, logical_date, "--external-triggerer"],
-                                  env=env, stdout=worker_log.open("ab"), stderr=subprocess.STDOUT)
+        worker = warm_worker.start([str(dag_file), dag_id, logical_date, "--external-triggerer"], env, worker_log,
+                                   python=python)
         triggerer = subprocess.Popen([python, "-m", "airflow", "triggerer"], env=env, stdout=triggerer_log.open("ab"),
                                      stderr=subprocess.STDOUT)
         try:

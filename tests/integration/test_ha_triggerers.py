@@ -25,9 +25,10 @@ from pathlib import Path
 
 import pytest
 
+from . import warm_worker
 from .airflow_db import migrate
 from .faults import FaultyProxy, through, upstream_of
-from .test_kill_and_reattach import RUNNER, SIM, write_dag
+from .test_kill_and_reattach import SIM, write_dag
 from .test_triggerer import AIRFLOWS, airflow_env, in_an_airflow_lane, task_state  # noqa: F401 - a fixture
 
 # Both pre-3.3 releases: 3.3+ calls the trigger's on_kill, and its cancellation path does not run there.
@@ -112,9 +113,8 @@ def test_a_stalled_triggerer_waking_after_another_fired_keeps_the_finished_job(
         through(proxy, operator_kubeconfig, cluster.namespace, monkeypatch)
         env_a = airflow_env(home, dags)  # A alone reaches the apiserver through the proxy
         try:
-            worker = subprocess.Popen([str(python), str(RUNNER), str(dag_file), dag_id, logical_date,
-                                       "--external-triggerer"], env=worker_env, stdout=worker_log.open("ab"),
-                                      stderr=subprocess.STDOUT)
+            worker = warm_worker.start([str(dag_file), dag_id, logical_date, "--external-triggerer"], worker_env,
+                                       worker_log, python=python)
             triggerer_a = start_triggerer(env_a, tmp_path / "triggerer-a.log")
             job = cluster.wait_phase("hatrig", {"Running"}, timeout=180)  # a worker's start, on a loaded machine
             (log_a,) = cluster.wait_for("triggerer A to run the trigger", lambda: watching(home), timeout=180)

@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
+from . import warm_worker
 from .real_node import SMALL
 from .test_clock_skew import stop
-from .test_kill_and_reattach import RUNNER
 from .test_model_assets import airflow_with_lineage, asset_events
 from .test_triggerer import AIRFLOWS, task_instance, trigger_log
 from .test_triggerer import in_an_airflow_lane as in_an_airflow_lane  # a fixture
@@ -129,8 +129,8 @@ def test_a_secret_variable_in_args_is_masked_everywhere_a_user_reads_and_never_i
     dag_file.write_text(DAG.format(common=common, dag_id=DAG_ID))
     worker_log, triggerer_log = tmp_path / "worker.log", tmp_path / "triggerer.log"
     logical_date = datetime.datetime.now(datetime.UTC).isoformat()
-    worker = subprocess.Popen([str(python), str(RUNNER), str(dag_file), DAG_ID, logical_date, "--external-triggerer"],
-                              env=env, stdout=worker_log.open("ab"), stderr=subprocess.STDOUT)
+    worker = warm_worker.start([str(dag_file), DAG_ID, logical_date, "--external-triggerer"], env, worker_log,
+                               python=python)
     triggerer = subprocess.Popen([str(python), "-m", "airflow", "triggerer"], env=env,
                                  stdout=triggerer_log.open("ab"), stderr=subprocess.STDOUT)
     wrong: list[str] = []  # every place that shows the secret, or lacks the mask: all reported at once

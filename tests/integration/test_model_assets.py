@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
+from . import warm_worker
 from .airflow_db import migrate
 from .conftest import REPO
 from .real_node import SMALL
-from .test_kill_and_reattach import RUNNER
 from .test_triggerer import AIRFLOWS, airflow_env
 
 MODEL_URI = "s3://models/linear"
@@ -66,9 +66,15 @@ def run_retrain(python: Path, env: dict[str, str], dags: Path, cluster: Any, rea
         example=str(REPO / "dags" / "volcano_model_pipeline.py"), placement=json.dumps(real_node),
         resources=json.dumps(SMALL), namespace=cluster.namespace, name=name, secret=SECRET, args=json.dumps(args)))
     logical_date = datetime.datetime.now(datetime.UTC).isoformat()
-    done = subprocess.run([str(python), str(RUNNER), str(dag_file), "volcano_retrain", logical_date], env=env,
-                          capture_output=True, text=True, timeout=420)
-    return done.returncode, done.stdout + done.stderr
+    log = dags / f"{name}.log"
+    worker = warm_worker.start([str(dag_file), "volcano_retrain", logical_date], env, log, python=python)
+    try:
+        code = worker.wait(timeout=420)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    return code, log.read_text()
 
 
 def asset_events(python: Path, env: dict[str, str]) -> list[dict[str, Any]]:

@@ -36,13 +36,14 @@ from airflow_volcano.panel.plugin import PREFIX
 from airflow_volcano.waiting.preemption import Preemption, record
 
 from ..compose_stack import CHROMIUM, CHROMIUM_ARGS, ensure_debian_packages, free_port, wait_until
+from . import warm_worker
 from .airflow_db import migrate
 from .conftest import REPO, VOLCANO, Cluster, service_account_token
 from .faults import FaultyProxy, upstream_of
 from .jobs import pytorch_job
 from .panel_auth import NO_LOGS, OUTSIDER, TEAM, USERS
 from .real_node import SMALL
-from .test_kill_and_reattach import RUNNER, WORKER_WAIT
+from .test_kill_and_reattach import WORKER_WAIT
 from .test_queues import GPU, ClusterObjects, filler
 from .test_real_failures import CASCADE
 from .test_triggerer import AIRFLOWS
@@ -197,14 +198,13 @@ def dag_file(server: ApiServer, dag_id: str, tasks: dict[str, dict]) -> Path:
     return path
 
 
-def worker(server: ApiServer, path: Path, dag_id: str, log: Path) -> tuple[subprocess.Popen, str]:
+def worker(server: ApiServer, path: Path, dag_id: str, log: Path) -> tuple[warm_worker.WarmProcess, str]:
     """dag.test() of the DAG in a process of the Airflow under test, against the api-server's DB; the
     run's id (its logical date)."""
     logical_date = datetime.datetime.now(datetime.UTC).isoformat()
     env = dict(server.env, AIRFLOW_CONN_KUBERNETES_DEFAULT=os.environ["AIRFLOW_CONN_KUBERNETES_DEFAULT"],
                AIRFLOW__CORE__DAGS_FOLDER=str(path.parent))
-    process = subprocess.Popen([str(server.python), str(RUNNER), str(path), dag_id, logical_date], env=env,
-                               stdout=log.open("ab"), stderr=subprocess.STDOUT)
+    process = warm_worker.start([str(path), dag_id, logical_date], env, log, python=server.python)
     return process, f"manual__{logical_date}"
 
 

@@ -24,10 +24,11 @@ import pytest
 import yaml
 
 from ..conftest import airflow_lane
+from . import warm_worker
 from .airflow_api_client import api_call
 from .airflow_db import migrate
 from .conftest import REPO
-from .test_kill_and_reattach import RUNNER, SIM, write_dag
+from .test_kill_and_reattach import SIM, write_dag
 
 AIRFLOWS = {
     "suite-airflow": Path(sys.executable),
@@ -121,8 +122,8 @@ def test_deferred_task_outlives_a_triggerer_restart_and_a_user_kill_deletes_ever
                          training_script=str(script), annotations={SIM + "outcome": "run-forever"})
     worker_log, triggerer_log = tmp_path / "worker.log", tmp_path / "triggerer.log"
     logical_date = datetime.datetime.now(datetime.UTC).isoformat()
-    worker = subprocess.Popen([str(python), str(RUNNER), str(dag_file), dag_id, logical_date, "--external-triggerer"],
-                              env=worker_env, stdout=worker_log.open("ab"), stderr=subprocess.STDOUT)
+    worker = warm_worker.start([str(dag_file), dag_id, logical_date, "--external-triggerer"], worker_env, worker_log,
+                               python=python)
 
     def start_triggerer() -> subprocess.Popen:
         return subprocess.Popen([str(python), "-m", "airflow", "triggerer"], env=triggerer_env,

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from . import warm_worker
 from .airflow_api_client import api_call
 from .airflow_db import migrate
-from .test_kill_and_reattach import RUNNER, SIM, WORKER_WAIT, write_dag
+from .test_kill_and_reattach import SIM, WORKER_WAIT, write_dag
 from .test_triggerer import airflow_env, in_an_airflow_lane  # noqa: F401 - a fixture
 
 PYTHON = sys.executable
@@ -32,8 +33,7 @@ class Airflow:
 
     def run(self, dag_file: Path, dag_id: str, date: str) -> tuple[subprocess.Popen, Path]:
         log = self.home / f"worker-{date[:10]}.log"
-        worker = subprocess.Popen([PYTHON, str(RUNNER), str(dag_file), dag_id, date], env=self.env,
-                                  stdout=log.open("ab"), stderr=subprocess.STDOUT)
+        worker = warm_worker.start([str(dag_file), dag_id, date], self.env, log, python=PYTHON)
         self.workers.append(worker)
         return worker, log
 

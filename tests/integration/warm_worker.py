@@ -1,17 +1,18 @@
 """Airflow workers started warm: dag_runner.py processes forked from one that has imported Airflow.
 
 A test that kills a worker needs the worker as a process of its own (dag_runner.py). Started anew, each
-imports Airflow, the provider and the in-process execution API first: about 40 % of what such a process
-spends on a one-task DAG (benchmarks/worker_start.py; docs/performance.md). A warm worker
-instead is forked from a zygote: a process of the same interpreter and environment that has done those
-imports once and then only forks. Its children are real processes: their own pid, which the test signals
-(SIGTERM, SIGKILL) as any worker, their exit status reported as `subprocess.Popen` reports it.
+imports Airflow, the provider and the in-process execution API and builds that API's app first: most
+of what such a process spends on a one-task DAG (benchmarks/worker_start.py; docs/performance.md). A
+warm worker instead is forked from a zygote: a process of the same interpreter and environment that has
+done those imports and built that app once and then only forks. Its children are real processes: their
+own pid, which the test signals (SIGTERM, SIGKILL) as any worker, their exit status reported as
+`subprocess.Popen` reports it.
 
 `start(argv, env, log)` returns a `WarmProcess` (Popen's `pid`, `returncode`, `poll`, `wait`,
-`send_signal`, `terminate`, `kill`). One zygote per pytest worker, with its environment: a variable
-read only when the task runs (a connection, a variable, the current test's name) may differ between its
-children; a worker whose environment differs in any other (PYTHONPATH, an AIRFLOW__ setting) is started
-anew, as a plain subprocess.
+`send_signal`, `terminate`, `kill`). A zygote per interpreter and environment, in each pytest worker: a
+variable read only when the task runs (a connection, a variable, the current test's name) may differ
+between its children; a worker whose environment differs in any other (AIRFLOW_HOME, PYTHONPATH, an
+AIRFLOW__ setting), or of another Airflow release's interpreter, is forked from a zygote of its own.
 
 As a script (`python warm_worker.py`) it is the zygote: it answers `ready`, then for each request line
 (JSON: argv, env, log) forks a child that runs dag_runner.py with that argv and environment, its output
@@ -26,6 +27,7 @@ import os
 import selectors
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -51,10 +53,24 @@ def import_what_a_worker_imports() -> None:
     import airflow_volcano.triggers  # noqa: F401
 
 
-def run_child(request: dict) -> None:
-    """In the forked child: become the requested dag_runner.py process, then exit with its code."""
+def build_the_in_process_execution_api() -> None:
+    """The app of the in-process execution API, which dag.test() builds at its first request, built
+    here once: its versioned routes (Cadwyn makes them at the app's first call) were 62 % of what a
+    forked child spent (py-spy, 2026-11-29). Building it reads the configuration and connects to
+    nothing; its transport (a thread and an event loop) is left for each child to start."""
+    from airflow.sdk.execution_time.supervisor import in_process_api_server
+
+    app = in_process_api_server().app
+    if not getattr(app, "_cadwyn_initialized", True):
+        app._cadwyn_initialize()
+
+
+def run_child(request: dict, answers: int) -> None:
+    """In the forked child: become the requested dag_runner.py process, then exit with its code. The
+    zygote's answers are not its to write (`answers`, closed)."""
     code = 1
     try:
+        os.close(answers)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -83,12 +99,17 @@ def run_child(request: dict) -> None:
 
 
 def zygote() -> int:
+    # Its answers go on a descriptor of their own: what an Airflow prints on its import (3.2 logs to
+    # stdout) goes to stderr. A child closes it (run_child), so the pipe ends with the zygote.
+    answer = os.fdopen(os.dup(1), "w")
+    os.set_inheritable(answer.fileno(), False)
+    os.dup2(2, 1)
     import_what_a_worker_imports()
+    build_the_in_process_execution_api()
     if threading.active_count() != 1:  # a fork copies no thread: the children would miss one
         print(f"not forkable: {threading.active_count()} threads after the imports", flush=True)
         return 1
     OWNERS.mkdir(exist_ok=True)
-    answer = sys.stdout
     answer.write("ready\n")
     answer.flush()
     selector = selectors.DefaultSelector()
@@ -103,7 +124,7 @@ def zygote() -> int:
             answer.flush()
             pid = os.fork()
             if pid == 0:
-                run_child(request)
+                run_child(request, answer.fileno())
             children.add(pid)
             (OWNERS / str(pid)).write_text(request["env"].get("PYTEST_CURRENT_TEST", ""))
             answer.write(f"pid {pid}\n")
@@ -128,16 +149,22 @@ class Zygote:
 
     def __init__(self, python: str, env: dict[str, str]) -> None:
         self.start_time = start_time(env)
-        self.process = subprocess.Popen([python, str(Path(__file__).resolve())], env=env, stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        OWNERS.mkdir(exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=OWNERS, prefix="zygote-", suffix=".log", delete=False) as errors:
+            self.errors = Path(errors.name)  # what it says on stderr, kept for a start that fails
+            self.process = subprocess.Popen([python, str(Path(__file__).resolve())], env=env, stdin=subprocess.PIPE,
+                                            stdout=subprocess.PIPE, stderr=errors, text=True)
         assert self.process.stdout is not None
         first = self.process.stdout.readline().strip()
         if first != "ready":
             self.process.kill()
-            raise RuntimeError(f"the warm worker did not start: {first or 'no answer'}")
+            self.process.wait()
+            raise RuntimeError(f"the warm worker of {python} did not start: {first or 'no answer'}\n"
+                               f"{self.errors.read_text()[-3000:]}")
         self.lock = threading.Lock()
         self.changed = threading.Condition()
         self.started: list[int] = []
+        self.forked: list[int] = []
         self.ended: dict[int, int] = {}
         threading.Thread(target=self.read, daemon=True).start()
 
@@ -162,13 +189,21 @@ class Zygote:
             with self.changed:
                 if not self.changed.wait_for(lambda: self.started, timeout=60):
                     raise RuntimeError("the warm worker did not fork")
-                return self.started.pop()
+                pid = self.started.pop()
+                self.forked.append(pid)
+                return pid
+
+    def idle(self) -> bool:
+        """No child of it is still running."""
+        with self.changed:
+            return set(self.forked) <= set(self.ended)
 
     def close(self) -> None:
         """The end of its input: the zygote ends (its running children go on); wait for it."""
         assert self.process.stdin is not None
         self.process.stdin.close()
         self.process.wait()
+        self.errors.unlink(missing_ok=True)
 
 
 class WarmProcess:
@@ -201,28 +236,31 @@ class WarmProcess:
         self.send_signal(9)
 
 
-_ZYGOTE: Zygote | None = None
-_ZYGOTE_LOCK = threading.Lock()
+# The zygotes of this pytest worker, by interpreter and start-time environment.
+_ZYGOTES: dict[tuple[str, tuple[tuple[str, str], ...]], Zygote] = {}
+_ZYGOTES_LOCK = threading.Lock()
 
 
-def start(argv: list[str], env: dict[str, str], log: Path) -> WarmProcess | subprocess.Popen:
-    """dag_runner.py with `argv`, its output appended to `log` (created before this returns): forked from
-    the zygote of this pytest worker (started on first use, kept for the worker's life). A worker whose
-    environment differs from this process's in more than what each child may set (PER_CHILD), such as
-    a PYTHONPATH that changes what the interpreter does at its start, is started anew."""
+def start(argv: list[str], env: dict[str, str], log: Path,
+          python: str | Path = sys.executable) -> WarmProcess:
+    """dag_runner.py with `argv` under `python` (another Airflow release's venv, say), its output appended
+    to `log` (created before this returns): forked from this pytest worker's zygote of that interpreter
+    and that environment but for what each child may set (PER_CHILD), started on first use. A test of an
+    Airflow home of its own forks its workers from a zygote of that home; once a newer zygote is needed,
+    one whose children have all ended is closed, but the zygote of this process's own environment,
+    which most tests share, is kept for the worker's life."""
     log.open("ab").close()
     wanted = start_time(env)
-    if wanted != start_time(dict(os.environ)):
-        with log.open("ab") as out:
-            return subprocess.Popen([sys.executable, str(RUNNER), *argv], stdout=out, stderr=subprocess.STDOUT,
-                                    env=env)
-    global _ZYGOTE
-    with _ZYGOTE_LOCK:
-        # A new one when this process's environment changed since (a test's setting): the old one's
-        # running children are still reported by it.
-        if _ZYGOTE is None or _ZYGOTE.process.poll() is not None or _ZYGOTE.start_time != wanted:
-            _ZYGOTE = Zygote(sys.executable, {**env, "PYTHONUNBUFFERED": "1"})
-        zygote = _ZYGOTE
+    key = (str(python), tuple(sorted(wanted.items())))
+    with _ZYGOTES_LOCK:
+        zygote = _ZYGOTES.get(key)
+        if zygote is None or zygote.process.poll() is not None:
+            own = (sys.executable, tuple(sorted(start_time(dict(os.environ)).items())))
+            for other_key, other in list(_ZYGOTES.items()):
+                if other_key != own and other.idle():
+                    other.close()
+                    del _ZYGOTES[other_key]
+            zygote = _ZYGOTES[key] = Zygote(str(python), {**env, "PYTHONUNBUFFERED": "1"})
     return WarmProcess(zygote, zygote.fork(argv, env, log), [str(RUNNER), *argv])
 
 
