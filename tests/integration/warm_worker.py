@@ -236,31 +236,29 @@ class WarmProcess:
         self.send_signal(9)
 
 
-# The zygotes of this pytest worker, by interpreter and start-time environment.
+# The zygotes of this pytest worker, by interpreter and start-time environment, the last used last. A
+# zygote holds about 200 MB: beyond the KEPT last used, one whose children have all ended is closed.
 _ZYGOTES: dict[tuple[str, tuple[tuple[str, str], ...]], Zygote] = {}
 _ZYGOTES_LOCK = threading.Lock()
+KEPT = 3
 
 
 def start(argv: list[str], env: dict[str, str], log: Path,
           python: str | Path = sys.executable) -> WarmProcess:
     """dag_runner.py with `argv` under `python` (another Airflow release's venv, say), its output appended
     to `log` (created before this returns): forked from this pytest worker's zygote of that interpreter
-    and that environment but for what each child may set (PER_CHILD), started on first use. A test of an
-    Airflow home of its own forks its workers from a zygote of that home; once a newer zygote is needed,
-    one whose children have all ended is closed, but the zygote of this process's own environment,
-    which most tests share, is kept for the worker's life."""
+    and that environment but for what each child may set (PER_CHILD), started on first use and kept
+    while it is among the KEPT last used (the suite's own environment, a test's Airflow home)."""
     log.open("ab").close()
-    wanted = start_time(env)
-    key = (str(python), tuple(sorted(wanted.items())))
+    key = (str(python), tuple(sorted(start_time(env).items())))
     with _ZYGOTES_LOCK:
-        zygote = _ZYGOTES.get(key)
+        zygote = _ZYGOTES.pop(key, None)
         if zygote is None or zygote.process.poll() is not None:
-            own = (sys.executable, tuple(sorted(start_time(dict(os.environ)).items())))
-            for other_key, other in list(_ZYGOTES.items()):
-                if other_key != own and other.idle():
-                    other.close()
-                    del _ZYGOTES[other_key]
-            zygote = _ZYGOTES[key] = Zygote(str(python), {**env, "PYTHONUNBUFFERED": "1"})
+            for old_key in list(_ZYGOTES)[:max(0, len(_ZYGOTES) - (KEPT - 1))]:
+                if _ZYGOTES[old_key].idle():
+                    _ZYGOTES.pop(old_key).close()
+            zygote = Zygote(str(python), {**env, "PYTHONUNBUFFERED": "1"})
+        _ZYGOTES[key] = zygote
     return WarmProcess(zygote, zygote.fork(argv, env, log), [str(RUNNER), *argv])
 
 
