@@ -8,7 +8,7 @@ done those imports and built that app once and then only forks. Its children are
 own pid, which the test signals (SIGTERM, SIGKILL) as any worker, their exit status reported as
 `subprocess.Popen` reports it.
 
-`start(argv, env, log)` returns a `WarmProcess` (Popen's `pid`, `returncode`, `poll`, `wait`,
+`start(argv, env, log, python)` returns a `WarmProcess` (Popen's `pid`, `returncode`, `poll`, `wait`,
 `send_signal`, `terminate`, `kill`). A zygote per interpreter and environment, in each pytest worker: a
 variable read only when the task runs (a connection, a variable, the current test's name) may differ
 between its children; a worker whose environment differs in any other (AIRFLOW_HOME, PYTHONPATH, an
@@ -161,6 +161,7 @@ class Zygote:
             self.process.wait()
             raise RuntimeError(f"the warm worker of {python} did not start: {first or 'no answer'}\n"
                                f"{self.errors.read_text()[-3000:]}")
+        self.errors.unlink()  # needed only for a start that fails
         self.lock = threading.Lock()
         self.changed = threading.Condition()
         self.started: list[int] = []
@@ -203,7 +204,6 @@ class Zygote:
         assert self.process.stdin is not None
         self.process.stdin.close()
         self.process.wait()
-        self.errors.unlink(missing_ok=True)
 
 
 class WarmProcess:
