@@ -107,7 +107,8 @@ def zygote() -> int:
     import_what_a_worker_imports()
     build_the_in_process_execution_api()
     if threading.active_count() != 1:  # a fork copies no thread: the children would miss one
-        print(f"not forkable: {threading.active_count()} threads after the imports", flush=True)
+        answer.write(f"not forkable: {threading.active_count()} threads after the imports\n")
+        answer.flush()
         return 1
     OWNERS.mkdir(exist_ok=True)
     answer.write("ready\n")
@@ -148,7 +149,6 @@ class Zygote:
     """The test process's end of one zygote."""
 
     def __init__(self, python: str, env: dict[str, str]) -> None:
-        self.start_time = start_time(env)
         OWNERS.mkdir(exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=OWNERS, prefix="zygote-", suffix=".log", delete=False) as errors:
             self.errors = Path(errors.name)  # what it says on stderr, kept for a start that fails
