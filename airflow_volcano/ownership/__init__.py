@@ -48,6 +48,9 @@ CLEANUP_RETRY_SECONDS = 120.0
 STATE_STORE_KEY = "volcano_job"
 # The states in which a deferred task's cancelled trigger was ended by a user ("none": cleared).
 USER_ENDED_STATES = frozenset({"none", "failed", "success", "skipped", "removed", "upstream_failed"})
+# The state the scheduler gives a try it failed with a try left (an executor reporting its worker
+# gone): a later try follows, whatever the task's own process is still doing.
+SYSTEM_RETRY_STATE = "up_for_retry"
 
 
 # -- the task instance's state ---------------------------------------------------------------------------
@@ -141,7 +144,9 @@ def kill_keeps_job(ref: JobRef, ti: Any, on_kill_action: str, state_on_server: C
 
     Airflow calls on_kill when a user marks the task failed/success or clears it, when the worker shuts
     down (apache/airflow#39791) and when execution_timeout passes. In the last two the task instance is
-    still `running` on the server: if the task has a try left, that try reattaches to the Job, so deleting
+    still `running` on the server, or already `up_for_retry` when its worker was lost (a worker pod deleted)
+    and the scheduler failed the try before the task's SIGTERM handler read the state: no user sets that
+    state. If the task has a try left, that try reattaches to the Job, so deleting
     it would throw the training away; with no try left, nobody would ever watch it again. When the state
     cannot be read (`state_on_server` says None) and a try is left, the Job is kept: a training is not
     deleted on a guess (the next try, or the user, finds it by its labels). `log`: the task's logger."""
@@ -158,6 +163,11 @@ def kill_keeps_job(ref: JobRef, ti: Any, on_kill_action: str, state_on_server: C
     if state == "running":
         log.info("Worker stopping while the task instance is still running: keeping Volcano Job %s/%s for the next "
                  "try to reattach", ref.namespace, ref.name)
+        return True
+    if state == SYSTEM_RETRY_STATE:
+        log.info("The task instance is up_for_retry on the server (its worker was lost, and the scheduler has "
+                 "already failed this try): keeping Volcano Job %s/%s for the next try to reattach",
+                 ref.namespace, ref.name)
         return True
     return False
 

@@ -43,12 +43,15 @@ class _TaskInstance:
 
 @pytest.mark.parametrize(("try_number", "max_tries", "state", "deleted"), [
     (1, 1, "running", False),                        # a worker stops, the retry reattaches
+    (1, 1, "up_for_retry", False),                   # its worker pod deleted, the scheduler failed the try first
     (1, 1, "failed", True),                          # a user marked the task failed
     (1, 1, "none", True),                            # ... or cleared it
     (1, 1, TimeoutError("read timed out"), False),   # cannot tell, and a retry would reattach: not on a guess
     (2, 1, "running", True),                         # the last try: nobody would watch the Job again
     (2, 1, TimeoutError("read timed out"), True),
-], ids=["retry-reattaches", "marked-failed", "cleared", "unreadable-try-left", "last-try", "unreadable-last-try"])
+    (2, 1, "up_for_retry", True),
+], ids=["retry-reattaches", "worker-lost-try-failed-first", "marked-failed", "cleared", "unreadable-try-left",
+        "last-try", "unreadable-last-try", "last-try-up-for-retry"])
 def test_on_kill_deletes_the_job_only_when_no_later_try_will_watch_it(monkeypatch, try_number, max_tries, state,
                                                                        deleted):
     from airflow_volcano.job_ref import JobRef
