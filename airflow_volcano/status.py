@@ -27,8 +27,8 @@ from airflow_volcano.constants import (
 )
 from airflow_volcano.manifest import retryable_exit_codes
 from airflow_volcano.manifest.retry_budget import RetryBudget
-from airflow_volcano.observability.logs import hidden
-from airflow_volcano.timestamps import clock_text, parse_time, parse_timestamp_ns
+from airflow_volcano.observability.logs import hidden, stamped_line
+from airflow_volcano.timestamps import clock_text, parse_time
 
 # The annotations a wait reads: the preemptions and retries counted so far (a waiter that takes over counts
 # on), and the budgets they are held to.
@@ -230,12 +230,9 @@ class PodLogTail:
     def from_raw(cls, raw_lines: Iterable[str]) -> PodLogTail:
         lines, last_ns = [], None
         for raw in raw_lines:
-            stamp, _, message = raw.partition(" ")
-            at = parse_timestamp_ns(stamp)
-            if at is None:
-                message = raw
-            else:
-                last_ns = at
+            if (line := stamped_line(raw)) is None:  # the kubelet's word, not the container's
+                continue
+            last_ns, message = line
             if not hidden(message):  # a stall's stacks are shown once, by its report
                 lines.append(message)
         return cls(lines=tuple(lines), last_ns=last_ns)

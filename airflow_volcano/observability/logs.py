@@ -33,6 +33,17 @@ HEARTBEAT_LINE = "[airflow-volcano] heartbeat"
 STACKS_PREFIX = "[airflow-volcano] stacks "
 
 
+def stamped_line(raw_line: str) -> tuple[int, str] | None:
+    """A line of a log read with timestamps=true as (nanoseconds on the node's clock, message); None for
+    a line without the kubelet's timestamp. Every line the container wrote has one: a line without is
+    the kubelet's own word, never the training's. (Its container gone, the kubelet answers 200 with
+    "unable to retrieve container logs for containerd://..." as the body: not a line to copy, and,
+    without a timestamp, one the cursor could not tell from the last read's.)"""
+    stamp, _, message = raw_line.partition(" ")
+    at = parse_timestamp_ns(stamp)
+    return None if at is None else (at, message)
+
+
 @dataclass
 class LogCursor:
     """How far a log has been shown: the newest line's timestamp, and how many lines had it; the
@@ -51,12 +62,11 @@ class LogCursor:
         self._seen_this_read = 0
 
     def accept(self, raw_line: str) -> str | None:
-        """The line's message if it is new, None if it was shown already."""
-        stamp, _, message = raw_line.partition(" ")
-        at = parse_timestamp_ns(stamp)
-        if at is None:  # no timestamp (should not happen with timestamps=true): show it as is
-            self.lines_shown += 1
-            return raw_line
+        """The line's message if it is new; None if it was shown already, or is not the container's
+        (`stamped_line`)."""
+        if (line := stamped_line(raw_line)) is None:
+            return None
+        at, message = line
         if at < self.last_ns:
             return None
         if at == self.last_ns:

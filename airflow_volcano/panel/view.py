@@ -16,9 +16,9 @@ from typing import Any
 
 from airflow_volcano.constants import PREEMPTIONS_ANNOTATION, TASK_LABEL
 from airflow_volcano.observability.goodput import RunTimeline, goodput, phase_changes
-from airflow_volcano.observability.logs import hidden, iter_lines
+from airflow_volcano.observability.logs import hidden, iter_lines, stamped_line
 from airflow_volcano.status import PodLogTail, budget_text, failed_pods, first_failures, job_state, pod_problem
-from airflow_volcano.timestamps import parse_time, parse_timestamp_ns
+from airflow_volcano.timestamps import parse_time
 from airflow_volcano.waiting.preemption import Preemption, recorded
 from airflow_volcano.waiting.progress import PROGRESS_MARKER, Progress
 from airflow_volcano.waiting.queueing import WaitingReport
@@ -123,19 +123,19 @@ def log_tail(pod: str, raw: bytes | Iterable[bytes], redact: Redact) -> dict[str
     """A pod's last lines as the task log shows them: escaped (no control characters), the provider's
     own lines (heartbeats, stack requests) left out, secrets masked."""
     chunks = [raw] if isinstance(raw, bytes) else raw
-    lines = [line.partition(" ")[2] if parse_timestamp_ns(line.partition(" ")[0]) is not None else line
-             for line in iter_lines(chunks)]
-    lines = [line for line in lines if not hidden(line)][-LOG_TAIL_LINES:]
+    messages = [line[1] for raw_line in iter_lines(chunks) if (line := stamped_line(raw_line)) is not None]
+    lines = [message for message in messages if not hidden(message)][-LOG_TAIL_LINES:]
     return {"pod": pod, "lines": [redact(line) for line in lines]}
 
 
 def progress_from_log(raw: bytes | Iterable[bytes]) -> Progress | None:
     """The progress the main pod's recent log reports (its progress lines, read with timestamps)."""
     progress: Progress | None = None
-    for line in iter_lines([raw] if isinstance(raw, bytes) else raw):
-        stamp, _, message = line.partition(" ")
-        at = parse_timestamp_ns(stamp)
-        if at is not None and PROGRESS_MARKER in message:
+    for raw_line in iter_lines([raw] if isinstance(raw, bytes) else raw):
+        if (line := stamped_line(raw_line)) is None:
+            continue
+        at, message = line
+        if PROGRESS_MARKER in message:
             progress = progress or Progress()
             progress.observe(message, at)
     return progress if progress is not None and progress.first_done is not None else None

@@ -17,8 +17,7 @@ from airflow_volcano.hooks import calls
 from airflow_volcano.hooks.calls import Program, Sleep
 from airflow_volcano.job_ref import JobRef
 from airflow_volcano.manifest import TENSORBOARD_TASK
-from airflow_volcano.observability.logs import Emit, iter_lines
-from airflow_volcano.timestamps import parse_timestamp_ns
+from airflow_volcano.observability.logs import Emit, iter_lines, stamped_line
 from airflow_volcano.waiting.stalls import (
     STACKS_MAX_BYTES,
     STACKS_POLL_SECONDS,
@@ -101,8 +100,9 @@ def record_preemptions(ref: JobRef, annotations: dict[str, str]) -> Program[str 
 def newest_line_stamp(data: bytes) -> int | None:
     """The timestamp (nanoseconds, the node's clock) of the last line of a log read with timestamps."""
     stamp = None
-    for line in iter_lines([data]):
-        stamp = parse_timestamp_ns(line.partition(" ")[0]) or stamp
+    for raw_line in iter_lines([data]):
+        if (line := stamped_line(raw_line)) is not None:
+            stamp = line[0]
     return stamp
 
 

@@ -53,6 +53,29 @@ def test_reread_after_drop_skips_what_was_shown():
     assert cursor.lines_shown == 5
 
 
+# What the kubelet answers, with status 200, for the log of a container it no longer has (seen in a
+# test that read a finished worker's log as its pod went).
+KUBELET_GONE = "unable to retrieve container logs for containerd://eade9b55fff5a21fc67badcd0dd4a1838b41aa51c2d8e3"
+
+
+def test_the_kubelets_own_message_is_never_copied_as_the_containers_line_nor_once_per_read():
+    shown: list[str] = []
+    cursor = LogCursor()
+    emit_new_lines([f"{stamp(1)} a", f"{stamp(2)} b"], cursor, lambda line, at: shown.append(line))
+    for _ in range(3):  # each read after the container went: the kubelet's message again
+        emit_new_lines([KUBELET_GONE], cursor, lambda line, at: shown.append(line))
+    emit_new_lines([f"{stamp(1)} a", f"{stamp(2)} b", f"{stamp(3)} c"], cursor, lambda line, at: shown.append(line))
+    assert shown == ["a", "b", "c"]
+    assert cursor.lines_shown == 3 and cursor.last_line_at == parse_timestamp_ns(stamp(3)) // 10**9
+
+
+def test_a_failed_pods_log_tail_is_its_containers_lines_not_the_kubelets_message():
+    from airflow_volcano.status import PodLogTail
+
+    tail = PodLogTail.from_raw([f"{stamp(1)} RuntimeError: boom", KUBELET_GONE])
+    assert tail.lines == ("RuntimeError: boom",) and tail.last_ns == parse_timestamp_ns(stamp(1))
+
+
 def test_cursor_survives_serialisation_between_trigger_and_worker():
     shown: list[str] = []
     cursor = LogCursor()

@@ -39,6 +39,10 @@ def test_a_log_tail_is_escaped_masked_and_without_the_providers_own_lines():
            f"{at(2)[:-1]}.000000001Z [airflow-volcano] heartbeat\n"
            f"{at(3)[:-1]}.000000001Z \x1b[31mred\r\n").encode()
     assert log_tail("p", raw, secrets.redact) == {"pod": "p", "lines": ["loaded ***", "\\x1b[31mred"]}
+    # Read after its container went: the kubelet's own answer is no line of the pod's.
+    gone = b"unable to retrieve container logs for containerd://eade9b55fff5a21fc67badcd0dd4"
+    assert log_tail("p", raw + gone, secrets.redact) == {"pod": "p", "lines": ["loaded ***", "\\x1b[31mred"]}
+    assert log_tail("p", gone, secrets.redact) == {"pod": "p", "lines": []}
 
 
 def test_progress_is_read_from_the_main_pods_recent_lines():
