@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import structlog
 
@@ -99,10 +99,20 @@ def state_on_server(ti: Any, log: Any) -> str | None:
         return None
 
 
-def ended_on_server(state: str | None) -> bool:
+def ended_on_server(state: str | None) -> TypeGuard[str]:
     """Whether a task about to defer was ended on the server since Airflow's last heartbeat (a user's
-    "Mark failed" or "Clear"): any known state but `running`. Unknown is no kill: the task defers."""
+    "Mark failed" or "Clear", or the scheduler failing the try: `who_ended`): any known state but
+    `running`. Unknown is no kill: the task defers."""
     return state not in (None, "running")
+
+
+def who_ended(state: str) -> str:
+    """Who gave a task instance `state` while its try still ran, as the task log says it."""
+    if state == SYSTEM_RETRY_STATE:
+        return "the scheduler failed this try, its worker reported lost; the next try reattaches"
+    if state in USER_ENDED_STATES:
+        return "a user marked it, or cleared it"
+    return "not this try"
 
 
 def cancellation_ends_job(state: str) -> bool:
@@ -268,7 +278,7 @@ class TryOwnership:
             return
         kill()
         kept = " and kept (on_kill_action='keep_job')" if on_kill_action == OnKillAction.KEEP_JOB else ""
-        raise VolcanoJobError(f"The task instance is {state} on the server (a user marked it, or cleared it) as "
+        raise VolcanoJobError(f"The task instance is {state} on the server ({who_ended(state)}) as "
                               f"it was about to defer: Airflow would run no trigger for Volcano Job "
                               f"{ref.namespace}/{ref.name}{kept}")
 

@@ -67,13 +67,15 @@ def test_on_kill_deletes_the_job_only_when_no_later_try_will_watch_it(monkeypatc
     assert ("delete Job ml/train" in hook.done) == deleted, hook.done
 
 
-@pytest.mark.parametrize(("state", "stopped"), [
-    ("running", False),                        # the deferral goes on
-    ("failed", True),                          # marked failed since the last heartbeat: Airflow would refuse it
-    ("none", True),                            # cleared
-    (TimeoutError("read timed out"), False),   # unknown is no kill: the task defers
-], ids=["running", "marked-failed", "cleared", "unreadable"])
-def test_a_task_about_to_defer_that_is_no_longer_running_settles_its_job_instead(monkeypatch, state, stopped):
+@pytest.mark.parametrize(("state", "stopped", "deleted"), [
+    ("running", False, False),                       # the deferral goes on
+    ("failed", True, True),                          # marked failed since the last heartbeat: Airflow would refuse it
+    ("none", True, True),                            # cleared
+    ("up_for_retry", True, False),                   # the scheduler failed this try: the next one reattaches
+    (TimeoutError("read timed out"), False, False),  # unknown is no kill: the task defers
+], ids=["running", "marked-failed", "cleared", "try-failed-by-the-scheduler", "unreadable"])
+def test_a_task_about_to_defer_that_is_no_longer_running_settles_its_job_instead(monkeypatch, state, stopped,
+                                                                                  deleted):
     from airflow_volcano.exceptions import VolcanoJobError
     from airflow_volcano.job_ref import JobRef
 
@@ -86,13 +88,16 @@ def test_a_task_about_to_defer_that_is_no_longer_running_settles_its_job_instead
     operator._ownership.ref = ref
     operator._ownership.ti = _TaskInstance(1, 1, state)
     stop = operator._ownership.stop_if_ended_on_server
+    who = ("the scheduler failed this try, its worker reported lost; the next try reattaches"
+           if state == "up_for_retry" else "a user marked it, or cleared it")
     if stopped:
-        with pytest.raises(VolcanoJobError, match=f"The task instance is {state} on the server .* as it was about "
-                                                  "to defer: Airflow would run no trigger for Volcano Job ml/train"):
+        with pytest.raises(VolcanoJobError) as raised:
             stop(ref, operator.on_kill, operator.on_kill_action, operator.log)
+        assert str(raised.value) == (f"The task instance is {state} on the server ({who}) as it was about to defer: "
+                                     "Airflow would run no trigger for Volcano Job ml/train")
     else:
         stop(ref, operator.on_kill, operator.on_kill_action, operator.log)
-    assert ("delete Job ml/train" in hook.done) == stopped, hook.done
+    assert ("delete Job ml/train" in hook.done) == deleted, hook.done
 
 
 def test_each_try_runs_from_a_copy_with_its_own_ownership():
