@@ -123,7 +123,9 @@ def save(epoch: int, model: object, optimizer: object, reason: str) -> Path:
     partial = path.with_suffix(".partial")
     torch.save({"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict()}, partial)
     os.replace(partial, path)  # a checkpoint is whole or absent
-    (CHECKPOINTS / "latest.json").write_text(json.dumps({"epoch": epoch, "path": str(path), "reason": reason}))
+    record = CHECKPOINTS / "latest.json.partial"  # and so is its record, which a reader may read any time
+    record.write_text(json.dumps({"epoch": epoch, "path": str(path), "reason": reason}))
+    os.replace(record, CHECKPOINTS / "latest.json")
     return path
 
 
