@@ -13,7 +13,8 @@ themselves, which set that variable only after they started). Processes are read
 process spent after its last read, or all of it when it started and ended between two reads (a kubectl, a
 runc, a CNI plugin), comes from the kernel's process accounting (acct(2): a record of each process as it
 exits), charged to the process's owner if it was seen, else to its parent's. The report gives the
-machine's busy total too (from /proc/stat). The suite's figures are in docs/performance.md.
+machine's busy total too (from /proc/stat), and its busy cores minute by minute: where the suite leaves the
+CPU idle, waiting on time rather than work. The suite's figures are in docs/performance.md.
 """
 
 from __future__ import annotations
@@ -119,6 +120,7 @@ class Sampler:
         self.charged: defaultdict[str, float] = defaultdict(float)
         self.last: dict[int, tuple[float, str]] = {}
         self.stopped = threading.Event()
+        self.busy: list[tuple[float, float]] = []  # (monotonic seconds, the machine's busy CPU-s) each read
 
     def refresh(self) -> None:
         try:
@@ -201,8 +203,23 @@ class Sampler:
             if tick:
                 self.charge_exited()
             self.sample(first=tick == 0)
+            self.busy.append((time.monotonic(), busy_seconds()))
             tick += 1
             self.stopped.wait(INTERVAL)
+
+
+def cores_by_minute(busy: list[tuple[float, float]], started: float) -> list[float]:
+    """The machine's average busy cores in each minute since `started`, from the busy reads: where the
+    suite leaves the CPU idle (waiting on time, not on work)."""
+    spent: list[float] = []
+    spans: list[float] = []  # the seconds of each minute read (the last one's are fewer)
+    for (at, before), (later, after) in zip(busy, busy[1:], strict=False):
+        minute = int((at - started) // 60)
+        for kept in (spent, spans):
+            kept.extend([0.0] * (minute + 1 - len(kept)))
+        spent[minute] += after - before
+        spans[minute] += later - at
+    return [round(seconds / span, 2) if span else 0.0 for seconds, span in zip(spent, spans, strict=True)]
 
 
 def report(result: dict, top: int) -> None:
@@ -218,6 +235,10 @@ def report(result: dict, top: int) -> None:
     charged = sum(result["charged"].values())
     print(f"{result['wall_seconds'] / 60:.1f} min, the machine busy {result['busy_seconds']:.0f} CPU-s "
           f"({result['busy_seconds'] / result['wall_seconds']:.2f} cores on average); charged {charged:.0f} CPU-s")
+    if by_minute := result.get("cores_by_minute"):
+        print(f"busy cores, minute by minute (of {os.cpu_count()}):")
+        for first in range(0, len(by_minute), 10):
+            print(f"  {first:3d}: " + " ".join(f"{cores:4.2f}" for cores in by_minute[first:first + 10]))
     print(f"\nby kind (top {top}):")
     for kind, seconds in sorted(by_kind.items(), key=lambda item: -item[1])[:top]:
         print(f"  {seconds:7.0f}  {kind}")
@@ -257,6 +278,7 @@ def main() -> int:
     accounting.stop()
     result = {"command": args.command, "exit_code": code, "wall_seconds": time.monotonic() - started,
               "busy_seconds": busy_seconds() - busy,
+              "cores_by_minute": cores_by_minute(sampler.busy, started),
               "charged": dict(sorted(sampler.charged.items(), key=lambda item: -item[1]))}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=0))
