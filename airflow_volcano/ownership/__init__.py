@@ -107,12 +107,12 @@ def ended_on_server(state: str | None) -> TypeGuard[str]:
 
 
 def who_ended(state: str) -> str:
-    """Who gave a task instance `state` while its try still ran, as the task log says it."""
+    """Who gave a task instance `state` while its try still ran, as the task log says it: the scheduler
+    (`SYSTEM_RETRY_STATE`), else a user's "Mark" or "Clear" (a cleared task is `restarting`, `none`, or
+    already `scheduled` or `queued` for its next try)."""
     if state == SYSTEM_RETRY_STATE:
         return "the scheduler failed this try, its worker reported lost; the next try reattaches"
-    if state in USER_ENDED_STATES:
-        return "a user marked it, or cleared it"
-    return "not this try"
+    return "a user marked it, or cleared it"
 
 
 def cancellation_ends_job(state: str) -> bool:
