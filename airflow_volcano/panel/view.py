@@ -16,7 +16,7 @@ from typing import Any
 
 from airflow_volcano.constants import PREEMPTIONS_ANNOTATION, TASK_LABEL
 from airflow_volcano.observability.goodput import RunTimeline, goodput, phase_changes
-from airflow_volcano.observability.logs import hidden, iter_lines, stamped_line
+from airflow_volcano.observability.logs import iter_lines, stamped_line
 from airflow_volcano.status import PodLogTail, budget_text, failed_pods, first_failures, job_state, pod_problem
 from airflow_volcano.timestamps import parse_time
 from airflow_volcano.waiting.preemption import Preemption, recorded
@@ -122,9 +122,7 @@ def pod_rows(pods: Iterable[Mapping[str, Any]], main_task: str | None,
 def log_tail(pod: str, raw: bytes | Iterable[bytes], redact: Redact) -> dict[str, Any]:
     """A pod's last lines as the task log shows them: escaped (no control characters), the provider's
     own lines (heartbeats, stack requests) left out, secrets masked."""
-    chunks = [raw] if isinstance(raw, bytes) else raw
-    messages = [line[1] for raw_line in iter_lines(chunks) if (line := stamped_line(raw_line)) is not None]
-    lines = [message for message in messages if not hidden(message)][-LOG_TAIL_LINES:]
+    lines = PodLogTail.from_raw(iter_lines([raw] if isinstance(raw, bytes) else raw)).lines[-LOG_TAIL_LINES:]
     return {"pod": pod, "lines": [redact(line) for line in lines]}
 
 
