@@ -219,14 +219,19 @@ def run_id_of(server: ApiServer, dag_id: str) -> str:
 
 def open_panel(page, server: ApiServer, dag_id: str, run_id: str, task_id: str, *texts: str, shot: str) -> str:
     """The task instance's page, its "Volcano Job" tab: wait for each text inside the panel, keep a
-    screenshot, return what the panel says."""
+    screenshot (also of a panel that never showed one: `failed-` before its name), return what the
+    panel says."""
     from playwright.sync_api import expect
 
     page.goto(f"{server.url}/dags/{dag_id}/runs/{quote(run_id, safe='')}/tasks/{task_id}/plugin/volcano-job")
     frame = page.frame_locator("iframe")
-    for text in texts:
-        expect(frame.get_by_text(text).first).to_be_visible(timeout=120_000)
     ARTIFACTS.mkdir(exist_ok=True)
+    try:
+        for text in texts:
+            expect(frame.get_by_text(text).first).to_be_visible(timeout=120_000)
+    except AssertionError:
+        page.screenshot(path=str(ARTIFACTS / f"failed-{shot}"), full_page=True)
+        raise
     page.screenshot(path=str(ARTIFACTS / shot), full_page=True)
     return frame.locator("body").inner_text()
 
