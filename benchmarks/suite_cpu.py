@@ -222,7 +222,24 @@ def cores_by_minute(busy: list[tuple[float, float]], started: float) -> list[flo
     return [round(seconds / span, 2) if span else 0.0 for seconds, span in zip(spent, spans, strict=True)]
 
 
-def report(result: dict, top: int) -> None:
+def tests_by_minute(timeline: Path, started: float, minutes: int) -> list[list[str]]:
+    """The tests running in each minute since `started` (wall-clock seconds), from the timeline each
+    pytest process writes when TEST_TIMELINE names a directory (tests/conftest.py; scripts/test-suite sets
+    it): which tests the machine was waiting on where it idled."""
+    running: list[list[str]] = [[] for _ in range(minutes)]
+    for path in sorted(timeline.glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            # The unit tests take seconds each: counted as one entry a minute, not named.
+            name = "(unit tests)" if "/unit/" in f"/{record['test']}" else record["test"].split("::", 1)[-1]
+            first, last = (int((record[edge] - started) // 60) for edge in ("start", "end"))
+            for minute in range(max(first, 0), min(last, minutes - 1) + 1):
+                if name not in running[minute] or not name.startswith("(unit"):
+                    running[minute].append(name)
+    return running
+
+
+def report(result: dict, top: int, timeline: Path | None = None) -> None:
     by_test: defaultdict[str, float] = defaultdict(float)
     by_kind: defaultdict[str, float] = defaultdict(float)
     for owner, seconds in result["charged"].items():
@@ -239,6 +256,11 @@ def report(result: dict, top: int) -> None:
         print(f"busy cores, minute by minute (of {os.cpu_count()}):")
         for first in range(0, len(by_minute), 10):
             print(f"  {first:3d}: " + " ".join(f"{cores:4.2f}" for cores in by_minute[first:first + 10]))
+        if timeline and "started_at" in result:
+            print("\nthe tests running, minute by minute:")
+            running = tests_by_minute(timeline, result["started_at"], len(by_minute))
+            for minute, (cores, names) in enumerate(zip(by_minute, running, strict=True)):
+                print(f"  {minute:3d} {cores:4.2f} {len(names):2d}: {', '.join(name[:60] for name in names)}")
     print(f"\nby kind (top {top}):")
     for kind, seconds in sorted(by_kind.items(), key=lambda item: -item[1])[:top]:
         print(f"  {seconds:7.0f}  {kind}")
@@ -252,10 +274,12 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=REPO / ".artifacts" / "suite-cpu.json")
     parser.add_argument("--report", type=Path, help="print the report of an earlier run and exit")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--timeline", type=Path, help="with --report: the tests' timeline directory "
+                        "(scripts/test-suite's .artifacts/test-suite/timeline) to list the tests of each minute")
     parser.add_argument("command", nargs="*", help="what to run and measure, after --")
     args = parser.parse_args()
     if args.report:
-        report(json.loads(args.report.read_text()), args.top)
+        report(json.loads(args.report.read_text()), args.top, args.timeline)
         return 0
     if not args.command:
         parser.error("give the command to measure after --, e.g. -- scripts/test-suite")
@@ -264,7 +288,7 @@ def main() -> int:
     accounting.start()
     sampler = Sampler(accounting)
     thread = threading.Thread(target=sampler.run, daemon=True)
-    started, busy = time.monotonic(), busy_seconds()
+    started, started_at, busy = time.monotonic(), time.time(), busy_seconds()
     thread.start()
     suite = subprocess.Popen(args.command, cwd=REPO)
     try:
@@ -276,7 +300,8 @@ def main() -> int:
     thread.join()
     sampler.charge_exited()
     accounting.stop()
-    result = {"command": args.command, "exit_code": code, "wall_seconds": time.monotonic() - started,
+    result = {"command": args.command, "exit_code": code, "started_at": started_at,
+              "wall_seconds": time.monotonic() - started,
               "busy_seconds": busy_seconds() - busy,
               "cores_by_minute": cores_by_minute(sampler.busy, started),
               "charged": dict(sorted(sampler.charged.items(), key=lambda item: -item[1]))}

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,6 +34,10 @@ AIRFLOW_LANES = 2
 # runs them first, beside the concurrent tests): a test that uses the real node waits until it is gone
 # (tests/integration/conftest.py), and in such a run those tests come after the ones that do not.
 REAL_NODE_GATE = "REAL_NODE_GATE"
+
+# A directory where each test process appends, per test, when it started and ended and on which worker
+# (scripts/test-suite sets it; benchmarks/suite_cpu.py lines it up with the machine's busy cores).
+TEST_TIMELINE = "TEST_TIMELINE"
 
 
 def uses_real_node(item: pytest.Item) -> bool:
@@ -61,7 +68,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     real node's outage (REAL_NODE_GATE set) the tests that use the real node come after those that do not.
     The tests that run Airflow itself are dealt, longest first, into AIRFLOW_LANES lanes of about equal
     time. Every xdist worker reads the same file and environment, so all collect the same order and lanes."""
-    import json
 
     last_run: dict[str, float] = {}
     for durations in (REPO / ".artifacts" / "test-durations.json", REPO / "tests" / "durations.json"):
@@ -90,3 +96,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             # One minute for a test not in the last run: the lanes stay about even.
             lanes[lane] += last_run.get(last_run_key(item), 60.0)
             item.add_marker(pytest.mark.xdist_group(f"{AIRFLOW_RUNS}-{lane}"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    timeline = os.environ.get(TEST_TIMELINE)
+    started = time.time()
+    yield
+    if timeline:
+        record = {"test": item.nodeid, "worker": _WORKER or "main", "start": round(started, 1),
+                  "end": round(time.time(), 1)}
+        with (Path(timeline) / f"{os.getpid()}.jsonl").open("a") as out:
+            out.write(json.dumps(record) + "\n")
