@@ -105,7 +105,10 @@ unit: venv shellcheck
 # see scripts/volcano-cluster), most of them concurrently and the disruptive ones alone, with the lint and
 # the unit tests beside those (scripts/test-suite, which prints the 20 slowest tests; the unit tests build
 # the docs site as `make docs` does), then the compatibility subset on the oldest Volcano and Kubernetes.
+# PostgreSQL, curl and a CJK font for the tests that run docker-compose.yaml's services (tests/compose_stack.py)
+# are installed first, when missing: not inside the first tests that need them, two at once.
 test: venv shellcheck cluster-up
+	$(BIN)/python -c 'from tests.compose_stack import ensure_debian_packages; ensure_debian_packages()'
 	scripts/test-suite
 	scripts/test-compat --oldest
 
