@@ -90,6 +90,20 @@ class Call(Generic[T]):
     raw: bool = False
     header: str | None = None
 
+    @property
+    def sent_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments the client method is called with: `kwargs`, with REQUEST_TIMEOUT unless
+        the call sets its own."""
+        return {"_request_timeout": REQUEST_TIMEOUT, **self.kwargs}
+
+
+# (connect, read) seconds of each call that sets no timeout of its own. Neither client has a default: a
+# connection that goes silent (a proxy holding it, a half-open TCP connection) would block its caller for
+# good, a worker's wait or the panel's read; timed out, it is a dropped connection, retried as one.
+REQUEST_TIMEOUT = (10, 60)
+# A followed log may rightly be silent for as long as its container is: only its connection is bounded.
+FOLLOWED_LOG_TIMEOUT = (10, None)
+
 
 @dataclass(frozen=True)
 class Sleep:
@@ -331,7 +345,8 @@ def read_pod_log(name: str, namespace: str, *, container: str | None, since: flo
                 ("/api/v1/namespaces/{namespace}/pods/{name}/log", "GET"),
                 {"path_params": {"namespace": namespace, "name": name}, "query_params": query,
                  "header_params": {"Accept": "*/*"}, "auth_settings": ["BearerToken"], "_preload_content": False,
-                 "_return_http_data_only": True}, raw=True)
+                 "_return_http_data_only": True, **({"_request_timeout": FOLLOWED_LOG_TIMEOUT} if follow else {})},
+                raw=True)
 
 
 # -- what explains a Job ----------------------------------------------------------------------------

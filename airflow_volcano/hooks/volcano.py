@@ -190,7 +190,7 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
         return self._attempts(call, once)
 
     def _send(self, call: Call[Any]) -> Any:
-        return getattr(_api(client, self.api_client, call.api), call.method)(*call.args, **call.kwargs)
+        return getattr(_api(client, self.api_client, call.api), call.method)(*call.args, **call.sent_kwargs)
 
     def _attempts(self, call: Call[Any], once: Callable[[], Any]) -> Any:
         """`once()` until it succeeds, as the retry policy says (AsyncVolcanoHook._attempts is the async side)."""
@@ -579,7 +579,7 @@ class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
 
     async def run(self, call: Call[T]) -> T:
         """As VolcanoHook.run, on the event loop."""
-        kwargs = dict(call.kwargs)
+        kwargs = call.sent_kwargs
         if call.method == "patch_namespaced_custom_object":
             # kubernetes_asyncio sends a dict body as a JSON patch (a list of operations) unless told; the
             # sync client knows only merge patches for custom objects (and before v36 refuses the argument).
@@ -633,7 +633,7 @@ class AsyncVolcanoHook(ConnectionLossAware, AsyncKubernetesHook):
         async with self.get_conn() as api:
             async def once() -> Any:
                 return await _checked(await getattr(_api(async_client, api, call.api), call.method)(
-                    *call.args, **call.kwargs))
+                    *call.args, **call.sent_kwargs))
 
             response = await self._attempts(call.what, once)
             try:

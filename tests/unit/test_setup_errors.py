@@ -9,6 +9,8 @@ import asyncio
 import json
 import logging
 import socket
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -143,3 +145,67 @@ def test_the_preflight_says_it_in_one_line(kubeconfig_naming_missing_files):
     assert main(["--conn-id", "minikube", "--namespace", "ml"], out=lines.append) == 1
     assert len(lines) == 1 and lines[0].startswith("FAIL  connection: Airflow connection 'minikube' could not be "
                                                    "loaded: File does not exist:"), lines
+
+
+@pytest.fixture
+def silent_connection(tmp_path: Path, monkeypatch) -> Iterator[str]:
+    """An apiserver address whose port takes connections (the kernel completes them) and never answers:
+    a proxy holding them, a half-open connection. The request timeout shortened to a second."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        server = f"https://127.0.0.1:{silent.getsockname()[1]}"
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "c",
+            "clusters": [{"name": "c", "cluster": {"server": server, "insecure-skip-tls-verify": True}}],
+            "users": [{"name": "u", "user": {"token": "a-token-never-shown"}}],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        }))
+        monkeypatch.setenv("AIRFLOW_CONN_SILENT_CLUSTER", json.dumps(
+            {"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig)}}))
+        monkeypatch.setattr(calls, "REQUEST_TIMEOUT", (1, 1))
+        yield server
+
+
+def ended_within(seconds: float, read: Callable[[], object]) -> BaseException:
+    """What `read` raised, if it ended within `seconds` (a thread: without a timeout it never ends)."""
+    raised: list[BaseException] = []
+
+    def attempt() -> None:
+        try:
+            read()
+        except BaseException as error:  # noqa: BLE001 - handed to the test
+            raised.append(error)
+
+    thread = threading.Thread(target=attempt, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"the call still waited after {seconds} s on a connection that never answers"
+    assert raised, "a call to a silent apiserver succeeded"
+    return raised[0]
+
+
+def test_a_call_to_an_apiserver_that_never_answers_ends_as_the_providers_error(silent_connection):
+    error = ended_within(30, lambda: VolcanoHook("silent_cluster", retries=0).get_job("train", "ml"))
+    assert isinstance(error, ApiserverUnreachable), repr(error)
+    assert f"no answer from the Kubernetes apiserver {silent_connection} of Airflow connection 'silent_cluster'" \
+        in str(error)
+    assert "timed out" in str(error), str(error)
+
+
+def test_the_async_hook_does_not_wait_for_it_for_good_either(silent_connection):
+    async def read() -> None:
+        await AsyncVolcanoHook("silent_cluster", retries=0).run(calls.get_job("train", "ml"))
+
+    error = ended_within(30, lambda: asyncio.run(read()))
+    assert isinstance(error, ApiserverUnreachable), repr(error)
+    assert f"no answer from the Kubernetes apiserver {silent_connection}" in str(error)
+
+
+def test_only_a_followed_log_may_be_silent_for_long():
+    assert calls.get_job("train", "ml").sent_kwargs["_request_timeout"] == calls.REQUEST_TIMEOUT
+    followed = calls.read_pod_log("train-master-0", "ml", container=None, follow=True)
+    assert followed.sent_kwargs["_request_timeout"] == (10, None), "its connection bounded, not its silences"
+    assert calls.read_pod_log("train-master-0", "ml", container=None).sent_kwargs["_request_timeout"] == \
+        calls.REQUEST_TIMEOUT
