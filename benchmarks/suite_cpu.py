@@ -3,6 +3,8 @@ CPU time to a test or to a component of the cluster.
 
     .venv/bin/python benchmarks/suite_cpu.py -- scripts/test-suite        the whole suite, then the report
     .venv/bin/python benchmarks/suite_cpu.py --report .artifacts/suite-cpu.json     a report again
+    .venv/bin/python benchmarks/suite_cpu.py --report .artifacts/suite-cpu.json \
+        --timeline .artifacts/test-suite/timeline      and the tests running in each minute
 
 A process is charged by what it is, in this order: a pod's (its cgroup names the pod's uid; the pod's
 namespace, the namespace's `airflow-volcano.io/test` annotation, which tests/integration/conftest.py writes,
