@@ -161,21 +161,44 @@ function render(data) {
   return data.task.live;
 }
 
+// A read the API server has not answered in this long is said on the page, and asked again.
+const ANSWER_MS = 30000;
+
+// What stops a refresh, said in the status line (the last panel shown stays above it): a page never sits
+// at "Loading" saying nothing.
+function notice(text) {
+  const status = document.getElementById("status");
+  if (status) status.textContent = text;
+  else document.getElementById("panel").append(el("p", { class: "muted", id: "status" }, text));
+}
+
 async function refresh() {
+  const aborter = new AbortController();
+  const timer = setTimeout(() => aborter.abort(), ANSWER_MS);
+  let response;
   try {
-    const response = await fetch(api + (chosenPod ? `?pod=${encodeURIComponent(chosenPod)}` : ""),
-                                 { credentials: "same-origin" });
-    if (!response.ok) {
-      const detail = response.status === 404 ? ((await response.json().catch(() => ({}))).detail || "") : "";
-      if (response.status === 404 && chosenPod) chosenPod = null;  // the next refresh shows the main pod
-      document.getElementById("panel").replaceChildren(el("p", { class: "muted", id: "status" },
-        response.status === 401 || response.status === 403 ? "You may not read this task instance."
-          : detail || `The panel could not be read (HTTP ${response.status}).`));
-      return true;
-    }
+    response = await fetch(api + (chosenPod ? `?pod=${encodeURIComponent(chosenPod)}` : ""),
+                           { credentials: "same-origin", signal: aborter.signal });
+  } catch (error) {
+    notice(aborter.signal.aborted ? `The API server has not answered in ${ANSWER_MS / 1000} s; asking again.`
+      : "The API server cannot be reached (restarting?); trying again.");
+    return true;
+  } finally {
+    clearTimeout(timer);
+  }
+  if (!response.ok) {
+    const detail = response.status === 404 ? ((await response.json().catch(() => ({}))).detail || "") : "";
+    if (response.status === 404 && chosenPod) chosenPod = null;  // the next refresh shows the main pod
+    document.getElementById("panel").replaceChildren(el("p", { class: "muted", id: "status" },
+      response.status === 401 || response.status === 403 ? "You may not read this task instance."
+        : detail || `The panel could not be read (HTTP ${response.status}).`));
+    return true;
+  }
+  try {
     return render(await response.json());
   } catch (error) {
-    return true;  // the API server restarting: try again
+    notice(`The panel could not show the API server's answer (${error}); trying again.`);
+    return true;
   }
 }
 
