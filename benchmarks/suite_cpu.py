@@ -232,11 +232,12 @@ def tests_by_minute(timeline: Path, started: float, minutes: int) -> list[list[s
     for path in sorted(timeline.glob("*.jsonl")):
         for line in path.read_text().splitlines():
             record = json.loads(line)
-            # The unit tests take seconds each: counted as one entry a minute, not named.
-            name = "(unit tests)" if "/unit/" in f"/{record['test']}" else record["test"].split("::", 1)[-1]
+            # The unit tests take seconds each: one entry a minute for all of them, not named.
+            unit = "/unit/" in f"/{record['test']}"
+            name = "(unit tests)" if unit else record["test"].split("::", 1)[-1]
             first, last = (int((record[edge] - started) // 60) for edge in ("start", "end"))
             for minute in range(max(first, 0), min(last, minutes - 1) + 1):
-                if name not in running[minute] or not name.startswith("(unit"):
+                if not (unit and name in running[minute]):
                     running[minute].append(name)
     return running
 

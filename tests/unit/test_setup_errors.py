@@ -31,18 +31,22 @@ def closed_port() -> int:
         return probe.getsockname()[1]
 
 
-@pytest.fixture
-def unreachable_connection(tmp_path: Path, closed_port: int, monkeypatch) -> str:
+def connection_to(server: str, conn_id: str, tmp_path: Path, monkeypatch) -> None:
+    """Airflow connection `conn_id`: a kubeconfig naming `server`, with a token."""
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(json.dumps({
         "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{closed_port}",
-                                               "insecure-skip-tls-verify": True}}],
+        "clusters": [{"name": "c", "cluster": {"server": server, "insecure-skip-tls-verify": True}}],
         "users": [{"name": "u", "user": {"token": "a-token-never-shown"}}],
         "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
     }))
-    monkeypatch.setenv("AIRFLOW_CONN_TRAINING_CLUSTER", json.dumps(
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(
         {"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig)}}))
+
+
+@pytest.fixture
+def unreachable_connection(tmp_path: Path, closed_port: int, monkeypatch) -> str:
+    connection_to(f"https://127.0.0.1:{closed_port}", "training_cluster", tmp_path, monkeypatch)
     monkeypatch.setattr("time.sleep", lambda seconds: None)  # the back-off's waits, not its attempts
     return f"https://127.0.0.1:{closed_port}"
 
@@ -155,15 +159,7 @@ def silent_connection(tmp_path: Path, monkeypatch) -> Iterator[str]:
         silent.bind(("127.0.0.1", 0))
         silent.listen(16)
         server = f"https://127.0.0.1:{silent.getsockname()[1]}"
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config", "current-context": "c",
-            "clusters": [{"name": "c", "cluster": {"server": server, "insecure-skip-tls-verify": True}}],
-            "users": [{"name": "u", "user": {"token": "a-token-never-shown"}}],
-            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-        }))
-        monkeypatch.setenv("AIRFLOW_CONN_SILENT_CLUSTER", json.dumps(
-            {"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig)}}))
+        connection_to(server, "silent_cluster", tmp_path, monkeypatch)
         monkeypatch.setattr(calls, "REQUEST_TIMEOUT", (1, 1))
         yield server
 
