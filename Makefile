@@ -101,11 +101,11 @@ lint: venv shellcheck
 unit: venv shellcheck
 	$(BIN)/python -m pytest -q tests/unit
 
-# Everything (scripts/test-suite, which prints the 20 slowest tests): the integration tests on the local
-# Volcano cluster (built and started on first use; see scripts/volcano-cluster) and on a second, simulated-only
-# one at once, most of them concurrently and the disruptive ones alone; the unit tests (they build the docs
-# site as `make docs` does) and the lint; then, as soon as the first cluster is free, the compatibility
-# subset on the oldest Volcano and Kubernetes.
+# Everything: the integration tests against the local Volcano cluster (built and started on first use;
+# see scripts/volcano-cluster), most of them concurrently and the disruptive ones alone, with the lint and
+# the unit tests beside those (scripts/test-suite, which prints the 20 slowest tests; the unit tests build
+# the docs site as `make docs` does), and the compatibility subset on the oldest Volcano and Kubernetes as
+# soon as the disruptive ones have ended (--oldest).
 # PostgreSQL, curl and a CJK font for the tests that run docker-compose.yaml's services (tests/compose_stack.py)
 # are installed first, when missing: not inside the first tests that need them, two at once.
 test: venv shellcheck cluster-up
@@ -113,7 +113,7 @@ test: venv shellcheck cluster-up
 	scripts/test-suite --oldest
 
 # The compatibility subset on every Volcano x Kubernetes combination the local cluster can build
-# (docs/versions.md); make test runs the oldest corner after the whole suite on the newest.
+# (docs/versions.md); make test runs the oldest corner (scripts/test-suite --oldest).
 test-compat: venv
 	scripts/test-compat
 

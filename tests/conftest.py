@@ -23,12 +23,17 @@ os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
 
 
 # The tests marked xdist_group(AIRFLOW_RUNS) each start Airflow itself (a metadata database, a worker, a
-# triggerer, an API server): three at once starved the two cores. They are dealt into lanes (the numbers
-# `--airflow-lanes` names: scripts/test-suite gives each of its two concurrent runs one of its own, so that
-# at most two run on the machine); `--dist loadgroup` keeps each lane's tests on one worker, one after the
-# other; tests/integration's `in_an_airflow_lane` holds a lane's lock for a run that does not group them.
+# triggerer, an API server): three at once starved the two cores. scripts/test-suite's `--dist loadgroup`
+# keeps each lane's tests on one worker, one after the other; tests/integration's `in_an_airflow_lane`
+# holds a lane's lock for a run that does not group them.
 AIRFLOW_RUNS = "airflow-releases"
-AIRFLOW_LANES = "0,1"
+AIRFLOW_LANES = 2
+
+
+# A file that exists while the tests marked node_outage stop the real node's kubelet (scripts/test-suite
+# runs them first, beside the concurrent tests): a test that uses the real node waits until it is gone
+# (tests/integration/conftest.py), and in such a run those tests come after the ones that do not.
+REAL_NODE_GATE = "REAL_NODE_GATE"
 
 # A directory where each test process appends, per test, when it started and ended and on which worker
 # (scripts/test-suite sets it; benchmarks/suite_cpu.py lines it up with the machine's busy cores).
@@ -53,29 +58,16 @@ def airflow_lane(item: pytest.Item) -> str:
     return next((name for name in names if name.startswith(f"{AIRFLOW_RUNS}-")), AIRFLOW_RUNS)
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--real-node", choices=("only", "none"), default=None,
-                     help="run only the tests that use the real node (their fixtures say so), or only those "
-                          "that do not (scripts/test-suite runs these on the simulated-only cluster)")
-    parser.addoption("--airflow-lanes", default=AIRFLOW_LANES, metavar="N,N",
-                     help=f"the lanes the tests that start Airflow are dealt into (default {AIRFLOW_LANES})")
-
-
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which turns the group marks into node ids
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """`--real-node only|none` keeps the tests that use the real node, or those that do not. Then the
-    longest first, so that concurrent workers (scripts/test-suite) do not end on one long test while the
-    others idle: the integration tests by their time in the last whole run (which scripts/test-suite
-    writes to .artifacts/test-durations.json), on a fresh clone by tests/durations.json (the times
-    committed with the tests, `scripts/test-suite --save-durations`), else as collected; the unit tests,
-    which take seconds, last. The tests that run Airflow itself are dealt, longest first, into the lanes
-    `--airflow-lanes` names, of about equal time. Every xdist worker reads the same file and options, so
-    all collect the same tests, order and lanes."""
-    real_node = config.getoption("--real-node")
-    if real_node:
-        kept = [item for item in items if uses_real_node(item) == (real_node == "only")]
-        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
-        items[:] = kept
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Longest first (the disruptive tests shortest first, see below), so that concurrent workers
+    (scripts/test-suite) do not end on one long test while the others idle: the integration tests by
+    their time in the last whole run (which scripts/test-suite writes to .artifacts/test-durations.json),
+    on a fresh clone by tests/durations.json (the times committed with the tests, `scripts/test-suite
+    --save-durations`), else as collected; the unit tests, which take seconds, last. In a run beside the
+    real node's outage (REAL_NODE_GATE set) the tests that use the real node come after those that do not.
+    The tests that run Airflow itself are dealt, longest first, into AIRFLOW_LANES lanes of about equal
+    time. Every xdist worker reads the same file and environment, so all collect the same order and lanes."""
 
     last_run: dict[str, float] = {}
     for durations in (REPO / ".artifacts" / "test-durations.json", REPO / "tests" / "durations.json"):
@@ -85,25 +77,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         except (OSError, ValueError):
             continue
 
-    def order(item: pytest.Item) -> tuple[bool, float]:
-        return "/unit/" in f"/{item.nodeid}", -float(last_run.get(last_run_key(item), 0.0))
+    real_node_later = bool(os.environ.get(REAL_NODE_GATE))
+
+    def order(item: pytest.Item) -> tuple[bool, bool, float]:
+        seconds = float(last_run.get(last_run_key(item), 0.0))
+        # The disruptive tests run one at a time, so their order leaves their total alone; shortest first
+        # puts the chaos soak, the heaviest on the CPU, after the control plane's tests on the simulated
+        # cluster (scripts/test-suite) have ended, instead of beside them.
+        shortest_first = bool(item.get_closest_marker("disruptive")) and not item.get_closest_marker("control_plane")
+        return ("/unit/" in f"/{item.nodeid}", real_node_later and uses_real_node(item),
+                seconds if shortest_first else -seconds)
 
     items.sort(key=order)  # stable: ties keep their collected order
-    lanes = {lane: 0.0 for lane in airflow_lanes(config.getoption("--airflow-lanes"))}
+    lanes = [0.0] * AIRFLOW_LANES
     for item in items:
         if any(mark.args[:1] == (AIRFLOW_RUNS,) for mark in item.iter_markers("xdist_group")):
-            lane = min(lanes, key=lambda name: lanes[name])
+            lane = lanes.index(min(lanes))
             # One minute for a test not in the last run: the lanes stay about even.
             lanes[lane] += last_run.get(last_run_key(item), 60.0)
             item.add_marker(pytest.mark.xdist_group(f"{AIRFLOW_RUNS}-{lane}"))
-
-
-def airflow_lanes(option: str) -> list[str]:
-    """`--airflow-lanes`: lane numbers, comma-separated."""
-    lanes = [lane.strip() for lane in option.split(",") if lane.strip()]
-    if not lanes or not all(lane.isdigit() for lane in lanes):
-        raise pytest.UsageError(f"--airflow-lanes={option!r}: lane numbers, comma-separated (e.g. 0,1)")
-    return lanes
 
 
 @pytest.hookimpl(hookwrapper=True)

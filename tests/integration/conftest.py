@@ -14,6 +14,7 @@ import datetime
 import fcntl
 import hashlib
 import json
+import os
 import secrets
 import subprocess
 import time
@@ -28,9 +29,13 @@ import yaml
 from kubernetes import client, config, utils
 from kubernetes.client.rest import ApiException
 
+from ..compose_stack import wait_until
+from ..conftest import REAL_NODE_GATE, uses_real_node
 from .airflow_api_client import close_all as close_airflow_api_servers
 
 REPO = Path(__file__).resolve().parents[2]
+# How long a test waits for the tests marked node_outage to give the real node back (they take about 4 min).
+REAL_NODE_GATE_TIMEOUT = 900
 VOLCANO = ("batch.volcano.sh", "v1alpha1")
 ADMISSION_POLICY = REPO / "deploy" / "admission-policy.yaml"
 QUEUE_READER = REPO / "deploy" / "queue-reader.yaml"
@@ -66,6 +71,17 @@ def volcano_release(kubeconfig: Path) -> tuple[int, int]:
 
 
 @pytest.fixture(autouse=True)
+def real_node_free(request: pytest.FixtureRequest) -> None:
+    """A test that uses the real node starts once no test marked node_outage has its kubelet stopped: in
+    scripts/test-suite those run beside the concurrent tests, while the file REAL_NODE_GATE names exists.
+    (Autouse: before the test's own fixtures put anything on the node.)"""
+    gate = os.environ.get(REAL_NODE_GATE)
+    if gate and uses_real_node(request.node):
+        wait_until(f"the node_outage tests to give the real node back ({gate} gone)", lambda: not Path(gate).exists(),
+                   timeout=REAL_NODE_GATE_TIMEOUT, interval=1)
+
+
+@pytest.fixture(autouse=True)
 def airflow_api_servers_end_with_the_test() -> Iterator[None]:
     """The REST API server processes a test's calls started (airflow_api_client.api_call) end with it."""
     yield
@@ -76,8 +92,8 @@ def airflow_api_servers_end_with_the_test() -> Iterator[None]:
 def real_node(kubeconfig: Path) -> dict[str, Any]:
     """Operator arguments that run pods on the cluster's real node (real containers) with the local
     training image, as `scripts/volcano-cluster real-node` prints them. On the simulated-only cluster
-    (VOLCANO_CLUSTER_SIMULATED=1, where scripts/test-suite runs the concurrent tests that use no real node,
-    then those marked control_plane) a test that needs the real node fails, saying so."""
+    (VOLCANO_CLUSTER_SIMULATED=1, where scripts/test-suite runs the tests marked control_plane) a test that
+    needs the real node fails, saying so."""
     result = subprocess.run([str(REPO / "scripts" / "volcano-cluster"), "real-node"], capture_output=True,
                             text=True)
     if result.returncode != 0:
