@@ -27,6 +27,7 @@ import json
 import os
 import re
 import signal
+import statistics
 import struct
 import subprocess
 import sys
@@ -43,6 +44,8 @@ KUBECONFIG = "/tmp/airflow-volcano-cluster/kubeconfig"
 WARM_WORKERS = Path("/tmp/airflow-volcano-warm-workers")
 TEST_ANNOTATION = "airflow-volcano.io/test"
 INTERVAL = 2.0
+# How often, in reads, the machine's speed is measured (fixed_work_seconds).
+SPEED_EVERY = 15
 TICKS = os.sysconf("SC_CLK_TCK")
 # struct acct_v3 (linux/acct.h): flag, version, tty, exitcode, uid, gid, pid, ppid, btime, etime, then
 # utime, stime and six more as comp_t (13-bit mantissa, 3-bit base-8 exponent, in AHZ = 100 ticks a second),
@@ -123,6 +126,7 @@ class Sampler:
         self.last: dict[int, tuple[float, str]] = {}
         self.stopped = threading.Event()
         self.busy: list[tuple[float, float]] = []  # (monotonic seconds, the machine's busy CPU-s) each read
+        self.speed: list[float] = []  # fixed_work_seconds(), every SPEED_EVERY reads
 
     def refresh(self) -> None:
         try:
@@ -206,6 +210,8 @@ class Sampler:
                 self.charge_exited()
             self.sample(first=tick == 0)
             self.busy.append((time.monotonic(), busy_seconds()))
+            if tick % SPEED_EVERY == 0:
+                self.speed.append(fixed_work_seconds())
             tick += 1
             self.stopped.wait(INTERVAL)
 
@@ -242,6 +248,17 @@ def tests_by_minute(timeline: Path, started: float, minutes: int) -> list[list[s
     return running
 
 
+def fixed_work_seconds() -> float:
+    """The CPU seconds this thread spends on one fixed piece of work: what the machine's CPU time is worth.
+    It varies here, from second to second and from run to run (2026-12-07: two runs of one suite were
+    busy 3,018 then 3,683 CPU-s, and pip's compileall of the same venvs in them took 46 then 62): compare
+    runs' CPU-s and minutes only at like figures. The thread's own CPU time, not the wall's: cores taken
+    by the suite do not count, only how fast a core works."""
+    started = time.thread_time()
+    sum(number * number for number in range(1_000_000))
+    return time.thread_time() - started
+
+
 def report(result: dict, top: int, timeline: Path | None = None) -> None:
     by_test: defaultdict[str, float] = defaultdict(float)
     by_kind: defaultdict[str, float] = defaultdict(float)
@@ -255,6 +272,10 @@ def report(result: dict, top: int, timeline: Path | None = None) -> None:
     charged = sum(result["charged"].values())
     print(f"{result['wall_seconds'] / 60:.1f} min, the machine busy {result['busy_seconds']:.0f} CPU-s "
           f"({result['busy_seconds'] / result['wall_seconds']:.2f} cores on average); charged {charged:.0f} CPU-s")
+    if speed := sorted(result.get("fixed_work_seconds") or []):
+        print(f"the machine's speed: a fixed piece of work took {statistics.median(speed):.3f} CPU-s "
+              f"(the median of {len(speed)}, every {SPEED_EVERY * INTERVAL:.0f} s; the middle half "
+              f"{speed[len(speed) // 4]:.3f} to {speed[3 * len(speed) // 4]:.3f}; lower is faster)")
     if by_minute := result.get("cores_by_minute"):
         print(f"busy cores, minute by minute (of {os.cpu_count()}):")
         for first in range(0, len(by_minute), 10):
@@ -307,6 +328,7 @@ def main() -> int:
               "wall_seconds": time.monotonic() - started,
               "busy_seconds": busy_seconds() - busy,
               "cores_by_minute": cores_by_minute(sampler.busy, started),
+              "fixed_work_seconds": [round(seconds, 4) for seconds in sampler.speed],
               "charged": dict(sorted(sampler.charged.items(), key=lambda item: -item[1]))}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=0))
