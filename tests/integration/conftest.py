@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 from kubernetes import client, config, utils
@@ -34,6 +35,10 @@ from ..conftest import REAL_NODE_GATE, uses_real_node
 from .airflow_api_client import close_all as close_airflow_api_servers
 
 REPO = Path(__file__).resolve().parents[2]
+# The tests' one HTTP client (to Airflow's REST API and the panel): httpx.get() and the like build a
+# client, and with it a TLS context reading the CA bundle, at each call; polling the API that way was a
+# seventh of what the panel tests' pytest workers spent (py-spy, 2026-12-07).
+HTTP = httpx.Client()
 # How long a test waits for the tests marked node_outage to give the real node back (they take about 4 min).
 REAL_NODE_GATE_TIMEOUT = 900
 VOLCANO = ("batch.volcano.sh", "v1alpha1")

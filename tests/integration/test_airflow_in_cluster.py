@@ -37,7 +37,7 @@ from airflow_volcano.panel.plugin import PREFIX as PANEL_PREFIX
 from airflow_volcano.preflight import main as preflight
 
 from ..log_lines import Lines
-from .conftest import REPO, create_test_namespace, token_client
+from .conftest import HTTP, REPO, create_test_namespace, token_client
 from .test_operator import seed_operator
 
 RBAC_HELM_CHART = REPO / "deploy" / "rbac-helm-chart.yaml"
@@ -227,7 +227,7 @@ class AirflowPods:
     token: str
 
     def call(self, method: str, path: str, **kwargs) -> httpx.Response:
-        return httpx.request(method, f"{self.url}{path}", headers={"Authorization": f"Bearer {self.token}"},
+        return HTTP.request(method, f"{self.url}{path}", headers={"Authorization": f"Bearer {self.token}"},
                              timeout=60, **kwargs)
 
     def trigger(self, dag_id: str, conf: dict | None = None) -> str:
@@ -274,7 +274,7 @@ def airflow_pods(cluster, real_node, tmp_path) -> Iterator[AirflowPods]:
     (dags / "scripts" / "steps.py").write_text(STEPS)
     try:
         url = airflow_in_cluster.up(namespace, cluster.namespace, dags)
-        response = httpx.post(f"{url}/auth/token", timeout=60, json={
+        response = HTTP.post(f"{url}/auth/token", timeout=60, json={
             "username": "admin", "password": airflow_in_cluster.admin_password(namespace)})
         response.raise_for_status()
         yield AirflowPods(namespace, url, response.json()["access_token"])

@@ -38,7 +38,7 @@ from airflow_volcano.waiting.preemption import Preemption, record
 from ..compose_stack import CHROMIUM, CHROMIUM_ARGS, ensure_debian_packages, free_port, wait_until
 from . import warm_worker
 from .airflow_db import migrate
-from .conftest import REPO, VOLCANO, Cluster, service_account_token
+from .conftest import HTTP, REPO, VOLCANO, Cluster, service_account_token
 from .faults import FaultyProxy, upstream_of
 from .jobs import pytorch_job
 from .panel_auth import NO_LOGS, OUTSIDER, TEAM, USERS
@@ -66,7 +66,7 @@ class ApiServer:
 
     def token(self, user: str) -> str:
         passwords = json.loads((self.home / "simple_auth_manager_passwords.json.generated").read_text())
-        response = httpx.post(f"{self.url}/auth/token", json={"username": user, "password": passwords[user]},
+        response = HTTP.post(f"{self.url}/auth/token", json={"username": user, "password": passwords[user]},
                               timeout=30)
         response.raise_for_status()
         return response.json()["access_token"]
@@ -74,7 +74,7 @@ class ApiServer:
     def panel_json(self, dag_id: str, run_id: str, task_id: str, token: str | None,
                    pod: str | None = None) -> httpx.Response:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return httpx.get(f"{self.url}{PREFIX}/api/ti/{dag_id}/{quote(run_id, safe='')}/{task_id}/-1",
+        return HTTP.get(f"{self.url}{PREFIX}/api/ti/{dag_id}/{quote(run_id, safe='')}/{task_id}/-1",
                          headers=headers, params={"pod": pod} if pod else None, timeout=60)
 
     def set_xcoms(self, dag_id: str, run_id: str, task_id: str, token: str, **values: str) -> None:
@@ -83,7 +83,7 @@ class ApiServer:
         write a plain one): a value that does not read back as given is then written as 3.3's PATCH writes
         it (XComModel.set), in this Airflow's metadata DB."""
         for key, value in values.items():
-            response = httpx.patch(f"{self.url}/api/v2/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}/"
+            response = HTTP.patch(f"{self.url}/api/v2/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}/"
                                    f"taskInstances/{task_id}/xcomEntries/{key}", json={"value": value, "map_index": -1},
                                    headers={"Authorization": f"Bearer {token}"}, timeout=30)
             assert response.status_code == 200, response.text
@@ -171,7 +171,7 @@ def serve(release: str, cluster, operator_kubeconfig: Path, kubeconfig: Path, tm
 
 def _answers(url: str) -> bool:
     try:
-        return httpx.get(f"{url}/api/v2/monitor/health", timeout=5).status_code == 200
+        return HTTP.get(f"{url}/api/v2/monitor/health", timeout=5).status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -210,7 +210,7 @@ def worker(server: ApiServer, path: Path, dag_id: str, log: Path) -> tuple[warm_
 
 def run_id_of(server: ApiServer, dag_id: str) -> str:
     token = server.token("admin")
-    response = httpx.get(f"{server.url}/api/v2/dags/{dag_id}/dagRuns", headers={"Authorization": f"Bearer {token}"},
+    response = HTTP.get(f"{server.url}/api/v2/dags/{dag_id}/dagRuns", headers={"Authorization": f"Bearer {token}"},
                          timeout=30)
     response.raise_for_status()
     (run,) = response.json()["dag_runs"]

@@ -41,7 +41,15 @@ PER_CHILD = ("AIRFLOW_CONN_", "AIRFLOW_VAR_", "PYTEST_CURRENT_TEST")
 
 def import_what_a_worker_imports() -> None:
     """What dag_runner.py imports before its task starts (Airflow, its task runner and in-process
-    execution API, the provider's operators). Importing connects to nothing and starts no thread."""
+    execution API), and every module of the provider: a task imports its hooks, wait engine and
+    Kubernetes clients only as it runs (nothing heavy at DAG parse), which each child then did again
+    (a fifth of what the children spent, py-spy, 2026-12-07). Not the pods' own modules
+    (`airflow_volcano.shell`: stack_dumps.py is a container's sitecustomize and acts on import), nor one
+    needing an optional package this interpreter lacks (OpenLineage), which a task would not import
+    either. Importing connects to nothing and starts no thread."""
+    import importlib
+    import pkgutil
+
     import airflow.api_fastapi.execution_api.app  # noqa: F401
     import airflow.api_fastapi.execution_api.routes  # noqa: F401
     import airflow.dag_processing.collection  # noqa: F401
@@ -49,20 +57,34 @@ def import_what_a_worker_imports() -> None:
     import airflow.sdk.execution_time.supervisor  # noqa: F401
     import airflow.sdk.execution_time.task_runner  # noqa: F401
 
-    import airflow_volcano.operators  # noqa: F401
-    import airflow_volcano.triggers  # noqa: F401
+    import airflow_volcano
+
+    for module in pkgutil.walk_packages(airflow_volcano.__path__, "airflow_volcano."):
+        if module.name.startswith("airflow_volcano.shell."):
+            continue
+        try:
+            importlib.import_module(module.name)
+        except ModuleNotFoundError as missing:
+            if (missing.name or "").startswith("airflow_volcano"):
+                raise
 
 
 def build_the_in_process_execution_api() -> None:
     """The app of the in-process execution API, which dag.test() builds at its first request, built
     here once: its versioned routes (Cadwyn makes them at the app's first call) were 62 % of what a
     forked child spent (py-spy, 2026-11-29). Building it reads the configuration and connects to
-    nothing; its transport (a thread and an event loop) is left for each child to start."""
-    from airflow.sdk.execution_time.supervisor import in_process_api_server
+    nothing; its transport (a thread and an event loop) is left for each child to start.
 
-    app = in_process_api_server().app
+    dag.test() asks `in_process_api_server()` for a new one, so the children are given this one: in
+    Airflow 3.3 every new one shares one app, but 3.1's and 3.2's each build and initialize an app of
+    their own (about 2 CPU-s, a third of what those children spent, py-spy, 2026-12-07)."""
+    from airflow.sdk.execution_time import supervisor
+
+    api = supervisor.in_process_api_server()
+    app = api.app
     if not getattr(app, "_cadwyn_initialized", True):
         app._cadwyn_initialize()
+    supervisor.in_process_api_server = lambda: api
 
 
 def run_child(request: dict, answers: int) -> None:
