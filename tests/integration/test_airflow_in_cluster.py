@@ -228,7 +228,7 @@ class AirflowPods:
 
     def call(self, method: str, path: str, **kwargs) -> httpx.Response:
         return HTTP.request(method, f"{self.url}{path}", headers={"Authorization": f"Bearer {self.token}"},
-                             timeout=60, **kwargs)
+                            timeout=60, **kwargs)
 
     def trigger(self, dag_id: str, conf: dict | None = None) -> str:
         deadline = time.monotonic() + 300

@@ -67,7 +67,7 @@ class ApiServer:
     def token(self, user: str) -> str:
         passwords = json.loads((self.home / "simple_auth_manager_passwords.json.generated").read_text())
         response = HTTP.post(f"{self.url}/auth/token", json={"username": user, "password": passwords[user]},
-                              timeout=30)
+                             timeout=30)
         response.raise_for_status()
         return response.json()["access_token"]
 
@@ -75,7 +75,7 @@ class ApiServer:
                    pod: str | None = None) -> httpx.Response:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         return HTTP.get(f"{self.url}{PREFIX}/api/ti/{dag_id}/{quote(run_id, safe='')}/{task_id}/-1",
-                         headers=headers, params={"pod": pod} if pod else None, timeout=60)
+                        headers=headers, params={"pod": pod} if pod else None, timeout=60)
 
     def set_xcoms(self, dag_id: str, run_id: str, task_id: str, token: str, **values: str) -> None:
         """Rewrite the task's XComs through Airflow's REST API (PATCH), as any user who may edit them can.
@@ -84,8 +84,8 @@ class ApiServer:
         it (XComModel.set), in this Airflow's metadata DB."""
         for key, value in values.items():
             response = HTTP.patch(f"{self.url}/api/v2/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}/"
-                                   f"taskInstances/{task_id}/xcomEntries/{key}", json={"value": value, "map_index": -1},
-                                   headers={"Authorization": f"Bearer {token}"}, timeout=30)
+                                  f"taskInstances/{task_id}/xcomEntries/{key}", json={"value": value, "map_index": -1},
+                                  headers={"Authorization": f"Bearer {token}"}, timeout=30)
             assert response.status_code == 200, response.text
         written = subprocess.run([str(self.python), "-c", AS_PATCHED, dag_id, run_id, task_id, json.dumps(values)],
                                  env=self.env, capture_output=True, text=True, timeout=120)
@@ -211,7 +211,7 @@ def worker(server: ApiServer, path: Path, dag_id: str, log: Path) -> tuple[warm_
 def run_id_of(server: ApiServer, dag_id: str) -> str:
     token = server.token("admin")
     response = HTTP.get(f"{server.url}/api/v2/dags/{dag_id}/dagRuns", headers={"Authorization": f"Bearer {token}"},
-                         timeout=30)
+                        timeout=30)
     response.raise_for_status()
     (run,) = response.json()["dag_runs"]
     return run["dag_run_id"]
