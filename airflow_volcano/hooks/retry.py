@@ -12,12 +12,14 @@ import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import aiohttp
 from kubernetes.client.rest import ApiException
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 from urllib3.exceptions import HTTPError as Urllib3HTTPError
+from urllib3.exceptions import MaxRetryError, ReadTimeoutError
+from urllib3.util.retry import Retry as Urllib3Retry
 
 from airflow_volcano.exceptions import ApiserverUnreachable, VolcanoApiError, names_an_object
 
@@ -68,6 +70,20 @@ def is_transient(error: BaseException) -> bool:
     if api_error(error):
         return status_of(error) in RETRIABLE_STATUS or status_of(error) == 0
     return isinstance(error, Urllib3HTTPError | aiohttp.ClientError | ConnectionError | TimeoutError)
+
+
+class ClientRetry(Urllib3Retry):
+    """What urllib3 retries by itself under the sync hook's own retries: no refused connection (each of
+    those would be 4 connections and 3 warnings) and no read that timed out (`calls.REQUEST_TIMEOUT`:
+    urllib3 asked a silent apiserver three more times, holding a GET for 4 x 60 s before the hook could
+    say anything). It still retries at once a reused connection the server had closed, which says nothing
+    of the apiserver."""
+
+    def increment(self, method: str | None = None, url: str | None = None, response: Any = None,
+                  error: Exception | None = None, _pool: Any = None, _stacktrace: Any = None) -> Self:
+        if isinstance(error, ReadTimeoutError):
+            raise MaxRetryError(_pool, url or "", error) from error
+        return super().increment(method, url, response, error, _pool, _stacktrace)
 
 
 def short(error: BaseException) -> str:

@@ -40,7 +40,6 @@ from kubernetes_asyncio import config as async_config
 from kubernetes_asyncio import watch as async_watch
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 from kubernetes_asyncio.config import ConfigException as AsyncConfigException
-from urllib3.util.retry import Retry as Urllib3Retry
 
 from airflow_volcano.compat import conf
 from airflow_volcano.constants import (
@@ -66,6 +65,7 @@ from airflow_volcano.hooks.calls import Call, Program, Sleep
 from airflow_volcano.hooks.retry import (
     REQUIRED,
     Attempts,
+    ClientRetry,
     ConnectionLossAware,
     Retry,
     api_error,
@@ -127,9 +127,7 @@ class VolcanoHook(ConnectionLossAware, KubernetesHook):
 
     def __init__(self, kubernetes_conn_id: str | None = default_conn_name, retries: int = 6, **kwargs: Any) -> None:
         configuration = kwargs.setdefault("client_configuration", client.Configuration())
-        # urllib3 retries a refused connection 3 times by itself, under this hook's own retries
-        # (hooks.retry): each of those would be 4 connections and 3 warnings. Reads are still its own.
-        configuration.retries = Urllib3Retry(total=3, connect=0)
+        configuration.retries = ClientRetry(total=3, connect=0)  # under this hook's own retries (hooks.retry)
         super().__init__(kubernetes_conn_id=kubernetes_conn_id, **kwargs)
         self.retries = retries
 

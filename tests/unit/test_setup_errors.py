@@ -205,3 +205,47 @@ def test_only_a_followed_log_may_be_silent_for_long():
     assert followed.sent_kwargs["_request_timeout"] == (10, None), "its connection bounded, not its silences"
     assert calls.read_pod_log("train-master-0", "ml", container=None).sent_kwargs["_request_timeout"] == \
         calls.REQUEST_TIMEOUT
+
+
+@pytest.fixture
+def answerless_server() -> Iterator[tuple[str, list[bytes]]]:
+    """An HTTP server on loopback that reads every request and answers none: an apiserver gone silent
+    behind a proxy that still takes requests. Gives its address and the request lines it read."""
+    requests: list[bytes] = []
+    held: list[socket.socket] = []
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+
+    def serve() -> None:
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return  # closed: the test is over
+            held.append(connection)
+            data = b""
+            while b"\r\n\r\n" not in data and (chunk := connection.recv(65536)):
+                data += chunk
+            requests.append(data.split(b"\r\n", 1)[0])
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}", requests
+    listener.close()
+    for connection in held:
+        connection.close()
+
+
+def test_a_read_that_timed_out_is_asked_again_only_by_the_hooks_own_retries(answerless_server, tmp_path,
+                                                                             monkeypatch):
+    """urllib3 asked a silent apiserver three more times by itself, each a full read timeout (60 s):
+    a GET held 4 minutes before the hook's policy could retry it, or say anything."""
+    server, requests = answerless_server
+    connection_to(server, "silent_cluster", tmp_path, monkeypatch)
+    monkeypatch.setattr(calls, "REQUEST_TIMEOUT", (1, 0.5))
+    monkeypatch.setattr("time.sleep", lambda seconds: None)  # the back-off's waits, not its attempts
+    error = ended_within(30, lambda: VolcanoHook("silent_cluster", retries=2).get_job("train", "ml"))
+    assert isinstance(error, ApiserverUnreachable), repr(error)
+    assert "(timed out; tried for " in str(error), str(error)
+    assert requests == [b"GET /apis/batch.volcano.sh/v1alpha1/namespaces/ml/jobs/train HTTP/1.1"] * 3, \
+        "each of the hook's three attempts asked once"
